@@ -1,0 +1,267 @@
+package rootfs
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+)
+
+// ExtractOptions tune the one extractor every archive input goes through.
+type ExtractOptions struct {
+	// Origin is recorded on every entry; Member is set to the entry's name.
+	Origin Origin
+	// KeepDirSymlinks keeps an existing symlink to a directory when the archive
+	// holds a directory at that path, as dpkg does for merged /usr.
+	KeepDirSymlinks bool
+	// Whiteouts applies OCI whiteouts (".wh.NAME", ".wh..wh..opq") to what
+	// earlier archives put in the tree.
+	Whiteouts bool
+	// Map, when set, rewrites an entry's clean path or drops the entry
+	// (ok=false). Hard-link targets are mapped the same way.
+	Map func(p string) (dest string, ok bool)
+	// Progress, when set, is told the size of each regular file written.
+	Progress func(n int64)
+}
+
+// EntryError names the archive entry an extraction failed on.
+type EntryError struct {
+	Name string
+	Err  error
+}
+
+func (e *EntryError) Error() string { return fmt.Sprintf("archive entry %q: %v", e.Name, e.Err) }
+func (e *EntryError) Unwrap() error { return e.Err }
+
+// ErrEscape is returned for a name that climbs out of the archive's root.
+var ErrEscape = errors.New("path leads outside the root")
+
+// MemberPath turns an archive member name into a clean absolute path inside
+// the tree. Leading "/" and "./" are dropped, as GNU tar does; a ".." that
+// would climb above the root is refused.
+func MemberPath(name string) (string, error) {
+	depth := 0
+	var out []string
+	for _, c := range strings.Split(name, "/") {
+		switch c {
+		case "", ".":
+		case "..":
+			if depth == 0 {
+				return "", ErrEscape
+			}
+			depth--
+			out = out[:len(out)-1]
+		default:
+			depth++
+			out = append(out, c)
+		}
+	}
+	p := "/" + strings.Join(out, "/")
+	if len(p) > PathMax {
+		return "", ErrTooLong
+	}
+	return p, nil
+}
+
+// Extract unpacks the uncompressed tar stream r into t with tar semantics: a
+// later entry replaces an earlier one, parents are created as needed, and
+// every path, hard-link target and write through a symlink is resolved inside
+// the tree. Owners, device numbers and xattrs go to the index only.
+func Extract(ctx context.Context, t *Tree, r io.Reader, o ExtractOptions) (int, error) {
+	tr := tar.NewReader(r)
+	var created map[string]bool
+	if o.Whiteouts {
+		created = map[string]bool{}
+	}
+	n := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, fmt.Errorf("reading archive after %d entries: %w", n, err)
+		}
+		if err := extractOne(t, tr, hdr, &o, created); err != nil {
+			return n, &EntryError{Name: hdr.Name, Err: err}
+		}
+		n++
+	}
+}
+
+func extractOne(t *Tree, tr *tar.Reader, hdr *tar.Header, o *ExtractOptions, created map[string]bool) error {
+	switch hdr.Typeflag {
+	case tar.TypeXGlobalHeader, 'V':
+		return nil
+	}
+	p, err := MemberPath(hdr.Name)
+	if err != nil {
+		return err
+	}
+	if o.Map != nil {
+		var ok bool
+		if p, ok = o.Map(p); !ok {
+			return nil
+		}
+	}
+	if created != nil {
+		if done, err := whiteout(t, p, created); done || err != nil {
+			return err
+		}
+	}
+	if hdr.Uid < 0 || hdr.Gid < 0 || hdr.Uid > 1<<32-1 || hdr.Gid > 1<<32-1 {
+		return fmt.Errorf("owner %d:%d out of range", hdr.Uid, hdr.Gid)
+	}
+	h := Header{
+		Perm:   uint32(hdr.Mode) & 07777,
+		UID:    uint32(hdr.Uid),
+		GID:    uint32(hdr.Gid),
+		MTime:  hdr.ModTime,
+		Xattrs: paxXattrs(hdr.PAXRecords),
+		Origin: o.Origin,
+	}
+	h.Origin.Member = strings.TrimPrefix(hdr.Name, "./")
+	var content io.Reader
+	switch hdr.Typeflag {
+	case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse, tar.TypeCont:
+		h.Type = TypeRegular
+		content = tr
+		if o.Progress != nil {
+			o.Progress(hdr.Size)
+		}
+	case tar.TypeDir:
+		h.Type = TypeDir
+		if p == "/" {
+			root := t.entries["/"]
+			root.Perm, root.UID, root.GID, root.MTime, root.Xattrs = h.Perm, h.UID, h.GID, h.MTime, h.Xattrs
+			return t.syncDisk("/", root.Inode)
+		}
+		if o.KeepDirSymlinks {
+			if keep, err := isDirSymlink(t, p); err != nil || keep {
+				return err
+			}
+		}
+	case tar.TypeSymlink:
+		h.Type = TypeSymlink
+		h.Target = hdr.Linkname
+		if hdr.Linkname == "" {
+			return errors.New("symlink with empty target")
+		}
+	case tar.TypeChar, tar.TypeBlock:
+		h.Type = TypeChar
+		if hdr.Typeflag == tar.TypeBlock {
+			h.Type = TypeBlock
+		}
+		if hdr.Devmajor < 0 || hdr.Devminor < 0 || hdr.Devmajor > 1<<32-1 || hdr.Devminor > 1<<32-1 {
+			return fmt.Errorf("device numbers %d,%d out of range", hdr.Devmajor, hdr.Devminor)
+		}
+		h.Major, h.Minor = uint32(hdr.Devmajor), uint32(hdr.Devminor)
+	case tar.TypeFifo:
+		h.Type = TypeFifo
+	case tar.TypeLink:
+		target, err := MemberPath(hdr.Linkname)
+		if err != nil {
+			return fmt.Errorf("hard link target %q: %w", hdr.Linkname, err)
+		}
+		if o.Map != nil {
+			var ok bool
+			if target, ok = o.Map(target); !ok {
+				return fmt.Errorf("hard link target %q is not extracted", hdr.Linkname)
+			}
+		}
+		e, err := t.Link(p, target, h.Origin)
+		if err != nil {
+			return fmt.Errorf("hard link to %q: %w", hdr.Linkname, err)
+		}
+		if created != nil {
+			created[e.Path] = true
+		}
+		return nil
+	default:
+		return fmt.Errorf("unsupported tar entry type %q", hdr.Typeflag)
+	}
+	e, err := t.Create(p, h, content)
+	if err != nil {
+		return err
+	}
+	if h.Type == TypeRegular && e.Size != hdr.Size {
+		return fmt.Errorf("size %d does not match header size %d", e.Size, hdr.Size)
+	}
+	if created != nil {
+		created[e.Path] = true
+	}
+	return nil
+}
+
+// isDirSymlink reports whether p is a symlink that resolves to a directory.
+func isDirSymlink(t *Tree, p string) (bool, error) {
+	rp, err := t.Resolve(p, false)
+	if err != nil {
+		return false, err
+	}
+	e := t.entries[rp]
+	if e == nil || e.Type != TypeSymlink {
+		return false, nil
+	}
+	target, err := t.Lookup(rp, true)
+	if err != nil {
+		return false, nil
+	}
+	return target.Type == TypeDir, nil
+}
+
+const (
+	whiteoutPrefix = ".wh."
+	whiteoutOpaque = ".wh..wh..opq"
+)
+
+// whiteout applies an OCI whiteout entry. It removes only what earlier layers
+// made, never what this archive created before the marker.
+func whiteout(t *Tree, p string, created map[string]bool) (bool, error) {
+	dir, base := path.Split(p)
+	if !strings.HasPrefix(base, whiteoutPrefix) {
+		return false, nil
+	}
+	rdir, err := t.Resolve(dir, true)
+	if err != nil {
+		return true, err
+	}
+	if base == whiteoutOpaque {
+		if e := t.entries[rdir]; e == nil || e.Type != TypeDir {
+			return true, nil
+		}
+		for _, name := range t.Children(rdir) {
+			child := join(rdir, name)
+			if !created[child] {
+				if err := t.remove(child); err != nil {
+					return true, err
+				}
+			}
+		}
+		return true, nil
+	}
+	victim := join(rdir, strings.TrimPrefix(base, whiteoutPrefix))
+	if !created[victim] {
+		return true, t.remove(victim)
+	}
+	return true, nil
+}
+
+func paxXattrs(recs map[string]string) map[string]string {
+	var x map[string]string
+	for k, v := range recs {
+		if name, ok := strings.CutPrefix(k, "SCHILY.xattr."); ok {
+			if x == nil {
+				x = map[string]string{}
+			}
+			x[name] = v
+		}
+	}
+	return x
+}

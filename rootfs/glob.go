@@ -1,0 +1,79 @@
+package rootfs
+
+import (
+	"path"
+	"strings"
+)
+
+// Match reports whether the clean absolute path p matches pattern. Each
+// segment matches as path.Match does; a "**" segment matches any number of
+// segments, except that a trailing "/**" needs at least one, so "/var/log/**"
+// names what is under /var/log and not the directory itself.
+func Match(pattern, p string) bool {
+	return matchSegs(splitPath(pattern), splitPath(p), strings.HasSuffix(pattern, "/**"))
+}
+
+// ValidPattern reports whether every segment of pattern is well formed.
+func ValidPattern(pattern string) bool {
+	if !strings.HasPrefix(pattern, "/") {
+		return false
+	}
+	for _, s := range splitPath(pattern) {
+		if _, err := path.Match(s, ""); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+func matchSegs(pat, segs []string, trailing bool) bool {
+	for len(pat) > 0 {
+		if pat[0] == "**" {
+			rest := pat[1:]
+			if len(rest) == 0 {
+				return !trailing || len(segs) > 0
+			}
+			for i := 0; i <= len(segs); i++ {
+				if matchSegs(rest, segs[i:], trailing) {
+					return true
+				}
+			}
+			return false
+		}
+		if len(segs) == 0 {
+			return false
+		}
+		if ok, _ := path.Match(pat[0], segs[0]); !ok {
+			return false
+		}
+		pat, segs = pat[1:], segs[1:]
+	}
+	return len(segs) == 0
+}
+
+// Glob returns every path in the tree matching pattern, in byte order.
+func (t *Tree) Glob(pattern string) []string {
+	var out []string
+	for _, p := range t.Paths() {
+		if p != "/" && Match(pattern, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// RemoveGlob removes every entry matching pattern and returns what it removed
+// (a directory's contents are not listed separately).
+func (t *Tree) RemoveGlob(pattern string) ([]string, error) {
+	var removed []string
+	for _, p := range t.Glob(pattern) {
+		if t.entries[p] == nil {
+			continue // went with a directory removed before it
+		}
+		if err := t.remove(p); err != nil {
+			return removed, err
+		}
+		removed = append(removed, p)
+	}
+	return removed, nil
+}

@@ -1,0 +1,226 @@
+package rootfs
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+)
+
+// Changes lists what a rescan folded into the index.
+type Changes struct {
+	Added, Modified, Removed []string
+}
+
+// Rescan folds what a process (a hook) did to the directory into the index.
+// New entries get owner 0:0 and the permission bits they have on disk; a
+// changed entry keeps its owner and xattrs and takes the disk's mode, content
+// and mtime; entries gone from disk leave the index. A new name for an inode
+// that still has its old name is a hard link.
+func (t *Tree) Rescan(ctx context.Context, origin Origin) (*Changes, error) {
+	ch := &Changes{}
+	seen := map[string]bool{}
+	byIno := map[uint64]*Entry{}
+	for _, p := range t.Paths() {
+		e := t.entries[p]
+		byIno[e.disk.ino] = e
+	}
+	done := map[*Inode]bool{}
+	err := filepath.WalkDir(t.dir, func(hp string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		r, err := filepath.Rel(t.dir, hp)
+		if err != nil {
+			return err
+		}
+		p := "/"
+		if r != "." {
+			p = "/" + filepath.ToSlash(r)
+		}
+		fi, err := os.Lstat(hp)
+		if err != nil {
+			return err
+		}
+		if fi.IsDir() {
+			// Keep directories enterable and readable even if a hook chmodded them.
+			if fi.Mode().Perm()&0o700 != 0o700 {
+				if err := os.Chmod(hp, fi.Mode().Perm()|0o700); err != nil {
+					return err
+				}
+			}
+		}
+		seen[p] = true
+		st := stateOf(fi)
+		e := t.entries[p]
+		typ := diskType(fi)
+		if e != nil && !sameType(e, typ, fi) {
+			if err := t.forget(p); err != nil {
+				return err
+			}
+			ch.Removed = append(ch.Removed, p)
+			e = nil
+		}
+		if e == nil {
+			if old := byIno[st.ino]; old != nil && old.Type != TypeDir && old.disk.ino == st.ino && stillThere(t, old) {
+				old.nlink++
+				t.add(&Entry{Path: p, Inode: old.Inode, Origin: origin})
+				ch.Added = append(ch.Added, p)
+				return nil
+			}
+			in, err := t.inodeFromDisk(hp, fi, typ)
+			if err != nil {
+				return fmt.Errorf("%s: %w", p, err)
+			}
+			in.nlink = 1
+			t.add(&Entry{Path: p, Inode: in, Origin: origin})
+			ch.Added = append(ch.Added, p)
+			return t.syncDisk(p, in)
+		}
+		if done[e.Inode] || (st.ctime == e.disk.ctime && st.ino == e.disk.ino) {
+			return nil
+		}
+		done[e.Inode] = true
+		if mode := st.mode & 07777; mode != e.disk.mode&07777 {
+			e.Perm = mode
+		}
+		switch typ {
+		case TypeRegular:
+			if e.Type == TypeRegular {
+				size, digest, err := hashFile(hp)
+				if err != nil {
+					return fmt.Errorf("%s: %w", p, err)
+				}
+				if size != e.Size || digest != e.Digest {
+					e.Size, e.Digest = size, digest
+					e.MTime = fi.ModTime()
+				}
+			}
+		case TypeSymlink:
+			target, err := os.Readlink(hp)
+			if err != nil {
+				return err
+			}
+			if target != e.Target {
+				e.Target, e.MTime = target, fi.ModTime()
+			}
+		}
+		e.Origin = origin
+		ch.Modified = append(ch.Modified, p)
+		return t.syncDisk(p, e.Inode)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rescanning tree: %w", err)
+	}
+	for _, p := range append([]string(nil), t.Paths()...) {
+		if !seen[p] && t.entries[p] != nil {
+			ch.Removed = append(ch.Removed, p)
+			if err := t.forget(p); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return ch, nil
+}
+
+// stillThere reports whether an entry's own path still holds its inode on disk.
+func stillThere(t *Tree, e *Entry) bool {
+	fi, err := os.Lstat(t.DiskPath(e.Path))
+	return err == nil && stateOf(fi).ino == e.disk.ino
+}
+
+// forget drops p and its subtree from the index only.
+func (t *Tree) forget(p string) error {
+	e := t.entries[p]
+	if e == nil {
+		return nil
+	}
+	if e.Type == TypeDir {
+		for _, name := range t.Children(p) {
+			t.forget(join(p, name))
+		}
+	}
+	e.nlink--
+	delete(t.entries, p)
+	t.sorted = nil
+	return nil
+}
+
+func diskType(fi os.FileInfo) Type {
+	m := fi.Mode()
+	switch {
+	case m.IsDir():
+		return TypeDir
+	case m&os.ModeSymlink != 0:
+		return TypeSymlink
+	case m&os.ModeNamedPipe != 0:
+		return TypeFifo
+	case m&os.ModeSocket != 0:
+		return TypeSocket
+	case m&os.ModeCharDevice != 0:
+		return TypeChar
+	case m&os.ModeDevice != 0:
+		return TypeBlock
+	}
+	return TypeRegular
+}
+
+// sameType reports whether what is on disk still is what the index says;
+// index-only types sit on disk as empty placeholder files.
+func sameType(e *Entry, disk Type, fi os.FileInfo) bool {
+	switch e.Type {
+	case TypeChar, TypeBlock, TypeFifo, TypeSocket:
+		return disk == e.Type || (disk == TypeRegular && fi.Size() == 0)
+	}
+	return disk == e.Type
+}
+
+func (t *Tree) inodeFromDisk(hp string, fi os.FileInfo, typ Type) (*Inode, error) {
+	st, _ := fi.Sys().(*syscall.Stat_t)
+	perm := uint32(fi.Mode().Perm())
+	if st != nil {
+		perm = st.Mode & 07777
+	}
+	in := &Inode{Type: typ, Perm: perm, MTime: fi.ModTime()}
+	switch typ {
+	case TypeRegular:
+		size, digest, err := hashFile(hp)
+		if err != nil {
+			return nil, err
+		}
+		in.Size, in.Digest = size, digest
+	case TypeSymlink:
+		target, err := os.Readlink(hp)
+		if err != nil {
+			return nil, err
+		}
+		in.Target = target
+	case TypeChar, TypeBlock:
+		if st != nil {
+			in.Major, in.Minor = uint32((st.Rdev>>8)&0xfff|(st.Rdev>>32)&^0xfff), uint32(st.Rdev&0xff|(st.Rdev>>12)&^0xff)
+		}
+	}
+	return in, nil
+}
+
+func hashFile(hp string) (int64, string, error) {
+	f, err := os.OpenFile(hp, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return 0, "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return 0, "", err
+	}
+	return n, hex.EncodeToString(h.Sum(nil)), nil
+}

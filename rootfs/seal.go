@@ -1,0 +1,91 @@
+package rootfs
+
+import (
+	"context"
+	"strings"
+	"time"
+)
+
+// DefaultCleanup is what every sealed tree loses unless the recipe says
+// `cleanup: none`: state that is specific to one machine or one build.
+var defaultCleanup = []string{
+	"/etc/ssh/ssh_host_*",
+	"/var/lib/dbus/machine-id",
+	"/var/lib/systemd/random-seed",
+	"/var/lib/systemd/credential.secret",
+	"/var/lib/urandom/random-seed",
+	"/var/lib/apt/lists/*",
+	"/var/cache/apt/*.bin",
+	"/var/cache/apt/archives/*.deb",
+	"/var/cache/apt/archives/partial/*",
+	"/var/cache/debconf/*-old",
+	"/var/cache/ldconfig/aux-cache",
+	"/var/cache/man/**",
+	"/var/lib/dpkg/*-old",
+	"/tmp/**",
+	"/var/tmp/**",
+}
+
+// DefaultCleanup returns the built-in cleanup globs (a copy).
+func DefaultCleanup() []string { return append([]string(nil), defaultCleanup...) }
+
+// SealOptions say how to seal a tree.
+type SealOptions struct {
+	Epoch time.Time
+	// NoDefaultCleanup turns off the built-in rules.
+	NoDefaultCleanup bool
+	// Cleanup globs are removed in addition to the built-in rules.
+	Cleanup []string
+}
+
+// SealReport says what sealing changed.
+type SealReport struct {
+	Removed []string
+	Emptied []string
+	Clamped int
+}
+
+// Seal applies the cleanup rules and clamps every mtime to the epoch (whole
+// seconds), so that every output format reads one canonical tree.
+func Seal(ctx context.Context, t *Tree, o SealOptions) (*SealReport, error) {
+	rep := &SealReport{}
+	var globs []string
+	if !o.NoDefaultCleanup {
+		globs = append(globs, defaultCleanup...)
+		// Logs go, the directories services expect stay.
+		for _, p := range t.Glob("/var/log/**") {
+			if e := t.entries[p]; e != nil && e.Type != TypeDir {
+				globs = append(globs, p)
+			}
+		}
+		if e := t.entries["/etc/machine-id"]; e != nil && e.Type == TypeRegular && e.Size > 0 {
+			h := Header{Type: TypeRegular, Perm: e.Perm, UID: e.UID, GID: e.GID, MTime: o.Epoch, Xattrs: e.Xattrs, Origin: Origin{Layer: "seal"}}
+			if _, err := t.Create("/etc/machine-id", h, strings.NewReader("")); err != nil {
+				return nil, err
+			}
+			rep.Emptied = append(rep.Emptied, "/etc/machine-id")
+		}
+	}
+	globs = append(globs, o.Cleanup...)
+	for _, g := range globs {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		removed, err := t.RemoveGlob(g)
+		if err != nil {
+			return nil, err
+		}
+		rep.Removed = append(rep.Removed, removed...)
+	}
+	epoch := o.Epoch.Truncate(time.Second)
+	for _, p := range t.Paths() {
+		e := t.entries[p]
+		m := e.MTime.Truncate(time.Second)
+		if m.After(epoch) || e.MTime.IsZero() {
+			m = epoch
+			rep.Clamped++
+		}
+		e.MTime = time.Unix(m.Unix(), 0).UTC()
+	}
+	return rep, nil
+}
