@@ -1,0 +1,34 @@
+#!/bin/sh
+# Installs every Debian package the tests need. Idempotent: it touches apt only when
+# something is missing, so CI and developers can call it at the start of every run.
+# Later issues append to PACKAGES; keep it one package per word.
+set -eu
+
+PACKAGES="tar zstd xz-utils gzip util-linux cpio e2fsprogs gdisk dosfstools mtools
+qemu-utils skopeo docker-registry dpkg-dev apt-utils busybox-static"
+
+missing=""
+for p in $PACKAGES; do
+	status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+	case "$status" in
+	"install ok installed") ;;
+	*) missing="$missing $p" ;;
+	esac
+done
+
+if [ -z "$missing" ]; then
+	echo "deps.sh: all $(echo $PACKAGES | wc -w) packages present"
+	exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+	echo "deps.sh: missing:$missing (run as root to install)" >&2
+	exit 1
+fi
+
+echo "deps.sh: installing:$missing"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# shellcheck disable=SC2086 # word splitting of the package list is intended
+apt-get install -y -qq --no-install-recommends $missing >/dev/null
+echo "deps.sh: installed:$missing"
