@@ -1,5 +1,44 @@
-.PHONY: build test
+# The two commands a newcomer runs are `make demo` and `make test`.
+GO      ?= go
+BIN     := bin/stamp
+DEMO    := out/demo
+FUZZTIME ?= 10s
+
+.PHONY: all build deps demo test unit fuzz bench lint clean
+
+all: build
+
 build:
-	go build -o bin/stamp ./cmd/stamp
-test:
-	go test ./...
+	$(GO) build -trimpath -o $(BIN) ./cmd/stamp
+
+# Debian packages the demo and the tests use (idempotent; needs root the
+# first time on a fresh machine).
+deps:
+	@sh test/scripts/deps.sh
+
+# Builds a small base from real Debian packages, then the example recipe.
+demo: deps build
+	$(GO) run ./test/cmd/mkbase -o recipes/examples/base.tar.zst
+	$(BIN) build recipes/examples/k8s-node.yaml -o $(DEMO)
+	@echo; echo "outputs in $(DEMO):"; ls -l $(DEMO); echo; cat $(DEMO)/SHA256SUMS
+
+test: deps lint unit fuzz
+
+unit:
+	$(GO) test -count=1 -timeout 45m ./...
+
+# Every fuzz target runs briefly so a regression in a decoder shows in CI.
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./recipes
+	$(GO) test -run '^$$' -fuzz '^FuzzReadTar$$' -fuzztime $(FUZZTIME) ./formats
+	$(GO) test -run '^$$' -fuzz '^FuzzExtract$$' -fuzztime $(FUZZTIME) ./rootfs
+
+bench: deps build
+	bash test/scripts/bench.sh
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+clean:
+	rm -rf bin out

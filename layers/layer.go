@@ -32,6 +32,16 @@ type Env struct {
 	Label string
 	// RecipeDir is where relative host paths in the recipe start.
 	RecipeDir string
+	// Progress starts a progress display for long work; nil shows nothing.
+	Progress func(name string, total int64) (add func(n int64), done func())
+}
+
+// progress is Env.Progress made nil-safe.
+func (e *Env) progress(name string, total int64) (func(int64), func()) {
+	if e.Progress == nil {
+		return func(int64) {}, func() {}
+	}
+	return e.Progress(name, total)
 }
 
 // Origin builds the origin record for an entry this layer writes.

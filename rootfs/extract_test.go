@@ -426,3 +426,23 @@ func TestMatch(t *testing.T) {
 		}
 	}
 }
+
+// FuzzExtract feeds arbitrary bytes to the extractor: it must never panic and
+// never write outside the tree.
+func FuzzExtract(f *testing.F) {
+	f.Add(mktar(f, member{name: "a/b", body: "x"}, member{name: "l", typ: tar.TypeSymlink, link: "/a"}, member{name: "l/c", body: "y"}))
+	f.Add(mktar(f, member{name: "../x", body: "x"}))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		base := t.TempDir()
+		tr, err := New(filepath.Join(base, "tree"), Options{DefaultMTime: epoch})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tr.Close()
+		Extract(context.Background(), tr, bytes.NewReader(data), ExtractOptions{Whiteouts: len(data)%2 == 0})
+		ents, _ := os.ReadDir(base)
+		if len(ents) != 1 {
+			t.Fatalf("extractor wrote next to the tree: %v", ents)
+		}
+	})
+}

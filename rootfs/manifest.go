@@ -16,6 +16,9 @@ import (
 // excluded from the tree digest, so the record can name the digest.
 const RecordPath = "/usr/lib/stamp/manifest.json"
 
+// recordDir only ever holds the record, so it is left out with it.
+const recordDir = "/usr/lib/stamp"
+
 // Entries returns every entry in byte order of the path.
 func (t *Tree) Entries() []*Entry {
 	out := make([]*Entry, 0, len(t.entries))
@@ -109,7 +112,7 @@ func Digest(entries []*Entry) string {
 	h := sha256.New()
 	first := FirstLinks(entries)
 	for _, e := range entries {
-		if e.Path == RecordPath {
+		if e.Path == RecordPath || e.Path == recordDir {
 			continue
 		}
 		io.WriteString(h, ManifestLine(e, first, false)+"\n")

@@ -89,8 +89,9 @@ func (t *Tree) Rescan(ctx context.Context, origin Origin) (*Changes, error) {
 			return nil
 		}
 		done[e.Inode] = true
+		changed := false
 		if mode := st.mode & 07777; mode != e.disk.mode&07777 {
-			e.Perm = mode
+			e.Perm, changed = mode, true
 		}
 		switch typ {
 		case TypeRegular:
@@ -101,7 +102,7 @@ func (t *Tree) Rescan(ctx context.Context, origin Origin) (*Changes, error) {
 				}
 				if size != e.Size || digest != e.Digest {
 					e.Size, e.Digest = size, digest
-					e.MTime = fi.ModTime()
+					e.MTime, changed = fi.ModTime(), true
 				}
 			}
 		case TypeSymlink:
@@ -110,11 +111,15 @@ func (t *Tree) Rescan(ctx context.Context, origin Origin) (*Changes, error) {
 				return err
 			}
 			if target != e.Target {
-				e.Target, e.MTime = target, fi.ModTime()
+				e.Target, e.MTime, changed = target, fi.ModTime(), true
 			}
 		}
-		e.Origin = origin
-		ch.Modified = append(ch.Modified, p)
+		// A directory's ctime moves whenever an entry is added under it; that
+		// is not a change to the directory itself.
+		if changed {
+			e.Origin = origin
+			ch.Modified = append(ch.Modified, p)
+		}
 		return t.syncDisk(p, e.Inode)
 	})
 	if err != nil {

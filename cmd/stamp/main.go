@@ -1,0 +1,242 @@
+// Command stamp composes bootable node images from a recipe, offline, without
+// root, byte for byte the same on every rebuild.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/sirupsen/logrus"
+	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
+
+	"github.com/stamp-dev/stamp"
+	"github.com/stamp-dev/stamp/recipes"
+)
+
+// Exit codes, as the design fixes them.
+const (
+	exitOK     = 0
+	exitFailed = 1
+	exitUsage  = 2
+)
+
+func main() {
+	os.Exit(run(os.Args, os.Getenv))
+}
+
+func run(args []string, getenv func(string) string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	code := exitOK
+	app := newApp(getenv, &code)
+	if err := app.RunContext(ctx, interspersed(app, args)); err != nil {
+		fmt.Fprintln(os.Stderr, "stamp:", err)
+		if code == exitOK {
+			code = exitUsage
+		}
+	}
+	return code
+}
+
+func newApp(getenv func(string) string, code *int) *cli.App {
+	common := []cli.Flag{
+		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
+		&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text or json"},
+		&cli.StringFlag{Name: "cache-dir", Usage: "content-addressed cache (default $XDG_CACHE_HOME/stamp)"},
+		&cli.StringFlag{Name: "lock", Usage: "lock file (default stamp.lock beside the recipe)"},
+	}
+	buildFlags := append([]cli.Flag{
+		&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "out", Usage: "directory for the outputs"},
+		&cli.Int64Flag{Name: "epoch", Usage: "SOURCE_DATE_EPOCH for the build (overrides the environment and the recipe)"},
+		&cli.StringFlag{Name: "work-dir", Usage: "where the tree is built (default the system temp dir)"},
+		&cli.BoolFlag{Name: "offline", Usage: "use only the cache; fail naming any missing input"},
+		&cli.BoolFlag{Name: "update-lock", Usage: "accept inputs that no longer match stamp.lock"},
+		&cli.BoolFlag{Name: "keep-work", Usage: "keep the work directory for debugging"},
+	}, common...)
+	app := &cli.App{
+		Name:            "stamp",
+		Usage:           "compose bootable node images offline, without root, reproducibly",
+		HideHelpCommand: true,
+		ExitErrHandler:  func(*cli.Context, error) {},
+		Commands: []*cli.Command{
+			{
+				Name:      "build",
+				Usage:     "run every phase of RECIPE and write its outputs",
+				ArgsUsage: "RECIPE",
+				Flags:     buildFlags,
+				Action: func(c *cli.Context) error {
+					return act(c, code, getenv, func(rec *recipes.Recipe, o stamp.Options) error {
+						res, err := stamp.Build(c.Context, rec, o)
+						if err != nil {
+							return err
+						}
+						for _, name := range res.Outputs {
+							fmt.Fprintf(c.App.Writer, "%s/%s\n", o.OutputDir, name)
+						}
+						return nil
+					})
+				},
+			},
+			{
+				Name:      "lock",
+				Usage:     "resolve every input of RECIPE and pin it in stamp.lock",
+				ArgsUsage: "RECIPE",
+				Flags:     append([]cli.Flag{&cli.BoolFlag{Name: "offline"}}, common...),
+				Action: func(c *cli.Context) error {
+					return act(c, code, getenv, func(rec *recipes.Recipe, o stamp.Options) error {
+						p, err := stamp.Lock(c.Context, rec, o)
+						if err == nil {
+							fmt.Fprintln(c.App.Writer, p)
+						}
+						return err
+					})
+				},
+			},
+			{
+				Name:  "version",
+				Usage: "print stamp's own build information",
+				Action: func(c *cli.Context) error {
+					bi, ok := debug.ReadBuildInfo()
+					if !ok {
+						fmt.Fprintln(c.App.Writer, "stamp (no build information)")
+						return nil
+					}
+					fmt.Fprintf(c.App.Writer, "stamp %s\n%s", bi.Main.Version, bi.String())
+					return nil
+				},
+			},
+		},
+	}
+	return app
+}
+
+// act loads the recipe, sets up logging and progress, runs fn and turns its
+// error into the exit code.
+func act(c *cli.Context, code *int, getenv func(string) string, fn func(*recipes.Recipe, stamp.Options) error) error {
+	if c.NArg() != 1 {
+		*code = exitUsage
+		return fmt.Errorf("%s needs exactly one RECIPE argument", c.Command.Name)
+	}
+	log, err := newLogger(c)
+	if err != nil {
+		*code = exitUsage
+		return err
+	}
+	rec, err := recipes.Load(c.Args().First())
+	if err != nil {
+		*code = exitUsage
+		return err
+	}
+	o := stamp.Options{
+		OutputDir:  c.String("output"),
+		WorkDir:    c.String("work-dir"),
+		CacheDir:   c.String("cache-dir"),
+		LockPath:   c.String("lock"),
+		Offline:    c.Bool("offline"),
+		UpdateLock: c.Bool("update-lock"),
+		KeepWork:   c.Bool("keep-work"),
+		Log:        log,
+	}
+	if c.IsSet("epoch") {
+		e := c.Int64("epoch")
+		o.Epoch = &e
+	} else if s := getenv("SOURCE_DATE_EPOCH"); s != "" {
+		e, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || e < 0 {
+			*code = exitUsage
+			return fmt.Errorf("SOURCE_DATE_EPOCH=%q is not a non-negative integer", s)
+		}
+		o.Epoch = &e
+	}
+	var b *bars
+	if c.String("log-format") != "json" && term.IsTerminal(int(os.Stderr.Fd())) {
+		b = newBars(os.Stderr)
+		o.Progress = b.start
+	}
+	err = fn(rec, o)
+	if b != nil {
+		b.wait()
+	}
+	if err != nil {
+		*code = exitFailed
+		if stamp.IsUsage(err) {
+			*code = exitUsage
+		}
+		if errors.Is(err, context.Canceled) {
+			return errors.New("interrupted; no output was written under a final name")
+		}
+		return err
+	}
+	return nil
+}
+
+func newLogger(c *cli.Context) (*logrus.Logger, error) {
+	log := logrus.New()
+	log.SetOutput(os.Stderr)
+	lvl, err := logrus.ParseLevel(c.String("log-level"))
+	if err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	log.SetLevel(lvl)
+	switch c.String("log-format") {
+	case "text":
+		log.SetFormatter(&logrus.TextFormatter{DisableTimestamp: !term.IsTerminal(int(os.Stderr.Fd()))})
+	case "json":
+		log.SetFormatter(&logrus.JSONFormatter{})
+	default:
+		return nil, fmt.Errorf("--log-format must be text or json, not %q", c.String("log-format"))
+	}
+	return log, nil
+}
+
+// interspersed moves a command's flags before its arguments, so that
+// "stamp build RECIPE -o DIR" works as the design writes it: urfave/cli stops
+// reading flags at the first argument.
+func interspersed(app *cli.App, args []string) []string {
+	if len(args) < 3 {
+		return args
+	}
+	cmd := app.Command(args[1])
+	if cmd == nil {
+		return args
+	}
+	takesValue := map[string]bool{}
+	for _, f := range cmd.Flags {
+		_, isBool := f.(*cli.BoolFlag)
+		for _, n := range f.Names() {
+			takesValue[n] = !isBool
+		}
+	}
+	var flags, rest []string
+	for i := 2; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			rest = append(rest, args[i+1:]...)
+			break
+		}
+		name := strings.TrimLeft(a, "-")
+		if !strings.HasPrefix(a, "-") || a == "-" {
+			rest = append(rest, a)
+			continue
+		}
+		flags = append(flags, a)
+		if !strings.Contains(name, "=") && takesValue[name] && i+1 < len(args) {
+			flags = append(flags, args[i+1])
+			i++
+		}
+	}
+	out := append([]string{args[0], args[1]}, flags...)
+	if len(rest) > 0 {
+		out = append(out, "--")
+		out = append(out, rest...)
+	}
+	return out
+}

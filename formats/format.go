@@ -1,0 +1,112 @@
+package formats
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/rootfs/compress"
+)
+
+// Source is the sealed tree and the build facts a format may use.
+type Source struct {
+	Tree  *rootfs.Tree
+	Epoch time.Time
+	Name  string // the recipe's name; outputs are named after it
+	Arch  string
+	// Seed derives every identifier (filesystem UUIDs, GUIDs, hash seeds).
+	Seed string
+	// From is the file of the output this one is made from, "" for the tree.
+	From string
+	Log  logrus.FieldLogger
+	// Progress starts a progress display; nil shows nothing.
+	Progress func(name string, total int64) (add func(n int64), done func())
+}
+
+// Spec is one output as the recipe asks for it, in the formats' own terms.
+type Spec struct {
+	Format      string
+	Name        string
+	Compression string
+	Size        string
+	FreeSpace   string
+	From        string
+	Kind        string
+	Layout      string
+	Entrypoint  []string
+	Env         []string
+	Labels      map[string]string
+}
+
+// Result says what a format wrote.
+type Result struct {
+	// Files are the names written in the output directory; the first is the
+	// main one.
+	Files []string
+	// Adds are manifest lines for entries the format adds beyond the tree.
+	Adds []string
+	// Warnings name what the format could not carry (sockets in a tar, ...).
+	Warnings []string
+}
+
+// Format writes one kind of output into dir, naming its files after base.
+type Format interface {
+	Write(ctx context.Context, src *Source, spec *Spec, dir, base string) (*Result, error)
+}
+
+// Lookup returns the writer for a format name. The table is explicit so that
+// adding a format is one file and one line here.
+func Lookup(name string) (Format, error) {
+	switch name {
+	case "tar":
+		return tarFormat{}, nil
+	}
+	return nil, fmt.Errorf("output format %q is not supported by this version of stamp", name)
+}
+
+type tarFormat struct{}
+
+func (tarFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base string) (*Result, error) {
+	alg, err := compress.Parse(spec.Compression)
+	if err != nil {
+		return nil, err
+	}
+	name := base + ".tar" + alg.Ext()
+	var skipped []string
+	err = writeFile(filepath.Join(dir, name), func(f *os.File) error {
+		return WriteTar(ctx, src.Tree, f, TarOptions{Compression: alg, Skipped: &skipped})
+	})
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{Files: []string{name}}
+	for _, p := range skipped {
+		res.Warnings = append(res.Warnings, fmt.Sprintf("%s: a socket cannot be stored in a tar; left out", p))
+	}
+	return res, nil
+}
+
+// writeFile creates p, lets fn fill it, and syncs it. On failure p is removed.
+func writeFile(p string, fn func(*os.File) error) (err error) {
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			os.Remove(p)
+		}
+	}()
+	if err := fn(f); err != nil {
+		return fmt.Errorf("%s: %w", filepath.Base(p), err)
+	}
+	return f.Sync()
+}

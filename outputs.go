@@ -1,0 +1,137 @@
+package stamp
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/stamp-dev/stamp/formats"
+	"github.com/stamp-dev/stamp/recipes"
+	"github.com/stamp-dev/stamp/rootfs"
+)
+
+// Names of the files every build writes beside its outputs.
+const (
+	SumsFile     = "SHA256SUMS"
+	ManifestFile = "manifest.txt"
+)
+
+// outputBase is the file name stem of an output: the recipe's name, plus the
+// output's own name when it is not just the format.
+func outputBase(rec *recipes.Recipe, out *recipes.Output) string {
+	if out.Name == "" || out.Name == out.Format {
+		return rec.Name
+	}
+	return rec.Name + "-" + out.Name
+}
+
+// writeOutputs writes every output into a staging directory inside the
+// output directory and moves the files to their final names only when all of
+// them, the manifest and the sums are complete.
+func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, tree *rootfs.Tree, ep time.Time, treeDigest string) (names []string, err error) {
+	log := o.log()
+	if err := os.MkdirAll(o.OutputDir, 0o755); err != nil {
+		return nil, fmt.Errorf("output dir: %w", err)
+	}
+	staging, err := os.MkdirTemp(o.OutputDir, ".stamp-staging-")
+	if err != nil {
+		return nil, fmt.Errorf("output dir: %w", err)
+	}
+	defer os.RemoveAll(staging)
+
+	var manifest bytes.Buffer
+	fmt.Fprintf(&manifest, "# stamp manifest v1: %s\n# tree %s\n", rec.Name, treeDigest)
+	if err := rootfs.WriteManifest(&manifest, tree.Entries(), true); err != nil {
+		return nil, err
+	}
+	mainFile := map[string]string{}
+	var files []string
+	for i := range rec.Outputs {
+		out := &rec.Outputs[i]
+		f, err := formats.Lookup(out.Format)
+		if err != nil {
+			return nil, &UsageError{Msg: fmt.Sprintf("%s.format: %v", out.Field, err)}
+		}
+		src := &formats.Source{Tree: tree, Epoch: ep, Name: rec.Name, Arch: rec.Arch, Seed: seed(rec),
+			Log: log.WithField("output", out.Name), Progress: o.Progress}
+		if out.From != "" {
+			src.From = filepath.Join(staging, mainFile[out.From])
+		}
+		spec := &formats.Spec{Format: out.Format, Name: out.Name, Compression: out.Compression, Size: out.Size,
+			FreeSpace: out.FreeSpace, From: out.From, Kind: out.Kind, Layout: out.Layout,
+			Entrypoint: out.Entrypoint, Env: out.Env, Labels: out.Labels}
+		start := time.Now()
+		res, err := f.Write(ctx, src, spec, staging, outputBase(rec, out))
+		if err != nil {
+			return nil, fmt.Errorf("%s (%s): %w", out.Field, out.Format, err)
+		}
+		for _, w := range res.Warnings {
+			log.Warnf("%s: %s", out.Name, w)
+		}
+		mainFile[out.Name] = res.Files[0]
+		files = append(files, res.Files...)
+		fmt.Fprintf(&manifest, "## output %s %s\n", out.Name, res.Files[0])
+		for _, a := range res.Adds {
+			manifest.WriteString(a + "\n")
+		}
+		log.Infof("wrote %s in %s", res.Files[0], time.Since(start).Round(time.Millisecond))
+	}
+	sort.Strings(files)
+	var sums bytes.Buffer
+	for _, name := range files {
+		sum, err := fileSHA256(filepath.Join(staging, name))
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(&sums, "%s  %s\n", sum, name)
+	}
+	if err := os.WriteFile(filepath.Join(staging, ManifestFile), manifest.Bytes(), 0o644); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(staging, SumsFile), sums.Bytes(), 0o644); err != nil {
+		return nil, err
+	}
+	all := append(append([]string{}, files...), ManifestFile, SumsFile)
+	for _, name := range all {
+		// Modes are set explicitly so the umask of whoever builds does not show.
+		if err := os.Chmod(filepath.Join(staging, name), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	for _, name := range all {
+		if err := os.Rename(filepath.Join(staging, name), filepath.Join(o.OutputDir, name)); err != nil {
+			return nil, fmt.Errorf("moving %s into place: %w", name, err)
+		}
+	}
+	return all, nil
+}
+
+func seed(rec *recipes.Recipe) string {
+	if rec.Seed != "" {
+		return rec.Seed
+	}
+	return rec.Name
+}
+
+func fileSHA256(p string) (string, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("%s: %w", p, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}

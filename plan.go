@@ -1,0 +1,165 @@
+package stamp
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/stamp-dev/stamp/layers"
+	"github.com/stamp-dev/stamp/recipes"
+)
+
+// step is one layer of the plan with the label it reports under.
+type step struct {
+	label string // e.g. "customize.layers[2].files"
+	layer layers.Layer
+}
+
+// phase is one of base, customize, provision.
+type phase struct {
+	name  string
+	steps []step
+}
+
+// plannedInput ties an input to the recipe field that asked for it, so an
+// error about the input names the field.
+type plannedInput struct {
+	field string
+	in    *layers.Input
+}
+
+// plan turns a recipe into phases of layers. It reads nothing but the recipe.
+func plan(rec *recipes.Recipe) ([]phase, []plannedInput, error) {
+	var inputs []plannedInput
+	hostPath := func(p string) string {
+		if filepath.IsAbs(p) || rec.Dir == "" {
+			return p
+		}
+		return filepath.Join(rec.Dir, p)
+	}
+	hooks := func(field string, runs []string) []step {
+		var out []step
+		for i, r := range runs {
+			label := fmt.Sprintf("%s[%d]", field, i)
+			out = append(out, step{label: label, layer: &layers.Hook{Run: hostPath(r)}})
+		}
+		return out
+	}
+	tarballInput := func(field, uri, sha string) layers.Input {
+		in := layers.Input{Kind: "tarball", URI: uri}
+		if !isURL(uri) {
+			in.URI = hostPath(uri)
+		}
+		if sha != "" {
+			in.Digest, in.Pinned = "sha256:"+strings.TrimPrefix(sha, "sha256:"), true
+		}
+		return in
+	}
+
+	base := phase{name: "base"}
+	base.steps = append(base.steps, hooks("base.pre", rec.Base.Pre)...)
+	bt := &layers.Tarball{Input: tarballInput("base.tarball", rec.Base.Tarball, rec.Base.SHA256)}
+	inputs = append(inputs, plannedInput{field: "base.tarball", in: &bt.Input})
+	base.steps = append(base.steps, step{label: "base.tarball", layer: bt})
+	base.steps = append(base.steps, hooks("base.post", rec.Base.Post)...)
+
+	phases := []phase{base}
+	for _, ph := range []struct {
+		name string
+		p    *recipes.Phase
+	}{{"customize", &rec.Customize}, {"provision", &rec.Provision}} {
+		out := phase{name: ph.name}
+		out.steps = append(out.steps, hooks(ph.name+".pre", ph.p.Pre)...)
+		for i := range ph.p.Layers {
+			l := &ph.p.Layers[i]
+			field := l.Field
+			if field == "" {
+				field = fmt.Sprintf("%s.layers[%d]", ph.name, i)
+			}
+			layer, err := convert(l, hostPath, tarballInput)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s.%s: %w", field, l.Kind(), err)
+			}
+			label := field + "." + l.Kind()
+			if wi, ok := layer.(layers.WithInputs); ok {
+				for _, in := range wi.Inputs() {
+					inputs = append(inputs, plannedInput{field: label, in: in})
+				}
+			}
+			out.steps = append(out.steps, step{label: label, layer: layer})
+		}
+		out.steps = append(out.steps, hooks(ph.name+".post", ph.p.Post)...)
+		phases = append(phases, out)
+	}
+	return phases, inputs, nil
+}
+
+func isURL(s string) bool {
+	return strings.HasPrefix(s, "https://") || strings.HasPrefix(s, "http://") || strings.HasPrefix(s, "file://")
+}
+
+func owner(o recipes.Owner) layers.Owner { return layers.Owner{User: o.User, Group: o.Group} }
+
+func mode(m *recipes.Mode) *uint32 {
+	if m == nil {
+		return nil
+	}
+	v := uint32(*m)
+	return &v
+}
+
+// convert maps one recipe layer to the layer that applies it.
+func convert(l *recipes.Layer, hostPath func(string) string, tarballInput func(field, uri, sha string) layers.Input) (layers.Layer, error) {
+	switch l.Kind() {
+	case "tarball":
+		return &layers.Tarball{Input: tarballInput(l.Field, l.Tarball.Path, l.Tarball.SHA256), Dest: l.Tarball.Dest}, nil
+	case "files":
+		var items []layers.File
+		for _, f := range l.Files {
+			it := layers.File{Path: f.Path, Content: f.Content, Mode: mode(f.Mode), Owner: owner(f.Owner)}
+			if f.From != "" {
+				it.From = hostPath(f.From)
+			}
+			if f.MTime != nil {
+				t := time.Unix(*f.MTime, 0).UTC()
+				it.MTime = &t
+			}
+			items = append(items, it)
+		}
+		return &layers.Files{Items: items}, nil
+	case "symlink":
+		var links []layers.Link
+		for _, s := range l.Symlink {
+			links = append(links, layers.Link{Path: s.Path, Target: s.Target, Owner: owner(s.Owner)})
+		}
+		return &layers.Symlink{Links: links}, nil
+	case "mkdir":
+		var dirs []layers.Dir
+		for _, d := range l.Mkdir {
+			dirs = append(dirs, layers.Dir{Path: d.Path, Mode: mode(d.Mode), Owner: owner(d.Owner)})
+		}
+		return &layers.Mkdir{Dirs: dirs}, nil
+	case "remove":
+		return &layers.Remove{Patterns: l.Remove}, nil
+	case "users":
+		var users []layers.User
+		for _, u := range l.Users {
+			users = append(users, layers.User{Name: u.Name, UID: u.UID, Group: u.Group, GID: u.GID, Groups: u.Groups,
+				Home: u.Home, Shell: u.Shell, Comment: u.Comment, System: u.System, Password: u.Password, CreateHome: u.CreateHome})
+		}
+		return &layers.Users{Users: users}, nil
+	case "groups":
+		var groups []layers.Group
+		for _, g := range l.Groups {
+			groups = append(groups, layers.Group{Name: g.Name, GID: g.GID, Members: g.Members, System: g.System})
+		}
+		return &layers.Groups{Groups: groups}, nil
+	case "systemd":
+		s := l.Systemd
+		return &layers.Systemd{Enable: s.Enable, Disable: s.Disable, Mask: s.Mask, Default: s.Default}, nil
+	case "hook":
+		return &layers.Hook{Run: hostPath(l.Hook.Run), Args: l.Hook.Args, Env: l.Hook.Env}, nil
+	}
+	return nil, fmt.Errorf("layer kind %q is not supported by this version of stamp", l.Kind())
+}

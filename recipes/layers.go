@@ -1,0 +1,407 @@
+package recipes
+
+import (
+	"regexp"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// layer decodes one item of a layers list: a mapping with exactly one kind key.
+func (d *decoder) layer(n *yaml.Node, field string) (Layer, bool) {
+	l := Layer{Line: line(n), Field: field}
+	r := d.resolve(n)
+	if r == nil {
+		return l, false
+	}
+	if r.Kind != yaml.MappingNode || len(r.Content) == 0 {
+		d.fail(r, field, "a layer is a mapping with exactly one kind key (%s); got %s", strings.Join(LayerKinds, ", "), describe(r))
+		return l, false
+	}
+	if len(r.Content) > 2 {
+		var keys []string
+		for i := 0; i < len(r.Content); i += 2 {
+			keys = append(keys, r.Content[i].Value)
+		}
+		d.fail(r, field, "a layer has exactly one kind key, got %s; split it into one list item per kind", strings.Join(keys, ", "))
+		return l, false
+	}
+	k, v := r.Content[0], r.Content[1]
+	f := child(field, k.Value)
+	switch k.Value {
+	case "tarball":
+		t := d.tarball(v, f)
+		l.Tarball = &t
+	case "files":
+		l.Files = []File{}
+		d.oneOrList(v, f, func(v *yaml.Node, f string) { l.Files = append(l.Files, d.fileEntry(v, f)) })
+	case "symlink":
+		l.Symlink = []Symlink{}
+		d.oneOrList(v, f, func(v *yaml.Node, f string) { l.Symlink = append(l.Symlink, d.symlink(v, f)) })
+	case "mkdir":
+		l.Mkdir = []Mkdir{}
+		d.oneOrList(v, f, func(v *yaml.Node, f string) { l.Mkdir = append(l.Mkdir, d.mkdir(v, f)) })
+	case "remove":
+		l.Remove = []string{}
+		d.oneOrList(v, f, func(v *yaml.Node, f string) { l.Remove = append(l.Remove, d.glob(v, f)) })
+	case "users":
+		l.Users = []User{}
+		names := map[string]int{}
+		d.oneOrList(v, f, func(v *yaml.Node, f string) {
+			u := d.user(v, f)
+			d.unique(names, u.Name, v, child(f, "name"), "user")
+			l.Users = append(l.Users, u)
+		})
+	case "groups":
+		l.Groups = []Group{}
+		names := map[string]int{}
+		d.oneOrList(v, f, func(v *yaml.Node, f string) {
+			g := d.group(v, f)
+			d.unique(names, g.Name, v, child(f, "name"), "group")
+			l.Groups = append(l.Groups, g)
+		})
+	case "systemd":
+		s := d.systemd(v, f)
+		l.Systemd = &s
+	case "hook":
+		h := d.hook(v, f)
+		l.Hook = &h
+	case "oci":
+		o := d.oci(v, f)
+		l.OCI = &o
+	case "debs":
+		db := d.debs(v, f)
+		l.Debs = &db
+	case "images":
+		l.Images = []Image{}
+		d.oneOrList(v, f, func(v *yaml.Node, f string) { l.Images = append(l.Images, d.image(v, f)) })
+	default:
+		d.fail(k, f, "unknown layer kind %q; use one of: %s", k.Value, strings.Join(LayerKinds, ", "))
+		return l, false
+	}
+	if rv := d.resolveQuiet(v); rv != nil && (isNull(rv) || rv.Kind == yaml.SequenceNode && len(rv.Content) == 0) {
+		switch k.Value {
+		case "files", "symlink", "mkdir", "remove", "users", "groups", "images":
+			d.fail(rv, f, "%s layer is empty; list at least one item or drop the layer", k.Value)
+		}
+	}
+	return l, true
+}
+
+// unique records name and reports a repeat within one list.
+func (d *decoder) unique(seen map[string]int, name string, n *yaml.Node, field, what string) {
+	if name == "" {
+		return
+	}
+	if l, dup := seen[name]; dup {
+		d.fail(d.resolveQuiet(n), field, "%s %q is listed twice (first at line %d)", what, name, l)
+		return
+	}
+	seen[name] = line(n)
+}
+
+// required reports keys that a mapping must have.
+func (d *decoder) required(n *yaml.Node, field string, seen map[string]*yaml.Node, keys ...string) {
+	if seen == nil {
+		return
+	}
+	for _, k := range keys {
+		if seen[k] == nil {
+			d.fail(d.resolveQuiet(n), child(field, k), "%s is required", k)
+		}
+	}
+}
+
+func (d *decoder) tarball(n *yaml.Node, field string) Tarball {
+	t := Tarball{Dest: "/"}
+	if r := d.resolveQuiet(n); r != nil && r.Kind == yaml.ScalarNode {
+		t.Path = d.hostPath(n, field)
+		d.source(r, field, t.Path, child(field, "sha256"), false)
+		return t
+	}
+	seen := d.mapping(n, field, map[string]handler{
+		"path":   func(v *yaml.Node, f string) { t.Path = d.hostPath(v, f) },
+		"sha256": func(v *yaml.Node, f string) { t.SHA256 = d.sha(v, f) },
+		"dest":   func(v *yaml.Node, f string) { t.Dest = d.treePath(v, f) },
+	})
+	d.required(n, field, seen, "path")
+	if seen != nil && seen["path"] != nil {
+		d.source(d.resolveQuiet(n), child(field, "path"), t.Path, child(field, "sha256"), seen["sha256"] != nil)
+	}
+	return t
+}
+
+func (d *decoder) fileEntry(n *yaml.Node, field string) File {
+	var f File
+	seen := d.mapping(n, field, map[string]handler{
+		"path": func(v *yaml.Node, fl string) { f.Path = d.treePath(v, fl) },
+		"content": func(v *yaml.Node, fl string) {
+			var s string
+			if r := d.resolveQuiet(v); r != nil && r.Kind == yaml.ScalarNode && r.ShortTag() == "!!binary" {
+				if err := r.Decode(&s); err != nil {
+					d.fail(r, fl, "invalid !!binary content: %v", err)
+				}
+			} else {
+				s = d.str(v, fl)
+			}
+			f.Content = &s
+		},
+		"from":  func(v *yaml.Node, fl string) { f.From = d.hostPath(v, fl) },
+		"mode":  func(v *yaml.Node, fl string) { f.Mode = d.mode(v, fl) },
+		"owner": func(v *yaml.Node, fl string) { f.Owner = d.owner(v, fl) },
+		"mtime": func(v *yaml.Node, fl string) {
+			if t, ok := d.integer(v, fl, 0, maxEpoch); ok {
+				f.MTime = &t
+			}
+		},
+	})
+	if seen == nil {
+		return f
+	}
+	d.required(n, field, seen, "path")
+	switch {
+	case seen["content"] != nil && seen["from"] != nil:
+		d.fail(seen["from"], field, "give either content or from, not both")
+	case seen["content"] == nil && seen["from"] == nil:
+		d.fail(d.resolveQuiet(n), field, "give content (inline) or from (a host path)")
+	case seen["content"] != nil && f.IsDir():
+		d.fail(seen["content"], child(field, "content"), "path %q ends in / (a directory copy), which needs from, not content", f.Path)
+	}
+	return f
+}
+
+func (d *decoder) symlink(n *yaml.Node, field string) Symlink {
+	var s Symlink
+	seen := d.mapping(n, field, map[string]handler{
+		"path":   func(v *yaml.Node, f string) { s.Path = d.treePath(v, f) },
+		"target": func(v *yaml.Node, f string) { s.Target = d.str(v, f) },
+		"owner":  func(v *yaml.Node, f string) { s.Owner = d.owner(v, f) },
+	})
+	d.required(n, field, seen, "path", "target")
+	if seen != nil && seen["target"] != nil && s.Target == "" && !d.failed(seen["target"]) {
+		d.fail(seen["target"], child(field, "target"), "target must not be empty")
+	}
+	return s
+}
+
+func (d *decoder) mkdir(n *yaml.Node, field string) Mkdir {
+	var m Mkdir
+	if r := d.resolveQuiet(n); r != nil && r.Kind == yaml.ScalarNode && !isNull(r) {
+		m.Path = d.treePath(n, field)
+		return m
+	}
+	seen := d.mapping(n, field, map[string]handler{
+		"path":  func(v *yaml.Node, f string) { m.Path = d.treePath(v, f) },
+		"mode":  func(v *yaml.Node, f string) { m.Mode = d.mode(v, f) },
+		"owner": func(v *yaml.Node, f string) { m.Owner = d.owner(v, f) },
+	})
+	d.required(n, field, seen, "path")
+	return m
+}
+
+func (d *decoder) accountName(n *yaml.Node, field string) string {
+	s := d.str(n, field)
+	if !d.failed(n) && !validAccountName(s) {
+		d.fail(d.resolveQuiet(n), field, "%q is not a valid user or group name", s)
+	}
+	return s
+}
+
+func (d *decoder) accountNames(n *yaml.Node, field string) []string {
+	var out []string
+	d.oneOrList(n, field, func(v *yaml.Node, f string) { out = append(out, d.accountName(v, f)) })
+	return out
+}
+
+// passwdField reads a passwd/group field, which may not hold ":" or a newline.
+func (d *decoder) passwdField(n *yaml.Node, field string) string {
+	s := d.str(n, field)
+	if strings.ContainsAny(s, ":\n") {
+		d.fail(d.resolveQuiet(n), field, "must not contain ':' or a newline")
+	}
+	return s
+}
+
+func (d *decoder) user(n *yaml.Node, field string) User {
+	var u User
+	seen := d.mapping(n, field, map[string]handler{
+		"name":    func(v *yaml.Node, f string) { u.Name = d.accountName(v, f) },
+		"uid":     func(v *yaml.Node, f string) { u.UID = d.uint32p(v, f) },
+		"group":   func(v *yaml.Node, f string) { u.Group = d.accountName(v, f) },
+		"gid":     func(v *yaml.Node, f string) { u.GID = d.uint32p(v, f) },
+		"groups":  func(v *yaml.Node, f string) { u.Groups = d.accountNames(v, f) },
+		"home":    func(v *yaml.Node, f string) { u.Home = d.treePath(v, f) },
+		"shell":   func(v *yaml.Node, f string) { u.Shell = d.treePath(v, f) },
+		"comment": func(v *yaml.Node, f string) { u.Comment = d.passwdField(v, f) },
+		"system":  func(v *yaml.Node, f string) { u.System = d.boolean(v, f) },
+		"password": func(v *yaml.Node, f string) {
+			u.Password = d.passwdField(v, f)
+		},
+		"createHome": func(v *yaml.Node, f string) {
+			b := d.boolean(v, f)
+			u.CreateHome = &b
+		},
+	})
+	d.required(n, field, seen, "name")
+	return u
+}
+
+func (d *decoder) group(n *yaml.Node, field string) Group {
+	var g Group
+	seen := d.mapping(n, field, map[string]handler{
+		"name":    func(v *yaml.Node, f string) { g.Name = d.accountName(v, f) },
+		"gid":     func(v *yaml.Node, f string) { g.GID = d.uint32p(v, f) },
+		"members": func(v *yaml.Node, f string) { g.Members = d.accountNames(v, f) },
+		"system":  func(v *yaml.Node, f string) { g.System = d.boolean(v, f) },
+	})
+	d.required(n, field, seen, "name")
+	return g
+}
+
+// unitRE is a systemd unit name: a name, an optional @instance, and a type suffix.
+var unitRE = regexp.MustCompile(`^[A-Za-z0-9:_.\\-]+(@[A-Za-z0-9:_.\\-]*)?\.(service|socket|target|timer|path|mount|automount|swap|slice|scope|device)$`)
+
+func (d *decoder) units(n *yaml.Node, field string) []string {
+	var out []string
+	d.oneOrList(n, field, func(v *yaml.Node, f string) {
+		s := d.str(v, f)
+		if !d.failed(v) && !unitRE.MatchString(s) {
+			d.fail(d.resolveQuiet(v), f, "%q is not a systemd unit name such as containerd.service", s)
+		}
+		out = append(out, s)
+	})
+	return out
+}
+
+func (d *decoder) systemd(n *yaml.Node, field string) Systemd {
+	var s Systemd
+	d.mapping(n, field, map[string]handler{
+		"enable":  func(v *yaml.Node, f string) { s.Enable = d.units(v, f) },
+		"disable": func(v *yaml.Node, f string) { s.Disable = d.units(v, f) },
+		"mask":    func(v *yaml.Node, f string) { s.Mask = d.units(v, f) },
+		"default": func(v *yaml.Node, f string) {
+			s.Default = d.str(v, f)
+			if !d.failed(v) && (!unitRE.MatchString(s.Default) || !strings.HasSuffix(s.Default, ".target")) {
+				d.fail(d.resolveQuiet(v), f, "default %q must be a .target unit such as multi-user.target", s.Default)
+			}
+		},
+	})
+	return s
+}
+
+var envRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+func (d *decoder) hook(n *yaml.Node, field string) Hook {
+	var h Hook
+	if r := d.resolveQuiet(n); r != nil && r.Kind == yaml.ScalarNode && !isNull(r) {
+		h.Run = d.hostPath(n, field)
+		return h
+	}
+	seen := d.mapping(n, field, map[string]handler{
+		"run":  func(v *yaml.Node, f string) { h.Run = d.hostPath(v, f) },
+		"args": func(v *yaml.Node, f string) { h.Args = d.strList(v, f) },
+		"env": func(v *yaml.Node, f string) {
+			h.Env = d.strMap(v, f)
+			if r := d.resolveQuiet(v); r != nil && r.Kind == yaml.MappingNode {
+				for i := 0; i+1 < len(r.Content); i += 2 {
+					if k := r.Content[i].Value; !envRE.MatchString(k) {
+						d.fail(r.Content[i], child(f, k), "%q is not an environment variable name", k)
+					}
+				}
+			}
+		},
+	})
+	d.required(n, field, seen, "run")
+	return h
+}
+
+var platformRE = regexp.MustCompile(`^[a-z0-9]+/[a-z0-9]+(/[a-z0-9]+)?$`)
+
+func (d *decoder) oci(n *yaml.Node, field string) OCI {
+	o := OCI{Dest: "/"}
+	seen := d.mapping(n, field, map[string]handler{
+		"ref": func(v *yaml.Node, f string) {
+			o.Ref = d.str(v, f)
+			if err := checkRef(o.Ref, false); err != nil && !d.failed(v) {
+				d.fail(d.resolveQuiet(v), f, "%s", err.Error())
+			}
+		},
+		"dest": func(v *yaml.Node, f string) { o.Dest = d.treePath(v, f) },
+		"paths": func(v *yaml.Node, f string) {
+			d.oneOrList(v, f, func(v *yaml.Node, f string) { o.Paths = append(o.Paths, d.treePath(v, f)) })
+		},
+		"mode":  func(v *yaml.Node, f string) { o.Mode = d.mode(v, f) },
+		"owner": func(v *yaml.Node, f string) { o.Owner = d.owner(v, f) },
+		"platform": func(v *yaml.Node, f string) {
+			o.Platform = d.str(v, f)
+			if !d.failed(v) && !platformRE.MatchString(o.Platform) {
+				d.fail(d.resolveQuiet(v), f, "platform %q must be os/arch[/variant], e.g. linux/amd64", o.Platform)
+			}
+		},
+	})
+	d.required(n, field, seen, "ref")
+	return o
+}
+
+func (d *decoder) debs(n *yaml.Node, field string) Debs {
+	var b Debs
+	seen := d.mapping(n, field, map[string]handler{
+		"repo": func(v *yaml.Node, f string) {
+			b.Repo = d.str(v, f)
+			scheme, _, ok := strings.Cut(b.Repo, "://")
+			if !d.failed(v) && (!ok || scheme != "http" && scheme != "https" && scheme != "file") {
+				d.fail(d.resolveQuiet(v), f, "repo %q must be an http://, https:// or file:// URL", b.Repo)
+			}
+		},
+		"suite":      func(v *yaml.Node, f string) { b.Suite = d.str(v, f) },
+		"suites":     func(v *yaml.Node, f string) { b.Suites = d.strList(v, f) },
+		"components": func(v *yaml.Node, f string) { b.Components = d.strList(v, f) },
+		"packages":   func(v *yaml.Node, f string) { b.Packages = d.strList(v, f) },
+		"keyring":    func(v *yaml.Node, f string) { b.Keyring = d.hostPath(v, f) },
+		"trusted":    func(v *yaml.Node, f string) { b.Trusted = d.boolean(v, f) },
+		"recommends": func(v *yaml.Node, f string) { b.Recommends = d.boolean(v, f) },
+		"exclude":    func(v *yaml.Node, f string) { b.Exclude = d.strList(v, f) },
+	})
+	if seen == nil {
+		return b
+	}
+	d.required(n, field, seen, "repo", "packages")
+	at := d.resolveQuiet(n)
+	switch {
+	case seen["suite"] != nil && seen["suites"] != nil:
+		d.fail(seen["suites"], child(field, "suites"), "give suite or suites, not both")
+	case b.Suite == "" && len(b.Suites) == 0:
+		d.fail(at, child(field, "suite"), "suite is required (e.g. bookworm)")
+	}
+	if seen["packages"] != nil && len(b.Packages) == 0 {
+		d.fail(seen["packages"], child(field, "packages"), "list at least one package")
+	}
+	if len(b.Components) == 0 {
+		b.Components = []string{"main"}
+	}
+	return b
+}
+
+func (d *decoder) image(n *yaml.Node, field string) Image {
+	var im Image
+	at := d.resolveQuiet(n)
+	if at != nil && at.Kind == yaml.MappingNode {
+		seen := d.mapping(n, field, map[string]handler{
+			"ref": func(v *yaml.Node, f string) { im.Ref = d.str(v, f); at = d.resolveQuiet(v) },
+		})
+		d.required(n, field, seen, "ref")
+		field = child(field, "ref")
+		if seen == nil || seen["ref"] == nil {
+			return im
+		}
+	} else {
+		im.Ref = d.str(n, field)
+	}
+	if d.failed(at) {
+		return im
+	}
+	if err := checkRef(im.Ref, true); err != nil {
+		d.fail(at, field, "%s", err.Error())
+	}
+	return im
+}

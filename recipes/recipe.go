@@ -1,0 +1,302 @@
+package recipes
+
+import "strings"
+
+// APIVersion and Kind are the only values a v1alpha1 recipe may declare.
+const (
+	APIVersion = "stamp.dev/v1alpha1"
+	Kind       = "Recipe"
+)
+
+// Recipe is one decoded, defaulted and validated recipe file.
+type Recipe struct {
+	APIVersion string
+	Kind       string
+	// Name seeds every derived UUID/GUID and names outputs; [a-z0-9][a-z0-9._-]*.
+	Name string
+	Arch string // amd64 | arm64
+	// Epoch is the build time in Unix seconds. SOURCE_DATE_EPOCH in the
+	// environment overrides it (the conductor applies that).
+	Epoch int64
+	// Seed, when set, replaces Name as the seed of derived IDs, so a rename
+	// keeps every ID.
+	Seed string
+
+	Base      Base
+	Customize Phase
+	Provision Phase
+	Seal      Seal
+	Outputs   []Output
+
+	// Dir is the absolute directory of the recipe file (set by Load): relative
+	// host paths in the recipe start here.
+	Dir string
+	// Path is the file name as given to Load or Parse; errors use it.
+	Path string
+}
+
+// Output returns the output with the given name.
+func (r *Recipe) Output(name string) (*Output, bool) {
+	for i := range r.Outputs {
+		if r.Outputs[i].Name == name {
+			return &r.Outputs[i], true
+		}
+	}
+	return nil, false
+}
+
+// Base is phase 1: the tarball the tree starts from.
+type Base struct {
+	Tarball string // path relative to the recipe, or an https:// URL
+	SHA256  string // 64 lowercase hex digits, no "sha256:" prefix; required for URLs
+	Pre     []string
+	Post    []string
+	Line    int
+}
+
+// Phase is customize or provision: host hooks around a list of layers.
+type Phase struct {
+	Pre    []string // host hooks run before the layers
+	Post   []string // host hooks run after the layers
+	Layers []Layer
+}
+
+// Layer is one item of a phase's layers list. Exactly one of the kind fields
+// is set; Kind names it.
+type Layer struct {
+	Line  int
+	Field string // e.g. "customize.layers[2]"
+
+	Tarball *Tarball
+	Files   []File
+	Symlink []Symlink // a single mapping in YAML becomes one element
+	Mkdir   []Mkdir
+	Remove  []string // absolute paths or globs ("**" matches across directories)
+	Users   []User
+	Groups  []Group
+	Systemd *Systemd
+	Hook    *Hook
+	OCI     *OCI
+	Debs    *Debs
+	Images  []Image
+}
+
+// LayerKinds lists every layer kind key, in the order the schema documents them.
+var LayerKinds = []string{"tarball", "files", "symlink", "mkdir", "remove", "users", "groups", "systemd", "hook", "oci", "debs", "images"}
+
+// Kind is the YAML key that selects the layer, e.g. "files".
+func (l *Layer) Kind() string {
+	switch {
+	case l.Tarball != nil:
+		return "tarball"
+	case l.Files != nil:
+		return "files"
+	case l.Symlink != nil:
+		return "symlink"
+	case l.Mkdir != nil:
+		return "mkdir"
+	case l.Remove != nil:
+		return "remove"
+	case l.Users != nil:
+		return "users"
+	case l.Groups != nil:
+		return "groups"
+	case l.Systemd != nil:
+		return "systemd"
+	case l.Hook != nil:
+		return "hook"
+	case l.OCI != nil:
+		return "oci"
+	case l.Debs != nil:
+		return "debs"
+	case l.Images != nil:
+		return "images"
+	}
+	return ""
+}
+
+// Tarball is a tarball layer, extracted over the tree.
+type Tarball struct {
+	Path   string // relative to the recipe, or an https:// URL
+	SHA256 string // 64 lowercase hex digits; required for URLs
+	Dest   string // absolute directory in the tree; default "/"
+}
+
+// File puts one file, or a host directory's contents, into the tree.
+type File struct {
+	Path string // absolute; ending in "/" with From = copy a host directory
+	// Content is inline content; exactly one of Content and From is set.
+	Content *string
+	From    string // host path relative to the recipe
+	Mode    *Mode
+	Owner   Owner
+	MTime   *int64 // Unix seconds; nil = the build epoch
+}
+
+// IsDir reports whether the file entry copies a directory.
+func (f *File) IsDir() bool { return strings.HasSuffix(f.Path, "/") }
+
+// Symlink makes Path a symbolic link to Target.
+type Symlink struct {
+	Path   string
+	Target string
+	Owner  Owner
+}
+
+// Mkdir makes a directory and its missing parents.
+type Mkdir struct {
+	Path  string
+	Mode  *Mode
+	Owner Owner
+}
+
+// User is an account to add (or update) in the tree's passwd/shadow/group.
+type User struct {
+	Name    string
+	UID     *uint32
+	Group   string // primary group name; default: a group named like the user
+	GID     *uint32
+	Groups  []string // supplementary groups
+	Home    string
+	Shell   string
+	Comment string
+	System  bool
+	// Password is already hashed (crypt(3) form); "" leaves the account locked.
+	Password   string
+	CreateHome *bool
+}
+
+// Group is a group to add (or update) in the tree's group/gshadow.
+type Group struct {
+	Name    string
+	GID     *uint32
+	Members []string
+	System  bool
+}
+
+// Systemd enables, disables and masks units by writing the links systemctl would.
+type Systemd struct {
+	Enable  []string
+	Disable []string
+	Mask    []string
+	Default string // default.target, e.g. multi-user.target
+}
+
+// Hook runs a host program on the tree directory.
+type Hook struct {
+	Run  string // host path relative to the recipe
+	Args []string
+	// Env is added to the hook's fixed environment. Sort the keys before use.
+	Env map[string]string
+}
+
+// OCI copies files out of an OCI image or artifact.
+type OCI struct {
+	Ref      string   // name:tag, name@sha256:..., or name:tag@sha256:...
+	Dest     string   // absolute; default "/"
+	Paths    []string // absolute paths inside the image; empty = everything
+	Mode     *Mode
+	Owner    Owner
+	Platform string // os/arch[/variant]; empty = linux/<recipe arch>
+}
+
+// Debs installs Debian packages from a repository, resolved offline.
+type Debs struct {
+	Repo       string // http(s):// or file:// URL of the archive root
+	Suite      string
+	Suites     []string
+	Components []string // default [main]
+	Packages   []string
+	Keyring    string // host path relative to the recipe
+	Trusted    bool   // skip signature checks
+	Recommends bool
+	Exclude    []string
+}
+
+// Image is a container image to preload into the tree's image store.
+type Image struct {
+	Ref string // name:tag@sha256:<64 hex>
+}
+
+// Name, Tag and Digest split Ref; Ref is validated at decode time.
+func (i Image) Name() string {
+	n, _, _ := splitImageRef(i.Ref)
+	return n
+}
+
+// Tag is the tag part of Ref.
+func (i Image) Tag() string {
+	_, t, _ := splitImageRef(i.Ref)
+	return t
+}
+
+// Digest is the digest part of Ref, "sha256:<hex>".
+func (i Image) Digest() string {
+	_, _, d := splitImageRef(i.Ref)
+	return d
+}
+
+// Seal configures rootfs.Seal.
+type Seal struct {
+	Cleanup Cleanup
+}
+
+// Cleanup says which paths Seal empties or removes. YAML "default" sets
+// Default; "none" leaves both zero; a list of globs means the default set
+// plus these globs.
+type Cleanup struct {
+	Default bool
+	Globs   []string
+}
+
+// Output formats.
+const (
+	FormatTar   = "tar"
+	FormatRaw   = "raw"
+	FormatQcow2 = "qcow2"
+	FormatCpio  = "cpio"
+	FormatPXE   = "pxe"
+	FormatOCI   = "oci"
+)
+
+// Output is one artifact made from the sealed tree (or from an earlier output).
+type Output struct {
+	Line   int
+	Field  string // e.g. "outputs[1]"
+	Format string // tar | raw | qcow2 | cpio | pxe | oci
+	// Name is unique among outputs; default the format.
+	Name string
+	// Compression: tar none|gzip|zstd|xz (default none); cpio and pxe the same
+	// set, default zstd.
+	Compression string
+	// Size of a raw disk: "auto" or a size such as "4GiB" (see ParseSize).
+	Size       string
+	Partitions []Partition
+	Boot       *Boot
+	// From names an earlier output this one encodes: qcow2 from raw, pxe from
+	// cpio, oci containerdisk from raw or qcow2.
+	From       string
+	Kind       string // oci: rootfs | containerdisk
+	Layout     string // oci: dir | archive
+	Entrypoint []string
+	Env        []string          // oci: KEY=VALUE
+	Labels     map[string]string // oci; sort the keys before use
+	// FreeSpace is extra room added to "auto" sizes of a raw disk, e.g. "512MiB".
+	FreeSpace string
+}
+
+// Partition is one GPT partition of a raw disk.
+type Partition struct {
+	Name       string
+	Type       string // esp | root | xbootldr | swap | linux | bios
+	Size       string // "auto" or a size
+	Filesystem string // vfat | ext4 | swap | none
+	Label      string // filesystem label
+}
+
+// Boot places a boot loader on a raw disk.
+type Boot struct {
+	Loader  string // systemd-boot | grub | none
+	Cmdline string
+	BIOS    bool
+}

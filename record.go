@@ -1,0 +1,62 @@
+package stamp
+
+import (
+	"bytes"
+	"encoding/json"
+	"path"
+	"time"
+
+	"github.com/stamp-dev/stamp/recipes"
+	"github.com/stamp-dev/stamp/rootfs"
+)
+
+// record is the build's own record embedded at rootfs.RecordPath: what went
+// in and where every path came from. It never holds output digests, and the
+// tree digest leaves it out, so it can name that digest.
+type record struct {
+	APIVersion string        `json:"apiVersion"`
+	Name       string        `json:"name"`
+	Arch       string        `json:"arch"`
+	Epoch      int64         `json:"epoch"`
+	TreeDigest string        `json:"treeDigest"`
+	Inputs     []recordInput `json:"inputs"`
+	Entries    []recordEntry `json:"entries"`
+}
+
+type recordInput struct {
+	Field  string `json:"field"`
+	Kind   string `json:"kind"`
+	URI    string `json:"uri"`
+	Digest string `json:"digest"`
+}
+
+type recordEntry struct {
+	Path   string `json:"path"`
+	SHA256 string `json:"sha256,omitempty"`
+	Layer  string `json:"layer,omitempty"`
+	Input  string `json:"input,omitempty"`
+	Member string `json:"member,omitempty"`
+}
+
+func writeRecord(t *rootfs.Tree, rec *recipes.Recipe, ep time.Time, treeDigest string, inputs []plannedInput) error {
+	r := record{APIVersion: "stamp.dev/v1alpha1", Name: rec.Name, Arch: rec.Arch, Epoch: ep.Unix(), TreeDigest: treeDigest,
+		Inputs: []recordInput{}, Entries: []recordEntry{}}
+	for _, pi := range inputs {
+		r.Inputs = append(r.Inputs, recordInput{Field: pi.field, Kind: pi.in.Kind, URI: lockKey(rec.Dir, pi.in.URI), Digest: pi.in.Digest})
+	}
+	for _, e := range t.Entries() {
+		r.Entries = append(r.Entries, recordEntry{Path: e.Path, SHA256: e.Digest, Layer: e.Origin.Layer, Input: e.Origin.Input, Member: e.Origin.Member})
+	}
+	data, err := json.MarshalIndent(r, "", " ")
+	if err != nil {
+		return err
+	}
+	data = append(data, '\n')
+	dir := path.Dir(rootfs.RecordPath)
+	if _, err := t.MkdirAll(dir, rootfs.Header{Perm: 0o755, MTime: ep, Origin: rootfs.Origin{Layer: "stamp"}}); err != nil {
+		return err
+	}
+	_, err = t.Create(rootfs.RecordPath, rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, MTime: ep,
+		Origin: rootfs.Origin{Layer: "stamp"}}, bytes.NewReader(data))
+	return err
+}

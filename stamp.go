@@ -1,0 +1,194 @@
+// Package stamp is the conductor: it plans a recipe's phases, resolves and
+// pins every input, runs the layers on one tree, seals it and drives the
+// output graph. It parses no YAML and knows no format's bytes.
+package stamp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/stamp-dev/stamp/layers"
+	"github.com/stamp-dev/stamp/layers/cache"
+	"github.com/stamp-dev/stamp/recipes"
+	"github.com/stamp-dev/stamp/rootfs"
+)
+
+// Progress starts a progress display for one long step. The CLI draws bars on
+// a terminal; nil shows nothing.
+type Progress func(name string, total int64) (add func(n int64), done func())
+
+// Options configure Build and the other entry points.
+type Options struct {
+	// OutputDir receives the outputs, SHA256SUMS and manifest.txt.
+	OutputDir string
+	// WorkDir holds the tree while it is built; a fresh directory is made
+	// inside it and removed afterwards. Empty means the system temp dir.
+	WorkDir string
+	// CacheDir is the content-addressed cache; empty means the default.
+	CacheDir string
+	// LockPath is the lock file; empty means stamp.lock beside the recipe.
+	LockPath string
+	// Epoch overrides the recipe's epoch (the CLI passes --epoch or
+	// SOURCE_DATE_EPOCH here).
+	Epoch *int64
+	// Offline forbids the network: every input must be in the cache.
+	Offline bool
+	// UpdateLock accepts inputs that no longer match the lock.
+	UpdateLock bool
+	// KeepWork leaves the work directory in place for debugging.
+	KeepWork bool
+	Log      logrus.FieldLogger
+	Progress Progress
+}
+
+// Result is what a build produced.
+type Result struct {
+	Outputs    []string // file names in OutputDir, sorted
+	TreeDigest string
+	Entries    int
+}
+
+// InputError names the recipe field whose input failed to resolve.
+type InputError struct {
+	Field string
+	URI   string
+	Err   error
+}
+
+func (e *InputError) Error() string { return fmt.Sprintf("%s: %s: %v", e.Field, e.URI, e.Err) }
+func (e *InputError) Unwrap() error { return e.Err }
+
+func (o *Options) log() logrus.FieldLogger {
+	if o.Log == nil {
+		l := logrus.New()
+		l.SetOutput(discard{})
+		return l
+	}
+	return o.Log
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// epoch is the build's SOURCE_DATE_EPOCH.
+func epoch(rec *recipes.Recipe, o *Options) time.Time {
+	e := rec.Epoch
+	if o.Epoch != nil {
+		e = *o.Epoch
+	}
+	return time.Unix(e, 0).UTC()
+}
+
+func (o *Options) openCache() (*cache.Cache, error) {
+	dir := o.CacheDir
+	if dir == "" {
+		var err error
+		if dir, err = cache.DefaultDir(os.Getenv); err != nil {
+			return nil, err
+		}
+	}
+	return cache.Open(dir, cache.Options{Offline: o.Offline, Log: o.log(), Progress: o.Progress})
+}
+
+func (o *Options) lockPath(rec *recipes.Recipe) string {
+	if o.LockPath != "" {
+		return o.LockPath
+	}
+	return filepath.Join(rec.Dir, "stamp.lock")
+}
+
+// Build runs every phase of the recipe and writes its outputs. On failure
+// nothing appears in OutputDir under a final name.
+func Build(ctx context.Context, rec *recipes.Recipe, o Options) (*Result, error) {
+	log := o.log()
+	phases, inputs, err := plan(rec)
+	if err != nil {
+		return nil, err
+	}
+	c, err := o.openCache()
+	if err != nil {
+		return nil, err
+	}
+	o.LockPath = o.lockPath(rec)
+	lk, err := loadLock(o.LockPath)
+	if err != nil {
+		return nil, err
+	}
+	// Every input is resolved and verified before the tree changes.
+	if err := resolveInputs(ctx, c, lk, inputs, &o); err != nil {
+		return nil, err
+	}
+	ep := epoch(rec, &o)
+	work, err := os.MkdirTemp(o.WorkDir, "stamp-"+rec.Name+"-")
+	if err != nil {
+		return nil, fmt.Errorf("work dir: %w", err)
+	}
+	if !o.KeepWork {
+		defer os.RemoveAll(work)
+	} else {
+		log.Infof("keeping work directory %s", work)
+	}
+	tree, err := rootfs.New(filepath.Join(work, "tree"), rootfs.Options{DefaultMTime: ep})
+	if err != nil {
+		return nil, err
+	}
+	defer tree.Close()
+	for _, ph := range phases {
+		log.Infof("phase %s", ph.name)
+		for _, st := range ph.steps {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			env := &layers.Env{Tree: tree, Cache: c, Log: log.WithField("layer", st.label), Epoch: ep,
+				Arch: rec.Arch, Label: st.label, RecipeDir: rec.Dir, Progress: o.Progress}
+			start := time.Now()
+			if err := st.layer.Apply(ctx, env); err != nil {
+				return nil, err
+			}
+			log.WithField("entries", tree.Len()).Debugf("%s done in %s", st.label, time.Since(start).Round(time.Millisecond))
+		}
+	}
+	sealOpts := rootfs.SealOptions{Epoch: ep, NoDefaultCleanup: !rec.Seal.Cleanup.Default, Cleanup: rec.Seal.Cleanup.Globs}
+	rep, err := rootfs.Seal(ctx, tree, sealOpts)
+	if err != nil {
+		return nil, fmt.Errorf("seal: %w", err)
+	}
+	log.WithField("removed", len(rep.Removed)).Infof("sealed %d entries", tree.Len())
+	treeDigest := rootfs.Digest(tree.Entries())
+	if err := writeRecord(tree, rec, ep, treeDigest, inputs); err != nil {
+		return nil, err
+	}
+	outs, err := writeOutputs(ctx, rec, &o, tree, ep, treeDigest)
+	if err != nil {
+		return nil, err
+	}
+	return &Result{Outputs: outs, TreeDigest: treeDigest, Entries: tree.Len()}, nil
+}
+
+// IsUsage reports whether err comes from an invalid recipe or command, the
+// cases the CLI exits 2 for.
+func IsUsage(err error) bool {
+	var re *recipes.Error
+	if errors.As(err, &re) {
+		return true
+	}
+	var ue *UsageError
+	return errors.As(err, &ue)
+}
+
+// UsageError is a request that cannot be carried out as given.
+type UsageError struct{ Msg string }
+
+func (e *UsageError) Error() string { return e.Msg }
+
+func isLocal(uri string) bool {
+	return strings.HasPrefix(uri, "/") || strings.HasPrefix(uri, "file://")
+}

@@ -1,0 +1,143 @@
+// Package e2e runs the stamp binary end to end: real Debian base, real
+// validators, builds as root and as uid 65534.
+package e2e
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/stamp-dev/stamp/test/harness"
+)
+
+// stampBin is the binary under test, built once, in a directory uid 65534
+// can read.
+var stampBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "stamp-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Chmod(dir, 0o755)
+	stampBin = filepath.Join(dir, "stamp")
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", stampBin, "./cmd/stamp")
+	cmd.Dir = root
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building stamp:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// result is one run of the binary.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// stamp runs the binary as the current user with a clean environment.
+func stamp(t *testing.T, dir string, env []string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(stampBin, args...)
+	cmd.Dir = dir
+	cmd.Env = append([]string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + dir}, env...)
+	return runCmd(t, cmd)
+}
+
+// stampAs65534 runs the binary as nobody with umask 077.
+func stampAs65534(t *testing.T, dir string, env []string, args ...string) result {
+	t.Helper()
+	harness.RequireSetpriv(t)
+	cmd := exec.Command(stampBin, args...)
+	cmd.Dir = dir
+	cmd.Env = append([]string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + dir}, env...)
+	return runCmd(t, harness.Unprivileged(cmd))
+}
+
+func runCmd(t *testing.T, cmd *exec.Cmd) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := result{stdout: out.String(), stderr: errb.String()}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	default:
+		t.Fatalf("running %v: %v", cmd.Args, err)
+	}
+	return r
+}
+
+func (r result) mustSucceed(t *testing.T) result {
+	t.Helper()
+	if r.code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	return r
+}
+
+func (r result) mustFail(t *testing.T, code int, wants ...string) result {
+	t.Helper()
+	if r.code != code {
+		t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", r.code, code, r.stdout, r.stderr)
+	}
+	for _, w := range wants {
+		if !strings.Contains(r.stderr, w) {
+			t.Fatalf("stderr does not mention %q:\n%s", w, r.stderr)
+		}
+	}
+	return r
+}
+
+// writeFiles writes name -> content under dir; names ending in ".sh" are executable.
+func writeFiles(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for name, content := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		mode := os.FileMode(0o644)
+		if strings.HasSuffix(name, ".sh") {
+			mode = 0o755
+		}
+		if err := os.WriteFile(p, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(p, mode)
+	}
+}
+
+// finalFiles lists what is in an output directory under a final name
+// (anything but the staging directory of a build still running).
+func finalFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}
