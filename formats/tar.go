@@ -248,6 +248,7 @@ func ReadTar(ctx context.Context, r io.Reader) ([]*rootfs.Entry, error) {
 	for i, p := range paths {
 		entries[i] = byPath[p]
 	}
+	rootfs.SetNlink(entries)
 	return entries, nil
 }
 
