@@ -65,6 +65,8 @@ func Lookup(name string) (Format, error) {
 	switch name {
 	case "tar":
 		return tarFormat{}, nil
+	case "oci":
+		return ociFormat{}, nil
 	}
 	return nil, fmt.Errorf("output format %q is not supported by this version of stamp", name)
 }
@@ -91,7 +93,9 @@ func (tarFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base s
 	return res, nil
 }
 
-// writeFile creates p, lets fn fill it, and syncs it. On failure p is removed.
+// writeFile creates p and lets fn fill it. On failure p is removed. It does
+// not fsync: atomicity comes from the conductor's rename of a complete file,
+// and durability across power loss is left to the caller's filesystem.
 func writeFile(p string, fn func(*os.File) error) (err error) {
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
@@ -108,5 +112,5 @@ func writeFile(p string, fn func(*os.File) error) (err error) {
 	if err := fn(f); err != nil {
 		return fmt.Errorf("%s: %w", filepath.Base(p), err)
 	}
-	return f.Sync()
+	return nil
 }

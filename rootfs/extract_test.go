@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -445,4 +446,24 @@ func FuzzExtract(f *testing.F) {
 			t.Fatalf("extractor wrote next to the tree: %v", ents)
 		}
 	})
+}
+
+func TestSparseContentStaysSparse(t *testing.T) {
+	tr, _ := sandbox(t)
+	data := make([]byte, 3<<20)
+	copy(data[0:], "head")
+	copy(data[1<<20+5:], "middle")
+	e, err := tr.Create("/sparse", Header{Type: TypeRegular, Perm: 0o644, MTime: epoch}, bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(tr.DiskPath("/sparse"))
+	if !bytes.Equal(got, data) || e.Size != int64(len(data)) {
+		t.Fatal("sparse file content differs")
+	}
+	var st syscall.Stat_t
+	syscall.Stat(tr.DiskPath("/sparse"), &st)
+	if st.Blocks*512 >= int64(len(data))/2 {
+		t.Fatalf("file takes %d bytes on disk; holes were written", st.Blocks*512)
+	}
 }

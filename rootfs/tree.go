@@ -509,19 +509,29 @@ func (t *Tree) writeContent(f *os.File, r io.Reader) (int64, string, error) {
 		if n > 0 {
 			chunk := t.buf[:n]
 			h.Write(chunk)
-			for off := 0; off < n; off += block {
-				b := chunk[off:min(off+block, n)]
-				if isZero(b) {
-					if _, err := f.Seek(int64(len(b)), io.SeekCurrent); err != nil {
+			// Write each run of data blocks in one call and seek over runs
+			// of zero blocks, so holes stay holes without 4 KiB syscalls.
+			for off := 0; off < n; {
+				end := off
+				for end < n && !isZero(chunk[end:min(end+block, n)]) {
+					end = min(end+block, n)
+				}
+				if end > off {
+					if _, err := f.Write(chunk[off:end]); err != nil {
 						return 0, "", err
 					}
-					hole = true
+					hole = false
+					off = end
 					continue
 				}
-				if _, err := f.Write(b); err != nil {
+				for end < n && isZero(chunk[end:min(end+block, n)]) {
+					end = min(end+block, n)
+				}
+				if _, err := f.Seek(int64(end-off), io.SeekCurrent); err != nil {
 					return 0, "", err
 				}
-				hole = false
+				hole = true
+				off = end
 			}
 			size += int64(n)
 		}
