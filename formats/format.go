@@ -65,8 +65,6 @@ func Lookup(name string) (Format, error) {
 	switch name {
 	case "tar":
 		return tarFormat{}, nil
-	case "oci":
-		return ociFormat{}, nil
 	}
 	return nil, fmt.Errorf("output format %q is not supported by this version of stamp", name)
 }
