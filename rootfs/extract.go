@@ -25,6 +25,9 @@ type ExtractOptions struct {
 	Map func(p string) (dest string, ok bool)
 	// Progress, when set, is told the size of each regular file written.
 	Progress func(n int64)
+	// MaxSize, when set, bounds the bytes the archive may expand to (a
+	// sparse member can declare terabytes in a few bytes).
+	MaxSize int64
 }
 
 // EntryError names the archive entry an extraction failed on.
@@ -77,6 +80,7 @@ func Extract(ctx context.Context, t *Tree, r io.Reader, o ExtractOptions) (int, 
 		created = map[string]bool{}
 	}
 	n := 0
+	var total int64
 	for {
 		if err := ctx.Err(); err != nil {
 			return n, err
@@ -87,6 +91,10 @@ func Extract(ctx context.Context, t *Tree, r io.Reader, o ExtractOptions) (int, 
 		}
 		if err != nil {
 			return n, fmt.Errorf("reading archive after %d entries: %w", n, err)
+		}
+		total += max(hdr.Size, 0)
+		if o.MaxSize > 0 && total > o.MaxSize {
+			return n, &EntryError{Name: hdr.Name, Err: fmt.Errorf("archive expands beyond the limit of %d bytes", o.MaxSize)}
 		}
 		if err := extractOne(t, tr, hdr, &o, created); err != nil {
 			return n, &EntryError{Name: hdr.Name, Err: err}

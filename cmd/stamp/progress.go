@@ -15,7 +15,7 @@ type bars struct {
 }
 
 func newBars(w io.Writer) *bars {
-	return &bars{p: mpb.New(mpb.WithOutput(w), mpb.WithWidth(40))}
+	return &bars{p: mpb.New(mpb.WithOutput(w), mpb.WithWidth(40), mpb.WithAutoRefresh())}
 }
 
 // start matches stamp.Progress.
