@@ -1,13 +1,18 @@
 package stamp
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/stamp-dev/stamp/layers/cache"
+	"github.com/stamp-dev/stamp/layers/ociremote"
 	"github.com/stamp-dev/stamp/recipes"
 	"github.com/stamp-dev/stamp/recipes/lock"
 )
@@ -35,9 +40,30 @@ func lockKey(lockDir, uri string) string {
 // the cache, verified. The recipe's own digest wins, then the lock; a local
 // file is always hashed anew so an edit is caught.
 func resolveInputs(ctx context.Context, c *cache.Cache, lk *lock.Lock, inputs []plannedInput, o *Options) error {
+	if err := resolveAll(ctx, c, lk, inputs, o); err != nil {
+		return err
+	}
+	return savePins(lk, inputs, o)
+}
+
+// resolveAll is resolveInputs without touching the lock file.
+func resolveAll(ctx context.Context, c *cache.Cache, lk *lock.Lock, inputs []plannedInput, o *Options) error {
 	lockDir := filepath.Dir(o.LockPath)
+	var reg *ociremote.Client
+	var pulls []plannedInput
 	for _, pi := range inputs {
 		in := pi.in
+		if pi.oci != nil {
+			if reg == nil {
+				reg = ociremote.New(c, ociremote.Options{Offline: o.Offline, Insecure: o.InsecureRegistries, Log: o.log(),
+					UserAgent: "stamp"})
+			}
+			if err := resolveOCI(ctx, reg, lk, pi, o); err != nil {
+				return &InputError{Field: pi.field, URI: in.URI, Err: err}
+			}
+			pulls = append(pulls, pi)
+			continue
+		}
 		key := lockKey(lockDir, in.URI)
 		want := in.Digest
 		source := "recipe"
@@ -61,7 +87,19 @@ func resolveInputs(ctx context.Context, c *cache.Cache, lk *lock.Lock, inputs []
 		}
 		in.Digest = got
 	}
-	return nil
+	// Every reference is resolved (and checked against the lock) before any
+	// blob moves; then all blobs come down together, as many at once as the
+	// client allows.
+	g, gctx := errgroup.WithContext(ctx)
+	for _, pi := range pulls {
+		g.Go(func() error {
+			if err := reg.Pull(gctx, pi.in.URI, pi.oci.manifest); err != nil {
+				return &InputError{Field: pi.field, URI: pi.in.URI, Err: err}
+			}
+			return nil
+		})
+	}
+	return g.Wait()
 }
 
 // Lock resolves every input of the recipe and writes the lock file.
@@ -79,12 +117,12 @@ func Lock(ctx context.Context, rec *recipes.Recipe, o Options) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := resolveInputs(ctx, c, old, inputs, &o); err != nil {
+	if err := resolveAll(ctx, c, old, inputs, &o); err != nil {
 		return "", err
 	}
 	lk := &lock.Lock{}
 	for _, pi := range inputs {
-		lk.Set(lock.Input{Kind: pi.in.Kind, URI: lockKey(filepath.Dir(o.LockPath), pi.in.URI), Digest: pi.in.Digest})
+		lk.Set(lockPin(filepath.Dir(o.LockPath), pi))
 	}
 	if err := writeAtomic(o.LockPath, lk.Marshal(), 0o644); err != nil {
 		return "", err
@@ -117,4 +155,170 @@ func writeAtomic(p string, data []byte, perm os.FileMode) error {
 		return fmt.Errorf("writing %s: %w", p, err)
 	}
 	return nil
+}
+
+// Fetch fills the cache with every input of the recipe, as the lock pins
+// them, so that a build with Options.Offline needs no network. Inputs the
+// lock does not pin yet (a tag never resolved) are resolved and added to it;
+// it returns the lock's path.
+func Fetch(ctx context.Context, rec *recipes.Recipe, o Options) (string, error) {
+	_, inputs, err := plan(rec)
+	if err != nil {
+		return "", err
+	}
+	o.LockPath = o.lockPath(rec)
+	c, err := o.openCache()
+	if err != nil {
+		return "", err
+	}
+	lk, err := loadLock(o.LockPath)
+	if err != nil {
+		return "", err
+	}
+	if err := resolveAll(ctx, c, lk, inputs, &o); err != nil {
+		return "", err
+	}
+	for _, pi := range inputs {
+		lk.Set(lockPin(filepath.Dir(o.LockPath), pi))
+	}
+	if err := writeLockIfChanged(o.LockPath, lk); err != nil {
+		return "", err
+	}
+	o.log().WithField("inputs", len(inputs)).Infof("cache %s holds every input", c.Dir())
+	return o.LockPath, nil
+}
+
+// ociPin is what resolving an OCI input learned for the lock.
+type ociPin struct {
+	// manifest is the image or artifact manifest to pull.
+	manifest string
+	extra    map[string]string
+	// fresh is set when a tag was resolved anew: the lock did not pin it, or
+	// --update-lock accepted a move.
+	fresh bool
+}
+
+// lockPin is the lock entry for a resolved input.
+func lockPin(lockDir string, pi plannedInput) lock.Input {
+	li := lock.Input{Kind: pi.in.Kind, URI: lockKey(lockDir, pi.in.URI), Digest: pi.in.Digest}
+	if pi.oci != nil && len(pi.oci.extra) > 0 {
+		li.Extra = pi.oci.extra
+	}
+	return li
+}
+
+// resolveOCI pins an OCI reference and makes its manifests present in the
+// cache; resolveAll pulls the blobs afterwards. A tag is asked of the
+// registry once per build (by HEAD, so only the manifest digest moves) and
+// must name what the lock pins unless --update-lock; offline, the lock's
+// digest is used as it is. An oci input ends up as the platform's manifest
+// digest; an image input keeps the recipe's digest (an index or a manifest),
+// which the images layer stores whole.
+func resolveOCI(ctx context.Context, reg *ociremote.Client, lk *lock.Lock, pi plannedInput, o *Options) error {
+	in := pi.in
+	locked, haveLock := lk.Get(in.Kind, lockKey(filepath.Dir(o.LockPath), in.URI))
+	if haveLock && in.Kind == "oci" && locked.Extra["platform"] != "" && !samePlatform(locked.Extra["platform"], pi.platform) {
+		// Pinned for another arch (the recipe's arch changed): the pin says
+		// nothing about this one, except which index to pick from.
+		if idx := locked.Extra["index"]; idx != "" && o.Offline {
+			locked.Digest = idx
+		} else {
+			haveLock = false
+		}
+	}
+	top := ""
+	if in.Pinned {
+		top = in.Digest
+	}
+	fromTag := top == ""
+	if fromTag {
+		if o.Offline {
+			if !haveLock {
+				return fmt.Errorf("%w (run stamp fetch or stamp lock while online)", &cache.MissingError{URI: in.URI})
+			}
+			top = locked.Digest
+		} else {
+			d, err := reg.Head(ctx, in.URI)
+			if err != nil {
+				return err
+			}
+			top = d
+		}
+	}
+	res, err := reg.Resolve(ctx, in.URI, top, pi.platform)
+	if err != nil {
+		return err
+	}
+	if fromTag && haveLock && o.Offline && res.Index != "" {
+		haveLock = false // the lock named the index of another platform's pin
+	}
+	if fromTag && haveLock && res.Manifest != locked.Digest {
+		if !o.UpdateLock {
+			return &ociremote.MovedError{Ref: in.URI, Locked: locked.Digest, Now: res.Manifest}
+		}
+		o.log().WithField("ref", in.URI).WithField("was", locked.Digest).WithField("now", res.Manifest).
+			Warn("tag moved; --update-lock accepts the new digest")
+	}
+	pi.oci.manifest = res.Manifest
+	switch {
+	case res.Index != "" && in.Kind == "image":
+		pi.oci.extra = map[string]string{"manifest": res.Manifest, "platform": res.Platform}
+	case res.Index != "":
+		pi.oci.extra = map[string]string{"index": res.Index, "platform": res.Platform}
+	case haveLock && locked.Digest == res.Manifest:
+		// Offline, the lock's digest is the platform manifest itself; keep
+		// what the lock knew about its index.
+		pi.oci.extra = locked.Extra
+	}
+	if in.Kind == "image" {
+		in.Digest = top
+	} else {
+		in.Digest = res.Manifest
+	}
+	pi.oci.fresh = fromTag && !o.Offline && (!haveLock || locked.Digest != res.Manifest)
+	return nil
+}
+
+// savePins writes tags a build resolved for the first time (or moved with
+// --update-lock) into the lock, so later builds use the same digests. The
+// build goes on if the lock cannot be written (a read-only checkout): its
+// inputs are already pinned for this run.
+func savePins(lk *lock.Lock, inputs []plannedInput, o *Options) error {
+	changed := false
+	for _, pi := range inputs {
+		if pi.oci != nil && pi.oci.fresh {
+			lk.Set(lockPin(filepath.Dir(o.LockPath), pi))
+			changed = true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	if err := writeLockIfChanged(o.LockPath, lk); err != nil {
+		o.log().WithError(err).Warn("could not record newly resolved tags in the lock")
+		return nil
+	}
+	o.log().WithField("lock", o.LockPath).Info("pinned newly resolved tags")
+	return nil
+}
+
+// writeLockIfChanged writes the lock unless the file already holds exactly
+// these bytes.
+func writeLockIfChanged(p string, lk *lock.Lock) error {
+	data := lk.Marshal()
+	if old, err := os.ReadFile(p); err == nil && bytes.Equal(old, data) {
+		return nil
+	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("lock %s: %w", p, err)
+	}
+	return writeAtomic(p, data, 0o644)
+}
+
+// samePlatform compares os/arch and, when both name one, the variant.
+func samePlatform(a, b string) bool {
+	pa, pb := strings.Split(a, "/"), strings.Split(b, "/")
+	if len(pa) < 2 || len(pb) < 2 || pa[0] != pb[0] || pa[1] != pb[1] {
+		return false
+	}
+	return len(pa) < 3 || len(pb) < 3 || pa[2] == pb[2]
 }

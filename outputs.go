@@ -35,7 +35,7 @@ func outputBase(rec *recipes.Recipe, out *recipes.Output) string {
 // writeOutputs writes every output into a staging directory inside the
 // output directory and moves the files to their final names only when all of
 // them, the manifest and the sums are complete.
-func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, tree *rootfs.Tree, ep time.Time, treeDigest string) (names []string, err error) {
+func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, tree *rootfs.Tree, ep time.Time, treeDigest string, att *attestation) (names []string, err error) {
 	log := o.log()
 	if err := os.MkdirAll(o.OutputDir, 0o755); err != nil {
 		return nil, fmt.Errorf("output dir: %w", err)
@@ -66,7 +66,8 @@ func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, tree *ro
 		}
 		spec := &formats.Spec{Format: out.Format, Name: out.Name, Compression: out.Compression, Size: out.Size,
 			FreeSpace: out.FreeSpace, From: out.From, Kind: out.Kind, Layout: out.Layout,
-			Entrypoint: out.Entrypoint, Env: out.Env, Labels: out.Labels}
+			Entrypoint: out.Entrypoint, Env: out.Env, Labels: out.Labels,
+			Partitions: partitionSpecs(out.Partitions), Boot: bootSpec(out.Boot)}
 		start := time.Now()
 		res, err := f.Write(ctx, src, spec, staging, outputBase(rec, out))
 		if err != nil {
@@ -85,12 +86,33 @@ func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, tree *ro
 	}
 	sort.Strings(files)
 	var sums bytes.Buffer
-	for _, name := range files {
-		sum, err := fileSHA256(filepath.Join(staging, name))
+	var subjects []sum
+	sumFiles, err := sumNames(staging, files)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range sumFiles {
+		h, err := fileSHA256(filepath.Join(staging, name))
 		if err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(&sums, "%s  %s\n", sum, name)
+		fmt.Fprintf(&sums, "%s  %s\n", h, name)
+		subjects = append(subjects, sum{name, h})
+	}
+	sbom, err := sbomJSON(tree, rec, ep, treeDigest, att.inputs)
+	if err != nil {
+		return nil, err
+	}
+	byproducts := []sum{{ManifestFile, bytesSHA256(manifest.Bytes())}, {SBOMFile, bytesSHA256(sbom)}}
+	prov, err := provenanceJSON(rec, ep, att.recipeDigest, treeDigest, att.deps, subjects, byproducts)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(staging, SBOMFile), sbom, 0o644); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(staging, ProvenanceFile), prov, 0o644); err != nil {
+		return nil, err
 	}
 	if err := os.WriteFile(filepath.Join(staging, ManifestFile), manifest.Bytes(), 0o644); err != nil {
 		return nil, err
@@ -98,10 +120,11 @@ func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, tree *ro
 	if err := os.WriteFile(filepath.Join(staging, SumsFile), sums.Bytes(), 0o644); err != nil {
 		return nil, err
 	}
-	all := append(append([]string{}, files...), ManifestFile, SumsFile)
+	// SHA256SUMS comes last, so its presence says the rest is in place.
+	all := append(append([]string{}, files...), ManifestFile, SBOMFile, ProvenanceFile, SumsFile)
 	for _, name := range all {
 		// Modes are set explicitly so the umask of whoever builds does not show.
-		if err := os.Chmod(filepath.Join(staging, name), 0o644); err != nil {
+		if err := chmodOutput(filepath.Join(staging, name)); err != nil {
 			return nil, err
 		}
 	}
@@ -109,7 +132,7 @@ func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, tree *ro
 		return nil, err
 	}
 	for _, name := range all {
-		if err := os.Rename(filepath.Join(staging, name), filepath.Join(o.OutputDir, name)); err != nil {
+		if err := renameOutput(staging, name, filepath.Join(o.OutputDir, name)); err != nil {
 			return nil, fmt.Errorf("moving %s into place: %w", name, err)
 		}
 	}
@@ -134,4 +157,21 @@ func fileSHA256(p string) (string, error) {
 		return "", fmt.Errorf("%s: %w", p, err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// partitionSpecs and bootSpec carry a raw disk's layout into the formats'
+// own terms (formats does not import recipes).
+func partitionSpecs(ps []recipes.Partition) []formats.PartitionSpec {
+	out := make([]formats.PartitionSpec, len(ps))
+	for i, p := range ps {
+		out[i] = formats.PartitionSpec{Name: p.Name, Type: p.Type, Size: p.Size, Filesystem: p.Filesystem, Label: p.Label}
+	}
+	return out
+}
+
+func bootSpec(b *recipes.Boot) *formats.BootSpec {
+	if b == nil {
+		return nil
+	}
+	return &formats.BootSpec{Loader: b.Loader, Cmdline: b.Cmdline, BIOS: b.BIOS}
 }

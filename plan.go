@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stamp-dev/stamp/layers"
+	"github.com/stamp-dev/stamp/layers/ociremote"
 	"github.com/stamp-dev/stamp/recipes"
 )
 
@@ -27,6 +28,10 @@ type phase struct {
 type plannedInput struct {
 	field string
 	in    *layers.Input
+	// platform is the os/arch[/variant] an OCI input is resolved for.
+	platform string
+	// oci is filled while an OCI input resolves; nil for other kinds.
+	oci *ociPin
 }
 
 // plan turns a recipe into phases of layers. It reads nothing but the recipe.
@@ -84,7 +89,11 @@ func plan(rec *recipes.Recipe) ([]phase, []plannedInput, error) {
 			label := field + "." + l.Kind()
 			if wi, ok := layer.(layers.WithInputs); ok {
 				for _, in := range wi.Inputs() {
-					inputs = append(inputs, plannedInput{field: label, in: in})
+					pi := plannedInput{field: label, in: in}
+					if in.Kind == "oci" || in.Kind == "image" {
+						pi.platform, pi.oci = ociPlatform(l, rec.Arch), &ociPin{}
+					}
+					inputs = append(inputs, pi)
 				}
 			}
 			out.steps = append(out.steps, step{label: label, layer: layer})
@@ -160,6 +169,54 @@ func convert(l *recipes.Layer, hostPath func(string) string, tarballInput func(f
 		return &layers.Systemd{Enable: s.Enable, Disable: s.Disable, Mask: s.Mask, Default: s.Default}, nil
 	case "hook":
 		return &layers.Hook{Run: hostPath(l.Hook.Run), Args: l.Hook.Args, Env: l.Hook.Env}, nil
+	case "debs":
+		return convertDebs(l.Debs, hostPath), nil
+	case "oci":
+		o := l.OCI
+		in := layers.Input{Kind: "oci", URI: o.Ref}
+		if _, _, d := splitOCIRef(o.Ref); d != "" {
+			in.Digest, in.Pinned = d, true
+		}
+		return &layers.OCI{Input: in, Dest: o.Dest, Paths: o.Paths, Mode: mode(o.Mode), Owner: owner(o.Owner), Platform: o.Platform}, nil
+	case "images":
+		im := &layers.Images{}
+		for _, i := range l.Images {
+			im.Images = append(im.Images, &layers.Input{Kind: "image", URI: i.Ref, Digest: i.Digest(), Pinned: true})
+		}
+		return im, nil
 	}
 	return nil, fmt.Errorf("layer kind %q is not supported by this version of stamp", l.Kind())
+}
+
+// ociPlatform is the platform an OCI input of layer l is pulled for: the
+// layer's own, or linux/<recipe arch>.
+func ociPlatform(l *recipes.Layer, arch string) string {
+	if l.OCI != nil && l.OCI.Platform != "" {
+		return l.OCI.Platform
+	}
+	return ociremote.DefaultPlatform(arch)
+}
+
+// splitOCIRef splits name:tag@digest; absent parts are "".
+func splitOCIRef(ref string) (name, tag, digest string) {
+	name, digest, _ = strings.Cut(ref, "@")
+	if c := strings.LastIndex(name, ":"); c > strings.LastIndex(name, "/") {
+		name, tag = name[:c], name[c+1:]
+	}
+	return name, tag, digest
+}
+
+// convertDebs maps a debs layer; its keyring is a host input like any file.
+func convertDebs(d *recipes.Debs, hostPath func(string) string) *layers.Debs {
+	suites := d.Suites
+	if d.Suite != "" {
+		suites = []string{d.Suite}
+	}
+	keyring := ""
+	if d.Keyring != "" {
+		keyring = hostPath(d.Keyring)
+	}
+	l := layers.NewDebs(d.Repo, suites, keyring, d.Trusted)
+	l.Components, l.Packages, l.Recommends, l.Exclude = d.Components, d.Packages, d.Recommends, d.Exclude
+	return l
 }

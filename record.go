@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"path"
+	"path/filepath"
 	"time"
 
 	"github.com/stamp-dev/stamp/recipes"
@@ -18,9 +19,17 @@ type record struct {
 	Name       string        `json:"name"`
 	Arch       string        `json:"arch"`
 	Epoch      int64         `json:"epoch"`
+	Recipe     *recordRecipe `json:"recipe,omitempty"`
 	TreeDigest string        `json:"treeDigest"`
 	Inputs     []recordInput `json:"inputs"`
 	Entries    []recordEntry `json:"entries"`
+}
+
+// recordRecipe names the recipe file and its digest, so an image says which
+// recipe made it.
+type recordRecipe struct {
+	File   string `json:"file"`
+	Digest string `json:"digest"`
 }
 
 type recordInput struct {
@@ -32,20 +41,24 @@ type recordInput struct {
 
 type recordEntry struct {
 	Path   string `json:"path"`
+	Type   string `json:"type"`
 	SHA256 string `json:"sha256,omitempty"`
 	Layer  string `json:"layer,omitempty"`
 	Input  string `json:"input,omitempty"`
 	Member string `json:"member,omitempty"`
 }
 
-func writeRecord(t *rootfs.Tree, rec *recipes.Recipe, ep time.Time, treeDigest string, inputs []plannedInput) error {
+func writeRecord(t *rootfs.Tree, rec *recipes.Recipe, ep time.Time, treeDigest string, inputs []plannedInput, recipeSum string) error {
 	r := record{APIVersion: "stamp.dev/v1alpha1", Name: rec.Name, Arch: rec.Arch, Epoch: ep.Unix(), TreeDigest: treeDigest,
 		Inputs: []recordInput{}, Entries: []recordEntry{}}
+	if recipeSum != "" {
+		r.Recipe = &recordRecipe{File: path.Base(filepath.ToSlash(rec.Path)), Digest: recipeSum}
+	}
 	for _, pi := range inputs {
 		r.Inputs = append(r.Inputs, recordInput{Field: pi.field, Kind: pi.in.Kind, URI: lockKey(rec.Dir, pi.in.URI), Digest: pi.in.Digest})
 	}
 	for _, e := range t.Entries() {
-		r.Entries = append(r.Entries, recordEntry{Path: e.Path, SHA256: e.Digest, Layer: e.Origin.Layer, Input: e.Origin.Input, Member: e.Origin.Member})
+		r.Entries = append(r.Entries, recordEntry{Path: e.Path, Type: e.Type.String(), SHA256: e.Digest, Layer: e.Origin.Layer, Input: e.Origin.Input, Member: e.Origin.Member})
 	}
 	data, err := json.MarshalIndent(r, "", " ")
 	if err != nil {

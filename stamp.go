@@ -42,6 +42,8 @@ type Options struct {
 	Offline bool
 	// UpdateLock accepts inputs that no longer match the lock.
 	UpdateLock bool
+	// InsecureRegistries are registries ("host" or "host:port") reached over plain HTTP.
+	InsecureRegistries []string
 	// KeepWork leaves the work directory in place for debugging.
 	KeepWork bool
 	Log      logrus.FieldLogger
@@ -126,6 +128,10 @@ func Build(ctx context.Context, rec *recipes.Recipe, o Options) (*Result, error)
 	if err := resolveInputs(ctx, c, lk, inputs, &o); err != nil {
 		return nil, err
 	}
+	att, err := newAttestation(rec, phases, inputs)
+	if err != nil {
+		return nil, err
+	}
 	ep := epoch(rec, &o)
 	work, err := os.MkdirTemp(o.WorkDir, "stamp-"+rec.Name+"-")
 	if err != nil {
@@ -163,10 +169,10 @@ func Build(ctx context.Context, rec *recipes.Recipe, o Options) (*Result, error)
 	}
 	log.WithField("removed", len(rep.Removed)).Infof("sealed %d entries", tree.Len())
 	treeDigest := rootfs.Digest(tree.Entries())
-	if err := writeRecord(tree, rec, ep, treeDigest, inputs); err != nil {
+	if err := writeRecord(tree, rec, ep, treeDigest, inputs, att.recipeDigest); err != nil {
 		return nil, err
 	}
-	outs, err := writeOutputs(ctx, rec, &o, tree, ep, treeDigest)
+	outs, err := writeOutputs(ctx, rec, &o, tree, ep, treeDigest, att)
 	if err != nil {
 		return nil, err
 	}

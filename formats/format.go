@@ -41,6 +41,9 @@ type Spec struct {
 	Entrypoint  []string
 	Env         []string
 	Labels      map[string]string
+	// Partitions and Boot lay out a raw disk (see PartitionSpec, BootSpec).
+	Partitions []PartitionSpec
+	Boot       *BootSpec
 }
 
 // Result says what a format wrote.
@@ -65,6 +68,16 @@ func Lookup(name string) (Format, error) {
 	switch name {
 	case "tar":
 		return tarFormat{}, nil
+	case "raw":
+		return rawFormat{}, nil
+	case "qcow2":
+		return qcow2Format{}, nil
+	case "cpio":
+		return cpioFormat{}, nil
+	case "pxe":
+		return pxeFormat{}, nil
+	case "oci":
+		return ociFormat{}, nil
 	}
 	return nil, fmt.Errorf("output format %q is not supported by this version of stamp", name)
 }

@@ -31,7 +31,7 @@ func (t *Tree) Rescan(ctx context.Context, origin Origin) (*Changes, error) {
 		byIno[e.disk.ino] = e
 	}
 	done := map[*Inode]bool{}
-	err := filepath.WalkDir(t.dir, func(hp string, d fs.DirEntry, err error) error {
+	err := WalkDir(t.dir, func(hp string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -228,4 +228,55 @@ func hashFile(hp string) (int64, string, error) {
 		return 0, "", err
 	}
 	return n, hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// ReverseReaddirEnv, set to "1", makes WalkDir visit each directory's
+// entries in reverse byte order. stamp verify sets it for its second build,
+// so that a result depending on the order a host directory is read in shows
+// up as a difference.
+const ReverseReaddirEnv = "STAMP_TEST_REVERSE_READDIR"
+
+// WalkDir is filepath.WalkDir, except in reverse order under
+// ReverseReaddirEnv. Every walk of a host directory goes through it.
+func WalkDir(root string, fn fs.WalkDirFunc) error {
+	if os.Getenv(ReverseReaddirEnv) != "1" {
+		return filepath.WalkDir(root, fn)
+	}
+	fi, err := os.Lstat(root)
+	if err != nil {
+		err = fn(root, nil, err)
+	} else {
+		err = walkReverse(root, fs.FileInfoToDirEntry(fi), fn)
+	}
+	if err == fs.SkipDir || err == fs.SkipAll {
+		return nil
+	}
+	return err
+}
+
+func walkReverse(p string, d fs.DirEntry, fn fs.WalkDirFunc) error {
+	if err := fn(p, d, nil); err != nil || !d.IsDir() {
+		if err == fs.SkipDir && d.IsDir() {
+			return nil
+		}
+		return err
+	}
+	ents, err := os.ReadDir(p)
+	if err != nil {
+		if err = fn(p, d, err); err != nil {
+			if err == fs.SkipDir {
+				return nil
+			}
+			return err
+		}
+	}
+	for i := len(ents) - 1; i >= 0; i-- {
+		if err := walkReverse(filepath.Join(p, ents[i].Name()), ents[i], fn); err != nil {
+			if err == fs.SkipDir {
+				break
+			}
+			return err
+		}
+	}
+	return nil
 }

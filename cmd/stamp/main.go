@@ -53,12 +53,19 @@ func newApp(getenv func(string) string, code *int) *cli.App {
 		&cli.StringFlag{Name: "cache-dir", Usage: "content-addressed cache (default $XDG_CACHE_HOME/stamp)"},
 		&cli.StringFlag{Name: "lock", Usage: "lock file (default stamp.lock beside the recipe)"},
 	}
+	// Each command gets its own flag values: urfave/cli keeps state in them.
+	insecure := func() cli.Flag {
+		return &cli.StringSliceFlag{Name: "insecure-registry", Usage: "reach registry HOST[:PORT] over plain HTTP (repeatable; localhost and 127.0.0.1 always are)"}
+	}
+	updateLock := func() cli.Flag {
+		return &cli.BoolFlag{Name: "update-lock", Usage: "accept inputs that no longer match stamp.lock"}
+	}
 	buildFlags := append([]cli.Flag{
 		&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "out", Usage: "directory for the outputs"},
 		&cli.Int64Flag{Name: "epoch", Usage: "SOURCE_DATE_EPOCH for the build (overrides the environment and the recipe)"},
 		&cli.StringFlag{Name: "work-dir", Usage: "where the tree is built (default the system temp dir)"},
 		&cli.BoolFlag{Name: "offline", Usage: "use only the cache; fail naming any missing input"},
-		&cli.BoolFlag{Name: "update-lock", Usage: "accept inputs that no longer match stamp.lock"},
+		updateLock(), insecure(),
 		&cli.BoolFlag{Name: "keep-work", Usage: "keep the work directory for debugging"},
 	}, common...)
 	app := &cli.App{
@@ -89,7 +96,7 @@ func newApp(getenv func(string) string, code *int) *cli.App {
 				Name:      "lock",
 				Usage:     "resolve every input of RECIPE and pin it in stamp.lock",
 				ArgsUsage: "RECIPE",
-				Flags:     append([]cli.Flag{&cli.BoolFlag{Name: "offline"}}, common...),
+				Flags:     append([]cli.Flag{&cli.BoolFlag{Name: "offline"}, updateLock(), insecure()}, common...),
 				Action: func(c *cli.Context) error {
 					return act(c, code, getenv, func(rec *recipes.Recipe, o stamp.Options) error {
 						p, err := stamp.Lock(c.Context, rec, o)
@@ -98,6 +105,157 @@ func newApp(getenv func(string) string, code *int) *cli.App {
 						}
 						return err
 					})
+				},
+			},
+			{
+				Name:      "push",
+				Usage:     "upload the OCI image OUTPUT (a layout directory or oci-archive) to REF; prints REPO@DIGEST",
+				ArgsUsage: "OUTPUT REF",
+				Flags: []cli.Flag{
+					&cli.BoolFlag{Name: "insecure", Usage: "allow plain HTTP or unverified TLS to a registry not on loopback"},
+					&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
+					&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text or json"},
+				},
+				Action: func(c *cli.Context) error {
+					if c.NArg() != 2 {
+						*code = exitUsage
+						return errors.New("push needs OUTPUT and REF")
+					}
+					log, err := newLogger(c)
+					if err != nil {
+						*code = exitUsage
+						return err
+					}
+					o := stamp.PushOptions{Insecure: c.Bool("insecure"), Log: log}
+					var b *bars
+					if c.String("log-format") != "json" && term.IsTerminal(int(os.Stderr.Fd())) {
+						b = newBars(os.Stderr)
+						o.Progress = stamp.Progress(b.start)
+					}
+					ref, err := stamp.Push(c.Context, c.Args().Get(0), c.Args().Get(1), o)
+					if b != nil {
+						b.wait()
+					}
+					if err != nil {
+						*code = exitFailed
+						if stamp.IsUsage(err) {
+							*code = exitUsage
+						}
+						return err
+					}
+					fmt.Fprintln(c.App.Writer, ref)
+					return nil
+				},
+			},
+			{
+				Name:      "fetch",
+				Usage:     "fill the cache with every input stamp.lock pins, for build --offline",
+				ArgsUsage: "RECIPE",
+				Flags:     append([]cli.Flag{updateLock(), insecure()}, common...),
+				Action: func(c *cli.Context) error {
+					return act(c, code, getenv, func(rec *recipes.Recipe, o stamp.Options) error {
+						p, err := stamp.Fetch(c.Context, rec, o)
+						if err == nil {
+							fmt.Fprintln(c.App.Writer, p)
+						}
+						return err
+					})
+				},
+			},
+			{
+				Name:      "verify",
+				Usage:     "build RECIPE twice under varied environments and compare every output",
+				ArgsUsage: "RECIPE",
+				Flags: append([]cli.Flag{
+					&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "directory for both builds (default a temporary one, kept only when they differ)"},
+					&cli.StringFlag{Name: "against", Usage: "an earlier build's SHA256SUMS: build once and compare with it"},
+					&cli.BoolFlag{Name: "same-user", Usage: "run the second build as the caller even when that is root (default: as uid 65534)"},
+					&cli.Int64Flag{Name: "epoch", Usage: "SOURCE_DATE_EPOCH for both builds"},
+					&cli.BoolFlag{Name: "offline", Usage: "use only the cache"},
+					updateLock(), insecure(),
+					&cli.BoolFlag{Name: "keep-work", Usage: "keep the builds' directories"},
+				}, common...),
+				Action: func(c *cli.Context) error {
+					return act(c, code, getenv, func(rec *recipes.Recipe, o stamp.Options) error {
+						exe, err := os.Executable()
+						if err != nil {
+							return fmt.Errorf("verify: finding the stamp binary: %w", err)
+						}
+						res, err := stamp.Verify(c.Context, rec, stamp.VerifyOptions{Options: o, Exe: exe,
+							SameUser: c.Bool("same-user"), Against: c.String("against")})
+						if res != nil && (err == nil || len(res.Outputs) > 0) {
+							res.Write(c.App.Writer)
+						}
+						if err != nil {
+							return err
+						}
+						if !res.OK() {
+							return fmt.Errorf("verify: %d of %d outputs differ", res.Mismatches(), len(res.Outputs))
+						}
+						return nil
+					})
+				},
+			},
+			{
+				Name:      "inspect",
+				Usage:     "read an output back without mounting it and print what it holds",
+				ArgsUsage: "IMAGE",
+				Flags: []cli.Flag{
+					&cli.BoolFlag{Name: "check", Usage: "verify every file's sha256 against the record embedded in the image"},
+					common[0], common[1],
+				},
+				Action: func(c *cli.Context) error {
+					if c.NArg() != 1 {
+						*code = exitUsage
+						return errors.New("inspect needs exactly one IMAGE argument")
+					}
+					in, err := stamp.Inspect(c.Context, c.Args().First())
+					if err != nil {
+						*code = exitFailed
+						return err
+					}
+					in.Write(c.App.Writer)
+					if !c.Bool("check") {
+						return nil
+					}
+					problems := in.Check()
+					for _, p := range problems {
+						fmt.Fprintln(c.App.ErrWriter, "mismatch:", p)
+					}
+					if len(problems) > 0 {
+						*code = exitFailed
+						return fmt.Errorf("inspect --check: %d problems in %s", len(problems), c.Args().First())
+					}
+					fmt.Fprintf(c.App.Writer, "check:        every file matches the embedded record\n")
+					return nil
+				},
+			},
+			{
+				Name:      "diff",
+				Usage:     "compare two outputs entry by entry, across formats too; exit 1 when they differ",
+				ArgsUsage: "A B",
+				Flags: []cli.Flag{
+					&cli.BoolFlag{Name: "include-record", Usage: "compare the embedded record " + "/usr/lib/stamp/manifest.json too"},
+					common[0], common[1],
+				},
+				Action: func(c *cli.Context) error {
+					if c.NArg() != 2 {
+						*code = exitUsage
+						return errors.New("diff needs two images, A and B")
+					}
+					changes, err := stamp.Diff(c.Context, c.Args().Get(0), c.Args().Get(1), stamp.DiffOptions{IncludeRecord: c.Bool("include-record")})
+					if err != nil {
+						*code = exitFailed
+						return err
+					}
+					for _, ch := range changes {
+						fmt.Fprintln(c.App.Writer, ch)
+					}
+					if len(changes) > 0 {
+						*code = exitFailed
+						return fmt.Errorf("diff: %d differences", len(changes))
+					}
+					return nil
 				},
 			},
 			{
@@ -136,14 +294,15 @@ func act(c *cli.Context, code *int, getenv func(string) string, fn func(*recipes
 		return err
 	}
 	o := stamp.Options{
-		OutputDir:  c.String("output"),
-		WorkDir:    c.String("work-dir"),
-		CacheDir:   c.String("cache-dir"),
-		LockPath:   c.String("lock"),
-		Offline:    c.Bool("offline"),
-		UpdateLock: c.Bool("update-lock"),
-		KeepWork:   c.Bool("keep-work"),
-		Log:        log,
+		OutputDir:          c.String("output"),
+		WorkDir:            c.String("work-dir"),
+		CacheDir:           c.String("cache-dir"),
+		LockPath:           c.String("lock"),
+		Offline:            c.Bool("offline"),
+		UpdateLock:         c.Bool("update-lock"),
+		InsecureRegistries: c.StringSlice("insecure-registry"),
+		KeepWork:           c.Bool("keep-work"),
+		Log:                log,
 	}
 	if c.IsSet("epoch") {
 		e := c.Int64("epoch")

@@ -91,7 +91,7 @@ func TestBuildAsRootAndNobodyIsIdentical(t *testing.T) {
 	stampAs65534(t, dir, []string{"TZ=Asia/Kathmandu", "LANG=de_DE.UTF-8", "LC_ALL=de_DE.UTF-8"},
 		"build", "recipe.yaml", "-o", out2, "--cache-dir", filepath.Join(work2, "cache"), "--work-dir", work2).mustSucceed(t)
 
-	for _, name := range []string{"e2e-node.tar.zst", "e2e-node-plain.tar", "manifest.txt", "SHA256SUMS"} {
+	for _, name := range []string{"e2e-node.tar.zst", "e2e-node-plain.tar", "manifest.txt", "SHA256SUMS", "provenance.json", "sbom.spdx.json"} {
 		a, err1 := os.ReadFile(filepath.Join(out1, name))
 		b, err2 := os.ReadFile(filepath.Join(out2, name))
 		if err1 != nil || err2 != nil {
@@ -101,7 +101,7 @@ func TestBuildAsRootAndNobodyIsIdentical(t *testing.T) {
 			t.Errorf("%s differs between the root and the uid 65534 build", name)
 		}
 	}
-	if got := finalFiles(t, out1); strings.Join(got, " ") != "SHA256SUMS e2e-node-plain.tar e2e-node.tar.zst manifest.txt" {
+	if got := finalFiles(t, out1); strings.Join(got, " ") != "SHA256SUMS e2e-node-plain.tar e2e-node.tar.zst manifest.txt provenance.json sbom.spdx.json" {
 		t.Errorf("output dir holds %v", got)
 	}
 

@@ -1,0 +1,263 @@
+package qcow2
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stamp-dev/stamp/test/harness"
+)
+
+// rawDisk writes a sparse raw disk with what the encoder must tell apart:
+// incompressible and compressible data, zeros written as data, a hole, a
+// cluster with one byte set at its end, and a partial last cluster.
+func rawDisk(t testing.TB, dir string, size int64) string {
+	t.Helper()
+	p := filepath.Join(dir, "disk.raw")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	random := make([]byte, 1<<20+333)
+	for i := range random {
+		random[i] = byte(rng.Uint32())
+	}
+	var text bytes.Buffer
+	for i := 0; text.Len() < 2<<20; i++ {
+		fmt.Fprintf(&text, "line %d: the quick brown fox %x jumps over the lazy dog\n", i, rng.Uint32()%64)
+	}
+	at := func(b []byte, off int64) {
+		if _, err := f.WriteAt(b, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at(random, 0)
+	at(text.Bytes(), 4<<20+100)
+	at(make([]byte, 256<<10), 10<<20) // zeros as data: not stored
+	at([]byte{7}, 12<<20+clusterSize-1)
+	at(random[:1000], size-1000)
+	return p
+}
+
+func writeQcow2(t testing.TB, raw, out string, o Options) *Stats {
+	t.Helper()
+	src, err := os.Open(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	fi, _ := src.Stat()
+	dst, err := os.Create(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	st, err := Write(context.Background(), dst, src, fi.Size(), o)
+	if err != nil {
+		t.Fatalf("Write: %v", err)
+	}
+	return st
+}
+
+func qemuImg(t testing.TB, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(harness.Tool(t, "qemu-img"), args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("qemu-img %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func fileSum(t testing.TB, p string) [32]byte {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sha256.Sum256(b)
+}
+
+func TestQemuAgrees(t *testing.T) {
+	dir := t.TempDir()
+	size := int64(64<<20 + 3*512)
+	raw := rawDisk(t, dir, size)
+	for _, compress := range []bool{false, true} {
+		t.Run(fmt.Sprintf("compress=%v", compress), func(t *testing.T) {
+			img := filepath.Join(t.TempDir(), "disk.qcow2")
+			st := writeQcow2(t, raw, img, Options{Compress: compress})
+			out := qemuImg(t, "check", img)
+			if !strings.Contains(out, "No errors were found on the image.") {
+				t.Fatalf("qemu-img check:\n%s", out)
+			}
+			out = qemuImg(t, "compare", "-f", "raw", "-F", "qcow2", raw, img)
+			if !strings.Contains(out, "Images are identical.") {
+				t.Fatalf("qemu-img compare:\n%s", out)
+			}
+			info := qemuImg(t, "info", img)
+			for _, want := range []string{"file format: qcow2", fmt.Sprintf("virtual size: 64 MiB (%d bytes)", size), "cluster_size: 65536", "compat: 1.1", "refcount bits: 16"} {
+				if !strings.Contains(info, want) {
+					t.Errorf("qemu-img info lacks %q:\n%s", want, info)
+				}
+			}
+			// 16 random clusters, 32 or 33 of text, 1 and 1 at the end: the rest
+			// are zeros and must not be stored.
+			if st.Clusters < 50 || st.Clusters > 54 {
+				t.Errorf("%d clusters stored, want about 52", st.Clusters)
+			}
+			if compress && (st.Compressed < 30 || st.Compressed >= st.Clusters) {
+				t.Errorf("%d of %d clusters compressed; the text should, the random data should not", st.Compressed, st.Clusters)
+			}
+			checkReader(t, raw, img)
+			again := filepath.Join(t.TempDir(), "again.qcow2")
+			writeQcow2(t, raw, again, Options{Compress: compress, Workers: 1})
+			if fileSum(t, img) != fileSum(t, again) {
+				t.Error("two writes (with different worker counts) differ")
+			}
+		})
+	}
+}
+
+// checkReader compares the guest disk Open reads with the raw file.
+func checkReader(t testing.TB, raw, img string) {
+	t.Helper()
+	want, err := os.ReadFile(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	q, err := Open(f)
+	if err != nil {
+		t.Fatalf("Open %s: %v", img, err)
+	}
+	if q.Size() != int64(len(want)) {
+		t.Fatalf("size %d, want %d", q.Size(), len(want))
+	}
+	got, err := io.ReadAll(io.NewSectionReader(q, 0, q.Size()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("%s: guest byte %d is %#x, want %#x", img, i, got[i], want[i])
+			}
+		}
+	}
+}
+
+func TestHolesDoNotChangeTheOutput(t *testing.T) {
+	dir := t.TempDir()
+	raw := rawDisk(t, dir, 32<<20)
+	img := filepath.Join(dir, "file.qcow2")
+	writeQcow2(t, raw, img, Options{Compress: true})
+	// Through a plain ReaderAt every byte is read, holes included.
+	b, _ := os.ReadFile(raw)
+	var out bytes.Buffer
+	if _, err := Write(context.Background(), &bufferAt{&out}, bytes.NewReader(b), int64(len(b)), Options{Compress: true}); err != nil {
+		t.Fatal(err)
+	}
+	if sha256.Sum256(out.Bytes()) != fileSum(t, img) {
+		t.Fatal("the output depends on whether holes were seen")
+	}
+}
+
+type bufferAt struct{ b *bytes.Buffer }
+
+func (w *bufferAt) WriteAt(p []byte, off int64) (int, error) {
+	if end := off + int64(len(p)); end > int64(w.b.Len()) {
+		w.b.Write(make([]byte, end-int64(w.b.Len())))
+	}
+	copy(w.b.Bytes()[off:], p)
+	return len(p), nil
+}
+
+func TestReadsWhatQemuWrites(t *testing.T) {
+	dir := t.TempDir()
+	raw := rawDisk(t, dir, 16<<20+512)
+	for _, args := range [][]string{{}, {"-c"}, {"-o", "cluster_size=4096"}, {"-c", "-o", "cluster_size=2M"}} {
+		img := filepath.Join(dir, "qemu.qcow2")
+		os.Remove(img)
+		qemuImg(t, append(append([]string{"convert", "-f", "raw", "-O", "qcow2"}, args...), raw, img)...)
+		checkReader(t, raw, img)
+	}
+}
+
+func TestCheckCatchesABadRefcount(t *testing.T) {
+	// qemu-img check must be able to fail on what this package writes: drop
+	// the refcount of the header cluster.
+	dir := t.TempDir()
+	raw := rawDisk(t, dir, 8<<20)
+	img := filepath.Join(dir, "d.qcow2")
+	writeQcow2(t, raw, img, Options{})
+	f, _ := os.OpenFile(img, os.O_RDWR, 0)
+	q := make([]byte, 8)
+	f.ReadAt(q, 48)
+	rt := int64(q[0])<<56 | int64(q[1])<<48 | int64(q[2])<<40 | int64(q[3])<<32 | int64(q[4])<<24 | int64(q[5])<<16 | int64(q[6])<<8 | int64(q[7])
+	f.ReadAt(q, rt)
+	rb := int64(q[0])<<56 | int64(q[1])<<48 | int64(q[2])<<40 | int64(q[3])<<32 | int64(q[4])<<24 | int64(q[5])<<16 | int64(q[6])<<8 | int64(q[7])
+	f.WriteAt([]byte{0, 0}, rb)
+	f.Close()
+	out, err := exec.Command(harness.Tool(t, "qemu-img"), "check", img).CombinedOutput()
+	if err == nil {
+		t.Fatalf("qemu-img check accepted a zero refcount for the header:\n%s", out)
+	}
+}
+
+func TestEmptyAndTinyDisks(t *testing.T) {
+	for _, size := range []int64{0, 512, clusterSize, 3 * clusterSize} {
+		dir := t.TempDir()
+		raw := filepath.Join(dir, "raw")
+		os.WriteFile(raw, bytes.Repeat([]byte{0xAB}, int(size)), 0o644)
+		img := filepath.Join(dir, "img.qcow2")
+		writeQcow2(t, raw, img, Options{Compress: true})
+		if out := qemuImg(t, "check", img); !strings.Contains(out, "No errors") {
+			t.Errorf("%d bytes: %s", size, out)
+		}
+		checkReader(t, raw, img)
+	}
+	if _, err := Write(context.Background(), &bufferAt{&bytes.Buffer{}}, bytes.NewReader(nil), 1000, Options{}); err == nil {
+		t.Error("a disk of 1000 bytes: want an error")
+	}
+}
+
+// FuzzOpen feeds damaged images to the reader: errors, never a panic.
+func FuzzOpen(f *testing.F) {
+	dir := f.TempDir()
+	raw := filepath.Join(dir, "seed.raw")
+	data := bytes.Repeat([]byte("seed data for the qcow2 fuzzer, compressible "), 3000)
+	os.WriteFile(raw, append(data, make([]byte, 512-len(data)%512)...), 0o644)
+	for _, c := range []bool{false, true} {
+		img := filepath.Join(dir, "seed.qcow2")
+		writeQcow2(f, raw, img, Options{Compress: c})
+		b, _ := os.ReadFile(img)
+		f.Add(b, int64(0))
+	}
+	f.Fuzz(func(t *testing.T, img []byte, flip int64) {
+		if len(img) > 0 {
+			img = append([]byte(nil), img...)
+			i := int(uint64(flip) % uint64(len(img)))
+			img[i] ^= byte(flip >> 32)
+		}
+		q, err := Open(bytes.NewReader(img))
+		if err != nil || q.Size() > 1<<20 {
+			return
+		}
+		io.Copy(io.Discard, io.NewSectionReader(q, 0, q.Size()))
+	})
+}

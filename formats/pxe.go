@@ -1,0 +1,333 @@
+package formats
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/rootfs/compress"
+)
+
+// The files of a PXE bundle, relative to its directory. iPXE resolves the
+// script's relative names against the script's own URL and PXELINUX against
+// its TFTP prefix, so the directory can be served as it is.
+const (
+	PXEKernel   = "vmlinuz"
+	PXEInitrd   = "initrd.img"
+	PXEScript   = "boot.ipxe"
+	PXELinuxCfg = "pxelinux.cfg/default"
+	PXESums     = "SHA256SUMS"
+)
+
+// PXEDefaultCmdline is the kernel command line of a bundle when none is
+// given: kernel messages on the screen and the first serial port, which
+// is where the last console= sends init's output.
+const PXEDefaultCmdline = "console=tty0 console=ttyS0,115200"
+
+// liveRoot is where the live init mounts the tmpfs it copies the tree into.
+const liveRoot = "/.stamp-live"
+
+// PXEOptions configure WritePXE.
+type PXEOptions struct {
+	// Compression of the initramfs made from the tree; empty means zstd.
+	// An initramfs made from a cpio output keeps that output's compression.
+	Compression compress.Algorithm
+	// Cmdline is the kernel command line the iPXE script and the PXELINUX
+	// config pass; empty means PXEDefaultCmdline.
+	Cmdline string
+	// FromCpio, when set, is a cpio output of the same tree (as WriteCpio
+	// wrote it) that becomes the initramfs, with an archive holding the
+	// live /init appended; otherwise the initramfs is written from the tree.
+	FromCpio string
+	// MTime is the mtime of what the bundle adds (/init); use the epoch.
+	MTime time.Time
+	// Name appears in the comments of the script and config.
+	Name string
+}
+
+// PXEBundle says what WritePXE wrote.
+type PXEBundle struct {
+	// Files are the bundle's files, relative to its directory, sorted.
+	Files []string
+	// Adds are manifest lines for what the bundle adds beyond the tree: the
+	// initramfs's /init (and its xattr list), then the bundle's own files
+	// other than the kernel, named relative to the bundle directory.
+	Adds []string
+	// Warnings name what the live system loses.
+	Warnings []string
+}
+
+// WritePXE writes a network-boot bundle of the tree into dir (created if
+// missing; it must not hold the bundle's files already): the tree's kernel (KernelOf), an initramfs holding the whole
+// tree plus a live /init, an iPXE script, a PXELINUX config and the
+// SHA256SUMS of those four.
+//
+// The live /init, run by the tree's busybox, copies the tree from the
+// initramfs into a tmpfs and switch_roots into it, then the tree's own init
+// runs (init= on the command line, default /sbin/init). The initial rootfs
+// cannot be pivot_root'ed, which container runtimes need, and switch_root
+// frees it once the copy is made; until then the tree takes twice its size
+// in memory. stamp.live.size= sets the tmpfs size (default half the RAM).
+// Xattrs, which the kernel's unpacker drops, are put back from the list at
+// XattrListPath when the tree has setfattr; sockets are not copied (their
+// services make them).
+func WritePXE(ctx context.Context, t *rootfs.Tree, dir string, o PXEOptions) (*PXEBundle, error) {
+	kpath, _, err := KernelOf(t)
+	if err != nil {
+		return nil, fmt.Errorf("pxe: %w", err)
+	}
+	for _, p := range []string{"/init", liveRoot} {
+		if t.Get(p) != nil {
+			return nil, fmt.Errorf("pxe: the tree holds %s, which the live initramfs needs for itself", p)
+		}
+	}
+	bb, err := liveBusybox(t)
+	if err != nil {
+		return nil, fmt.Errorf("pxe: %w", err)
+	}
+	cmdline := o.Cmdline
+	if cmdline == "" {
+		cmdline = PXEDefaultCmdline
+	}
+	if strings.ContainsAny(cmdline, "\n\r") {
+		return nil, fmt.Errorf("pxe: the kernel command line holds a line break")
+	}
+	var items []cpioItem
+	t.Walk(func(e *rootfs.Entry) error {
+		items = append(items, cpioItem{path: e.Path, in: e.Inode})
+		return nil
+	})
+	_, xfiles := cpioXattrList(items)
+	setfattr := ""
+	for _, p := range []string{"/usr/bin/setfattr", "/bin/setfattr"} {
+		if e, err := t.Lookup(p, true); err == nil && e.Type == rootfs.TypeRegular {
+			setfattr = e.Path
+			break
+		}
+	}
+	init := liveInit(bb.Path, setfattr, t.Children("/"))
+
+	if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(PXELinuxCfg)), 0o755); err != nil {
+		return nil, fmt.Errorf("pxe: %w", err)
+	}
+	b := &PXEBundle{}
+	sums := map[string]string{}
+	put := func(name string, fill func(w io.Writer) error) error {
+		h := sha256.New()
+		err := writeFile(filepath.Join(dir, filepath.FromSlash(name)), func(f *os.File) error {
+			return fill(io.MultiWriter(f, h))
+		})
+		if err != nil {
+			return fmt.Errorf("pxe: %w", err)
+		}
+		sums[name] = hex.EncodeToString(h.Sum(nil))
+		b.Files = append(b.Files, name)
+		return nil
+	}
+
+	err = put(PXEKernel, func(w io.Writer) error {
+		f, err := t.Open(kpath)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = io.Copy(w, &tarCtxReader{ctx: ctx, r: f})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	extra := []CpioFile{{Path: "/init", Perm: 0o755, Content: init}}
+	err = put(PXEInitrd, func(w io.Writer) error {
+		if o.FromCpio == "" {
+			alg := o.Compression
+			if alg == "" {
+				alg = compress.Zstd
+			}
+			return WriteCpio(ctx, t, w, CpioOptions{Compression: alg, Extra: extra, MTime: o.MTime, Adds: &b.Adds})
+		}
+		return appendLive(ctx, w, o.FromCpio, extra, o.MTime, &b.Adds)
+	})
+	if err != nil {
+		return nil, err
+	}
+	name := o.Name
+	if name == "" {
+		name = "the image"
+	}
+	script := fmt.Sprintf("#!ipxe\n# stamp live boot of %s: the kernel and initramfs beside this script\nkernel %s initrd=%s %s\ninitrd %s\nboot\n",
+		name, PXEKernel, PXEInitrd, cmdline, PXEInitrd)
+	cfg := fmt.Sprintf("# stamp live boot of %s\nDEFAULT stamp\nPROMPT 0\nTIMEOUT 0\nLABEL stamp\n\tKERNEL %s\n\tINITRD %s\n\tAPPEND %s\n",
+		name, PXEKernel, PXEInitrd, cmdline)
+	generated := []struct{ name, content string }{{PXEScript, script}, {PXELinuxCfg, cfg}}
+	for _, g := range generated {
+		if err := put(g.name, func(w io.Writer) error { _, err := io.WriteString(w, g.content); return err }); err != nil {
+			return nil, err
+		}
+	}
+	sort.Strings(b.Files)
+	var sumText bytes.Buffer
+	for _, f := range b.Files {
+		fmt.Fprintf(&sumText, "%s  %s\n", sums[f], f)
+	}
+	if err := put(PXESums, func(w io.Writer) error { _, err := w.Write(sumText.Bytes()); return err }); err != nil {
+		return nil, err
+	}
+	sort.Strings(b.Files)
+	for _, g := range append(generated, struct{ name, content string }{PXESums, sumText.String()}) {
+		b.Adds = append(b.Adds, manifestFileLine(g.name, 0o644, o.MTime, []byte(g.content)))
+	}
+	if len(xfiles) > 0 && setfattr == "" {
+		for _, p := range xfiles {
+			b.Warnings = append(b.Warnings, fmt.Sprintf("%s: its xattrs are lost in the live system: the kernel's initramfs unpacker drops them and the tree has no setfattr (package attr) for the live init to put them back", p))
+		}
+	}
+	return b, nil
+}
+
+// manifestFileLine is the manifest line of a file a format adds.
+func manifestFileLine(p string, perm uint32, mtime time.Time, content []byte) string {
+	sum := sha256.Sum256(content)
+	e := &rootfs.Entry{Path: p, Inode: &rootfs.Inode{Type: rootfs.TypeRegular, Perm: perm, MTime: mtime,
+		Size: int64(len(content)), Digest: hex.EncodeToString(sum[:])}}
+	return rootfs.ManifestLine(e, nil, false)
+}
+
+// appendLive copies a cpio output and appends an archive of extra,
+// compressed the same way: the kernel unpacks archives one after another.
+func appendLive(ctx context.Context, w io.Writer, from string, extra []CpioFile, mtime time.Time, adds *[]string) error {
+	f, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	alg, r, err := compress.Detect(f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", from, err)
+	}
+	n, err := io.Copy(w, &tarCtxReader{ctx: ctx, r: r})
+	if err != nil {
+		return fmt.Errorf("%s: %w", from, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%s: empty", from)
+	}
+	// An uncompressed archive must start on a 4-byte boundary.
+	if alg == compress.None && n%4 != 0 {
+		if _, err := w.Write(make([]byte, 4-n%4)); err != nil {
+			return err
+		}
+	}
+	var items []cpioItem
+	for _, x := range extra {
+		it := cpioGenerated(x, mtime)
+		items = append(items, it)
+		*adds = append(*adds, rootfs.ManifestLine(&rootfs.Entry{Path: it.path, Inode: it.in}, nil, false))
+	}
+	return writeCpioItems(ctx, w, alg, items)
+}
+
+// liveBusybox finds the busybox the live init runs with. It need not be
+// static: the whole tree, its libraries included, is in the initramfs.
+func liveBusybox(t *rootfs.Tree) (*rootfs.Entry, error) {
+	for _, c := range []string{"/bin/busybox", "/usr/bin/busybox"} {
+		if e, err := t.Lookup(c, true); err == nil && e.Type == rootfs.TypeRegular {
+			return e, nil
+		}
+	}
+	return nil, fmt.Errorf("no /bin/busybox or /usr/bin/busybox: the live init runs the tree's busybox (install busybox-static or busybox)")
+}
+
+// liveInit is the /init of a live initramfs. top are the names directly
+// under the tree's root, which is what it copies.
+func liveInit(busybox, setfattr string, top []string) []byte {
+	var names []string
+	for _, n := range top {
+		names = append(names, shellQuote("./"+n))
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, liveInitScript, busybox, busybox, liveRoot, strings.Join(names, " "))
+	list := strings.TrimPrefix(XattrListPath, "/")
+	if setfattr != "" {
+		fmt.Fprintf(&b, "if [ -f /%s ]; then\n\t(cd \"$new\" && %s -h --restore=/%s) || say \"some xattrs could not be restored\"\nfi\n", list, setfattr, list)
+	} else {
+		fmt.Fprintf(&b, "[ -f /%s ] && say \"the tree has no setfattr: the xattrs in /%s are lost\"\n", list, list)
+	}
+	b.WriteString("say \"starting $init\"\nexec $bb switch_root \"$new\" \"$init\" \"$@\"\n")
+	return b.Bytes()
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+const liveInitScript = `#!%s sh
+# stamp live init: copies the tree from the initramfs into a tmpfs and
+# switch_roots into it (the initramfs itself cannot be pivot_root'ed, which
+# container runtimes need), puts back the xattrs the kernel's unpacker
+# dropped, then runs the tree's init (init=, default /sbin/init).
+# stamp.live.size= sets the size of the tmpfs (default half the RAM).
+bb=%s
+new=%s
+say() { echo "stamp-live: $*"; }
+fail() { say "$*"; exit 1; }
+set -o pipefail
+$bb mkdir -p /proc
+$bb mount -t proc proc /proc || fail "cannot mount /proc"
+init=/sbin/init
+size=
+set -f
+for arg in $($bb cat /proc/cmdline); do
+	case "$arg" in
+	init=*) init=${arg#init=} ;;
+	stamp.live.size=*) size=,size=${arg#stamp.live.size=} ;;
+	esac
+done
+set +f
+$bb umount /proc
+$bb mkdir -p "$new"
+$bb mount -t tmpfs -o "mode=0755,uid=0,gid=0$size" tmpfs "$new" || fail "cannot mount a tmpfs on $new"
+say "copying the tree into a tmpfs"
+cd / && $bb tar -c -f - %s | $bb tar -x -f - -C "$new" || fail "copying the tree into $new failed"
+`
+
+// pxeFormat is "format: pxe": a directory BASE.pxe holding the bundle.
+type pxeFormat struct{}
+
+func (pxeFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base string) (*Result, error) {
+	alg, err := cpioCompression(spec.Compression)
+	if err != nil {
+		return nil, err
+	}
+	o := PXEOptions{Compression: alg, FromCpio: src.From, MTime: src.Epoch, Name: src.Name}
+	if spec.Boot != nil {
+		o.Cmdline = spec.Boot.Cmdline
+	}
+	name := base + ".pxe"
+	bdir := filepath.Join(dir, name)
+	if err := os.Mkdir(bdir, 0o755); err != nil {
+		return nil, fmt.Errorf("pxe: %w", err)
+	}
+	b, err := WritePXE(ctx, src.Tree, bdir, o)
+	if err != nil {
+		os.RemoveAll(bdir)
+		return nil, err
+	}
+	res := &Result{Files: []string{name}, Warnings: b.Warnings}
+	for _, a := range b.Adds {
+		// The bundle's own files are named inside the output directory; the
+		// initramfs's entries are tree paths.
+		if !strings.HasPrefix(a, "/") {
+			a = name + "/" + a
+		}
+		res.Adds = append(res.Adds, a)
+	}
+	return res, nil
+}

@@ -1,0 +1,59 @@
+package formats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/stamp-dev/stamp/disk/qcow2"
+)
+
+// qcow2Format encodes a raw disk output as qcow2. The raw disk is read back
+// from its file, so the qcow2 holds exactly the bytes the raw output does.
+type qcow2Format struct{}
+
+func (qcow2Format) Write(ctx context.Context, src *Source, spec *Spec, dir, base string) (*Result, error) {
+	if src.From == "" {
+		return nil, errors.New("from: a qcow2 is made from a raw output")
+	}
+	var compress bool
+	switch spec.Compression {
+	case "", "none":
+	case "zlib", "deflate":
+		compress = true
+	default:
+		return nil, fmt.Errorf("compression: %q is not one qcow2 has (none or zlib)", spec.Compression)
+	}
+	in, err := os.Open(src.From)
+	if err != nil {
+		return nil, fmt.Errorf("from: %w", err)
+	}
+	defer in.Close()
+	fi, err := in.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("from: %w", err)
+	}
+	o := qcow2.Options{Compress: compress}
+	if src.Progress != nil {
+		add, done := src.Progress(spec.Name, fi.Size())
+		defer done()
+		o.Progress = add
+	}
+	name := base + ".qcow2"
+	err = writeFile(filepath.Join(dir, name), func(f *os.File) error {
+		_, err := qcow2.Write(ctx, f, in, fi.Size(), o)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	// The qcow2 holds the raw disk, so it adds what the disk adds.
+	adds, err := diskAdds(ctx, in, fi.Size(), src.Tree, src.Epoch)
+	if err != nil {
+		os.Remove(filepath.Join(dir, name))
+		return nil, fmt.Errorf("from: %w", err)
+	}
+	return &Result{Files: []string{name}, Adds: adds}, nil
+}

@@ -1,0 +1,617 @@
+package formats
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/stamp-dev/stamp/disk"
+	"github.com/stamp-dev/stamp/disk/ext4"
+	"github.com/stamp-dev/stamp/disk/fat"
+	"github.com/stamp-dev/stamp/rootfs"
+)
+
+// PartitionSpec is one GPT partition of a raw disk as the recipe asks for it.
+type PartitionSpec struct {
+	Name       string
+	Type       string // esp | root | xbootldr | swap | linux | bios
+	Size       string // "auto" or a size such as "256MiB"
+	Filesystem string // vfat | ext4 | swap | none
+	Label      string
+}
+
+// BootSpec places a boot loader on a raw disk.
+type BootSpec struct {
+	Loader  string // systemd-boot | none
+	Cmdline string
+	BIOS    bool
+}
+
+// Where systemd-boot finds its configuration, and what the raw disk calls
+// the kernel and initramfs it copies onto the ESP.
+const (
+	espKernel    = "/vmlinuz"
+	espInitrd    = "/initrd.img"
+	loaderConf   = "/loader/loader.conf"
+	loaderEntry  = "/loader/entries/node.conf"
+	minAutoESP   = 64 << 20
+	swapPageSize = 4096
+)
+
+// gptGrowFS is the partition attribute (bit 59) of the Discoverable
+// Partitions Specification that asks for the file system to be grown to the
+// partition on first mount.
+const gptGrowFS = 1 << 59
+
+// efiArch names the UEFI removable-media boot file and systemd-boot's
+// binary for an architecture.
+var efiArch = map[string]struct{ bootFile, systemdBoot string }{
+	"amd64": {"BOOTX64.EFI", "systemd-bootx64.efi"},
+	"arm64": {"BOOTAA64.EFI", "systemd-bootaa64.efi"},
+}
+
+type rawFormat struct{}
+
+func (rawFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base string) (*Result, error) {
+	p, err := planDisk(ctx, src, spec)
+	if err != nil {
+		return nil, err
+	}
+	defer p.close()
+	name := base + ".raw"
+	err = writeFile(filepath.Join(dir, name), func(f *os.File) error { return p.write(ctx, f) })
+	if err != nil {
+		return nil, err
+	}
+	return &Result{Files: []string{name}, Adds: p.adds}, nil
+}
+
+// diskPlan is a raw disk laid out and checked, before any byte is written.
+type diskPlan struct {
+	src      *Source
+	size     int64
+	diskGUID [16]byte
+	parts    []*plannedPart
+	adds     []string
+	// cleanup releases what planning made (temporary trees).
+	cleanup []func()
+}
+
+type plannedPart struct {
+	field   string // "partitions[1]", for errors
+	spec    PartitionSpec
+	gpt     disk.Partition
+	vfat    *fat.Options
+	files   []fat.File
+	digests []string // hex sha256 of each of files
+	ext4    *ext4.Options
+	tree    *rootfs.Tree
+	swap    bool
+}
+
+func (p *diskPlan) close() {
+	for _, f := range p.cleanup {
+		f()
+	}
+}
+
+// planDisk works out every partition's size, identifiers and content, and
+// checks that everything fits, so that a disk that cannot be made fails
+// before its file exists.
+func planDisk(ctx context.Context, src *Source, spec *Spec) (_ *diskPlan, err error) {
+	p := &diskPlan{src: src, diskGUID: disk.DiskGUID(src.Seed)}
+	defer func() {
+		if err != nil {
+			p.close()
+		}
+	}()
+	diskSize, err := parseSize(spec.Size)
+	if err != nil {
+		return nil, fmt.Errorf("size: %w", err)
+	}
+	var free int64
+	if spec.FreeSpace != "" {
+		if free, err = parseSize(spec.FreeSpace); err != nil || free == 0 {
+			return nil, fmt.Errorf("freeSpace: %q must be a size such as 512MiB", spec.FreeSpace)
+		}
+	}
+	if len(spec.Partitions) == 0 {
+		return nil, errors.New("partitions: a raw disk needs at least a root partition")
+	}
+	loader := "none"
+	if spec.Boot != nil {
+		switch {
+		case spec.Boot.BIOS:
+			return nil, errors.New("boot.bios: legacy BIOS boot is not supported; raw disks boot by UEFI only")
+		case spec.Boot.Loader == "systemd-boot" || spec.Boot.Loader == "none":
+			loader = spec.Boot.Loader
+		case spec.Boot.Loader == "":
+			loader = "systemd-boot"
+		default:
+			return nil, fmt.Errorf("boot.loader: %q is not supported; use systemd-boot or none", spec.Boot.Loader)
+		}
+	}
+	var root, esp *plannedPart
+	for i, ps := range spec.Partitions {
+		pp := &plannedPart{field: fmt.Sprintf("partitions[%d]", i), spec: ps}
+		typ, err := disk.TypeGUID(ps.Type, src.Arch)
+		if err != nil {
+			return nil, fmt.Errorf("%s.type: %w", pp.field, err)
+		}
+		if n := len([]rune(ps.Name)); n == 0 || n > 36 {
+			return nil, fmt.Errorf("%s.name: %q must be 1 to 36 characters, as a GPT partition name", pp.field, ps.Name)
+		}
+		pp.gpt = disk.Partition{Name: ps.Name, Type: typ, GUID: disk.PartitionGUID(src.Seed, ps.Name)}
+		switch ps.Type {
+		case "root":
+			if root != nil {
+				return nil, fmt.Errorf("%s.type: a second root partition (the first is %s)", pp.field, root.field)
+			}
+			root = pp
+			pp.gpt.Attributes |= gptGrowFS
+			if ps.Filesystem != "ext4" {
+				return nil, fmt.Errorf("%s.filesystem: the root partition holds ext4, not %q", pp.field, ps.Filesystem)
+			}
+		case "esp":
+			if esp == nil {
+				esp = pp
+			}
+		}
+		switch ps.Filesystem {
+		case "vfat":
+			pp.vfat = &fat.Options{VolumeID: disk.VolumeID(src.Seed, ps.Name), Label: ps.Label, Epoch: src.Epoch}
+		case "ext4":
+			pp.ext4 = &ext4.Options{UUID: disk.FilesystemUUID(src.Seed, ps.Name), HashSeed: disk.HashSeed(src.Seed, ps.Name),
+				Label: ps.Label, Epoch: src.Epoch, Log: src.Log, FreeSpace: free}
+			pp.tree = src.Tree
+			if pp != root {
+				// Only the root holds the tree; another ext4 partition starts empty.
+				t, done, err := emptyTree(src.Epoch)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", pp.field, err)
+				}
+				p.cleanup = append(p.cleanup, done)
+				pp.tree = t
+			}
+			if len(ps.Label) > 16 {
+				return nil, fmt.Errorf("%s.label: an ext4 label holds at most 16 bytes", pp.field)
+			}
+		case "swap":
+			pp.swap = true
+			if len(ps.Label) > 15 {
+				return nil, fmt.Errorf("%s.label: a swap label holds at most 15 bytes", pp.field)
+			}
+		case "none":
+		default:
+			return nil, fmt.Errorf("%s.filesystem: unknown filesystem %q (vfat, ext4, swap or none)", pp.field, ps.Filesystem)
+		}
+		p.parts = append(p.parts, pp)
+	}
+	if root == nil {
+		return nil, errors.New("partitions: a raw disk needs a partition of type root")
+	}
+	if loader == "systemd-boot" {
+		if esp == nil || esp.vfat == nil {
+			return nil, errors.New("boot.loader: systemd-boot needs a partition of type esp with filesystem vfat")
+		}
+		cmdline := ""
+		if spec.Boot != nil {
+			cmdline = spec.Boot.Cmdline
+		}
+		files, err := espFiles(ctx, src, disk.FormatUUID(root.gpt.GUID), cmdline)
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range files {
+			esp.files = append(esp.files, f.File)
+			esp.digests = append(esp.digests, f.digest)
+		}
+	}
+	if err := p.sizePartitions(diskSize, spec.Size); err != nil {
+		return nil, err
+	}
+	p.adds = p.manifestAdds()
+	return p, nil
+}
+
+// sizePartitions gives every partition its size and start, and the disk its
+// size. A fixed size that is too small is an error naming its field.
+func (p *diskPlan) sizePartitions(diskSize int64, sizeText string) error {
+	var fixedSum int64
+	var autoRoot *plannedPart
+	for _, pp := range p.parts {
+		size, err := parseSize(pp.spec.Size)
+		if err != nil {
+			return fmt.Errorf("%s.size: %w", pp.field, err)
+		}
+		size = disk.AlignUp(size)
+		switch {
+		case pp.vfat != nil:
+			need, err := fat.MinSize(pp.files, pp.vfat.Label)
+			if err != nil {
+				return fmt.Errorf("%s: %w", pp.field, err)
+			}
+			if size == 0 {
+				// Room for the content twice over, so a kernel update fits
+				// beside the old one.
+				size = disk.AlignUp(max(minAutoESP, 2*need))
+			} else if size < need {
+				return fmt.Errorf("%s.size: %s is too small for the %d files of the ESP; they need %s", pp.field, pp.spec.Size, len(pp.files), human(need))
+			}
+			if _, err := fat.ChooseGeometry(size, 0); err != nil {
+				return fmt.Errorf("%s.size: %w", pp.field, err)
+			}
+		case pp.ext4 != nil:
+			if size == 0 && diskSize != 0 && pp.tree == p.src.Tree {
+				autoRoot = pp
+				continue
+			}
+			o := *pp.ext4
+			o.Size = size
+			got, err := ext4.Plan(pp.tree, o)
+			if err != nil {
+				return fmt.Errorf("%s.size: %w", pp.field, err)
+			}
+			size = disk.AlignUp(got)
+		case size == 0:
+			return fmt.Errorf("%s.size: a partition with filesystem %s needs a size", pp.field, pp.spec.Filesystem)
+		case pp.swap && size < 10*swapPageSize:
+			return fmt.Errorf("%s.size: a swap partition needs at least 40 KiB", pp.field)
+		}
+		pp.gpt.Size = size
+		fixedSum += size
+	}
+	if autoRoot != nil {
+		// The root takes whatever the fixed disk leaves.
+		avail := (disk.LastUsable(disk.AlignUp(diskSize))/disk.Alignment)*disk.Alignment - disk.Alignment - fixedSum
+		o := *autoRoot.ext4
+		o.FreeSpace = -1
+		need, err := ext4.Plan(autoRoot.tree, o)
+		if err != nil {
+			return fmt.Errorf("%s: %w", autoRoot.field, err)
+		}
+		if avail < disk.AlignUp(need) {
+			return fmt.Errorf("size: %s leaves %s for the root partition; the tree needs %s", sizeText, human(max(avail, 0)), human(disk.AlignUp(need)))
+		}
+		autoRoot.gpt.Size = avail
+	}
+	gparts := make([]disk.Partition, len(p.parts))
+	for i, pp := range p.parts {
+		gparts[i] = pp.gpt
+	}
+	end, err := disk.Place(gparts)
+	if err != nil {
+		return err
+	}
+	for i, pp := range p.parts {
+		pp.gpt = gparts[i]
+	}
+	p.size = disk.DiskSize(end)
+	if diskSize != 0 {
+		if p.size > disk.AlignUp(diskSize) {
+			return fmt.Errorf("size: %s is smaller than the partitions need (%s)", sizeText, human(p.size))
+		}
+		p.size = disk.AlignUp(diskSize)
+	}
+	return nil
+}
+
+// write lays the disk into f, which is new and empty: it is first made its
+// full size as one hole, and every writer below leaves zeros unwritten.
+func (p *diskPlan) write(ctx context.Context, f *os.File) error {
+	if err := f.Truncate(p.size); err != nil {
+		return err
+	}
+	gparts := make([]disk.Partition, len(p.parts))
+	for i, pp := range p.parts {
+		gparts[i] = pp.gpt
+	}
+	if err := disk.WriteGPT(f, p.size, p.diskGUID, gparts); err != nil {
+		return err
+	}
+	for _, pp := range p.parts {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		w := &partWriter{w: f, off: pp.gpt.Start, size: pp.gpt.Size, name: pp.spec.Name}
+		var err error
+		switch {
+		case pp.vfat != nil:
+			o := *pp.vfat
+			o.Size, o.HiddenSectors = pp.gpt.Size, uint32(pp.gpt.Start/disk.SectorSize)
+			_, err = fat.Write(ctx, pp.files, w, o)
+		case pp.ext4 != nil:
+			o := *pp.ext4
+			o.Size = pp.gpt.Size
+			_, err = ext4.Write(ctx, pp.tree, w, o)
+		case pp.swap:
+			err = writeSwap(w, pp.gpt.Size, disk.FilesystemUUID(p.src.Seed, pp.spec.Name), pp.spec.Label)
+		}
+		if err != nil {
+			return fmt.Errorf("%s (%s): %w", pp.field, pp.spec.Name, err)
+		}
+	}
+	return nil
+}
+
+// partWriter confines a file system writer to its partition.
+type partWriter struct {
+	w         io.WriterAt
+	off, size int64
+	name      string
+}
+
+func (w *partWriter) WriteAt(b []byte, off int64) (int, error) {
+	if off < 0 || off+int64(len(b)) > w.size {
+		return 0, fmt.Errorf("write of %d bytes at %d is outside partition %s (%d bytes)", len(b), off, w.name, w.size)
+	}
+	return w.w.WriteAt(b, w.off+off)
+}
+
+// espFiles is what systemd-boot needs on the ESP: itself as the removable
+// media boot file, its configuration, and the newest kernel of the tree with
+// its initramfs.
+func espFiles(ctx context.Context, src *Source, rootPartUUID, cmdline string) ([]espFile, error) {
+	t := src.Tree
+	arch, ok := efiArch[src.Arch]
+	if !ok {
+		return nil, fmt.Errorf("boot.loader: systemd-boot on architecture %q is not supported (amd64 or arm64)", src.Arch)
+	}
+	sdboot := "/usr/lib/systemd/boot/efi/" + arch.systemdBoot
+	boot, err := treeFile(t, sdboot)
+	if err != nil {
+		return nil, fmt.Errorf("boot.loader: systemd-boot needs %s in the tree (Debian's systemd-boot-efi package): %w", sdboot, err)
+	}
+	kpath, ver, err := KernelOf(t)
+	if err != nil {
+		return nil, fmt.Errorf("boot.loader: systemd-boot needs a kernel in /boot: %w", err)
+	}
+	kernel := t.Get(kpath)
+	initrd := bytesFATFile(espInitrd, nil)
+	if e, err := treeFile(t, "/boot/initrd.img-"+ver); err == nil {
+		initrd = treeFATFile(espInitrd, t, e)
+	} else {
+		// No initramfs of the tree's own: make the small one that finds the
+		// root by the PARTUUID the loader entry names.
+		var b bytes.Buffer
+		if err := WriteBootInitramfs(ctx, t, &b, BootInitramfsOptions{KernelVersion: ver}); err != nil {
+			return nil, fmt.Errorf("boot.loader: the tree has no /boot/initrd.img-%s, and making one failed: %w", ver, err)
+		}
+		initrd = bytesFATFile(espInitrd, b.Bytes())
+	}
+	options := "root=PARTUUID=" + rootPartUUID + " ro"
+	if c := strings.TrimSpace(cmdline); c != "" {
+		// The recipe's words come last, so they win where the kernel takes
+		// the last of several (rw, root=).
+		options += " " + c
+	}
+	entry := fmt.Sprintf("title %s\nlinux %s\ninitrd %s\noptions %s\n", src.Name, espKernel, espInitrd, options)
+	return []espFile{
+		treeFATFile("/EFI/BOOT/"+arch.bootFile, t, boot),
+		bytesFATFile(loaderConf, []byte("default node.conf\ntimeout 0\nconsole-mode keep\n")),
+		bytesFATFile(loaderEntry, []byte(entry)),
+		treeFATFile(espKernel, t, kernel),
+		initrd,
+	}, nil
+}
+
+// treeFile finds the regular file at p, following symlinks as the image
+// would.
+func treeFile(t *rootfs.Tree, p string) (*rootfs.Entry, error) {
+	e, err := t.Lookup(p, true)
+	if err != nil {
+		return nil, err
+	}
+	if e.Type != rootfs.TypeRegular {
+		return nil, fmt.Errorf("%s is a %s, not a file", p, e.Type)
+	}
+	return e, nil
+}
+
+// espFile is a file for the ESP and the sha256 of its content, for the
+// manifest.
+type espFile struct {
+	fat.File
+	digest string
+}
+
+func treeFATFile(p string, t *rootfs.Tree, e *rootfs.Entry) espFile {
+	return espFile{fat.File{Path: p, Size: e.Size, Open: func() (io.ReadCloser, error) { return t.Open(e.Path) }}, e.Digest}
+}
+
+func bytesFATFile(p string, b []byte) espFile {
+	sum := sha256.Sum256(b)
+	return espFile{fat.File{Path: p, Size: int64(len(b)), Open: func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(b)), nil
+	}}, hex.EncodeToString(sum[:])}
+}
+
+// manifestAdds lists what the disk holds beyond the tree, as manifest lines
+// named "PARTITION:/path": the files and directories of FAT partitions as a
+// reader gets them back (owner 0, mode 0755/0644, FAT's time), and the
+// lost+found the ext4 writer adds to a root that has none.
+func (p *diskPlan) manifestAdds() []string {
+	var adds []string
+	for _, pp := range p.parts {
+		prefix := pp.spec.Name + ":"
+		switch {
+		case pp.vfat != nil:
+			mt := fat.Timestamp(p.src.Epoch)
+			dirs := map[string]bool{}
+			var lines []*rootfs.Entry
+			for i, f := range pp.files {
+				for d := path.Dir(f.Path); d != "/" && !dirs[d]; d = path.Dir(d) {
+					dirs[d] = true
+					lines = append(lines, &rootfs.Entry{Path: prefix + d, Inode: &rootfs.Inode{Type: rootfs.TypeDir, Perm: 0o755, MTime: mt}})
+				}
+				lines = append(lines, &rootfs.Entry{Path: prefix + f.Path, Inode: &rootfs.Inode{Type: rootfs.TypeRegular, Perm: 0o644,
+					MTime: mt, Size: f.Size, Digest: pp.digests[i]}})
+			}
+			sort.Slice(lines, func(i, j int) bool { return lines[i].Path < lines[j].Path })
+			for _, e := range lines {
+				adds = append(adds, rootfs.ManifestLine(e, nil, false))
+			}
+		case pp.ext4 != nil:
+			if pp.tree.Get("/lost+found") == nil {
+				e := &rootfs.Entry{Path: prefix + "/lost+found", Inode: &rootfs.Inode{Type: rootfs.TypeDir, Perm: 0o700, MTime: p.src.Epoch}}
+				adds = append(adds, rootfs.ManifestLine(e, nil, false))
+			}
+		}
+	}
+	return adds
+}
+
+// emptyTree is a tree holding only its root, for an ext4 partition other
+// than the root.
+func emptyTree(epoch time.Time) (*rootfs.Tree, func(), error) {
+	dir, err := os.MkdirTemp("", "stamp-empty-")
+	if err != nil {
+		return nil, nil, err
+	}
+	t, err := rootfs.New(filepath.Join(dir, "root"), rootfs.Options{DefaultMTime: epoch})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return t, func() { t.Close(); os.RemoveAll(dir) }, nil
+}
+
+// writeSwap writes the header mkswap writes (version 1, 4 KiB pages) so
+// the partition is swap the kernel accepts as it is.
+func writeSwap(w io.WriterAt, size int64, uuid [16]byte, label string) error {
+	b := make([]byte, swapPageSize)
+	pages := size / swapPageSize
+	if pages > math.MaxUint32 {
+		pages = math.MaxUint32
+	}
+	binary.LittleEndian.PutUint32(b[1024:], 1)
+	binary.LittleEndian.PutUint32(b[1028:], uint32(pages-1))
+	copy(b[1036:1052], uuid[:])
+	copy(b[1052:1068], label)
+	copy(b[swapPageSize-10:], "SWAPSPACE2")
+	_, err := w.WriteAt(b, 0)
+	return err
+}
+
+// parseSize reads a size as recipes write them: "auto" (0), or a number of
+// bytes with an optional unit; K, M, G, T and KiB... are powers of 1024, KB,
+// MB... powers of 1000.
+func parseSize(s string) (int64, error) {
+	if s == "" || s == "auto" {
+		return 0, nil
+	}
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	n, err := strconv.ParseInt(s[:i], 10, 64)
+	if i == 0 || err != nil {
+		return 0, fmt.Errorf("size %q must be \"auto\" or a number with an optional unit such as 256MiB", s)
+	}
+	mult, ok := sizeUnits[strings.TrimSpace(s[i:])]
+	if !ok {
+		return 0, fmt.Errorf("size %q has an unknown unit", s)
+	}
+	if n <= 0 || n > math.MaxInt64/mult/2 {
+		return 0, fmt.Errorf("size %q is out of range", s)
+	}
+	return n * mult, nil
+}
+
+var sizeUnits = map[string]int64{
+	"": 1, "B": 1,
+	"K": 1 << 10, "KiB": 1 << 10, "KB": 1e3,
+	"M": 1 << 20, "MiB": 1 << 20, "MB": 1e6,
+	"G": 1 << 30, "GiB": 1 << 30, "GB": 1e9,
+	"T": 1 << 40, "TiB": 1 << 40, "TB": 1e12,
+}
+
+// human prints a byte count in the largest binary unit that keeps it exact
+// to a tenth.
+func human(n int64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
+	f, u := float64(n), 0
+	for f >= 1024 && u < len(units)-1 {
+		f /= 1024
+		u++
+	}
+	if u == 0 {
+		return fmt.Sprintf("%d B", n)
+	}
+	return fmt.Sprintf("%.1f %s", f, units[u])
+}
+
+// diskAdds reads a raw disk back and lists what it holds beyond tree, as
+// manifestAdds does from the plan: every file and directory of its FAT
+// partitions, and the lost+found of each ext4 partition that the tree did
+// not provide (the root's when the tree has none, every other one's).
+func diskAdds(ctx context.Context, r io.ReaderAt, size int64, tree *rootfs.Tree, epoch time.Time) ([]string, error) {
+	_, parts, err := disk.ReadGPT(r, size)
+	if err != nil {
+		return nil, err
+	}
+	var adds []string
+	for _, p := range parts {
+		pr := io.NewSectionReader(r, p.Start, p.Size)
+		prefix := p.Name + ":"
+		magic := make([]byte, 2)
+		if _, err := pr.ReadAt(magic, 1080); err == nil && binary.LittleEndian.Uint16(magic) == 0xEF53 {
+			isRoot := p.Type == disk.TypeRootAMD64 || p.Type == disk.TypeRootARM64
+			if !isRoot || tree.Get("/lost+found") == nil {
+				e := &rootfs.Entry{Path: prefix + "/lost+found", Inode: &rootfs.Inode{Type: rootfs.TypeDir, Perm: 0o700, MTime: epoch}}
+				adds = append(adds, rootfs.ManifestLine(e, nil, false))
+			}
+			continue
+		}
+		fsys, err := fat.Open(pr, p.Size)
+		if err != nil {
+			continue // neither ext4 nor FAT: swap, or nothing
+		}
+		var ents []*rootfs.Entry
+		err = fs.WalkDir(fsys, ".", func(name string, d fs.DirEntry, err error) error {
+			if err != nil || name == "." {
+				return err
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			in := &rootfs.Inode{Type: rootfs.TypeDir, Perm: 0o755, MTime: info.ModTime()}
+			if !d.IsDir() {
+				b, err := fs.ReadFile(fsys, name)
+				if err != nil {
+					return err
+				}
+				sum := sha256.Sum256(b)
+				in = &rootfs.Inode{Type: rootfs.TypeRegular, Perm: 0o644, MTime: info.ModTime(), Size: int64(len(b)), Digest: hex.EncodeToString(sum[:])}
+			}
+			ents = append(ents, &rootfs.Entry{Path: prefix + "/" + name, Inode: in})
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("partition %s: %w", p.Name, err)
+		}
+		sort.Slice(ents, func(i, j int) bool { return ents[i].Path < ents[j].Path })
+		for _, e := range ents {
+			adds = append(adds, rootfs.ManifestLine(e, nil, false))
+		}
+	}
+	return adds, nil
+}

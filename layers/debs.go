@@ -1,0 +1,503 @@
+package layers
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/stamp-dev/stamp/packages/deb"
+	"github.com/stamp-dev/stamp/packages/dpkg"
+	"github.com/stamp-dev/stamp/packages/repo"
+	"github.com/stamp-dev/stamp/packages/resolve"
+	"github.com/stamp-dev/stamp/packages/scripts"
+	"github.com/stamp-dev/stamp/rootfs"
+)
+
+// Debs installs packages from a Debian repository the way apt-get install
+// --no-install-recommends and dpkg would, without running anything: the
+// packages are chosen against the tree's dpkg status, every index and .deb
+// is verified, data.tar is unpacked through the confined extractor (keeping
+// merged-/usr directory symlinks), the dpkg database is written as dpkg
+// writes it, and the maintainer scripts' effects are applied by the
+// offline handlers of packages/scripts.
+type Debs struct {
+	Repo       string   // archive root URL
+	Suites     []string // one or more suites, all read
+	Components []string
+	Packages   []string
+	Trusted    bool // no signature check (reads Release, not InRelease)
+	Recommends bool
+	// Exclude are globs of package paths not to install (docs, man pages,
+	// locales); they are left out of the .list and .md5sums too, so the
+	// dpkg database stays true.
+	Exclude []string
+	// DeferScripts lets scripts the offline handlers cannot apply run at
+	// first boot instead: their packages stay unpacked and a unit runs
+	// dpkg --configure -a. Without it such a script fails the build.
+	DeferScripts bool
+
+	// Keyring is the OpenPGP keyring InRelease is verified with (kind
+	// "file"); unused when Trusted.
+	Keyring Input
+	// Index holds one input per suite (kind "deb"): its InRelease, or its
+	// Release when Trusted. The lock pins them, and through their SHA256
+	// lists every Packages index and .deb.
+	Index []Input
+}
+
+// NewDebs builds the layer and its inputs for a repository and suites.
+func NewDebs(repoURL string, suites []string, keyring string, trusted bool) *Debs {
+	l := &Debs{Repo: strings.TrimSuffix(repoURL, "/"), Suites: suites, Trusted: trusted}
+	if !trusted && keyring != "" {
+		l.Keyring = Input{Kind: "file", URI: keyring}
+	}
+	for _, s := range suites {
+		src := repo.Source{URL: l.Repo, Suite: s, Trusted: trusted}
+		l.Index = append(l.Index, Input{Kind: "deb", URI: src.ReleaseURL()})
+	}
+	return l
+}
+
+// Kind implements Layer.
+func (*Debs) Kind() string { return "debs" }
+
+// Inputs implements WithInputs.
+func (l *Debs) Inputs() []*Input {
+	var out []*Input
+	if l.Keyring.URI != "" {
+		out = append(out, &l.Keyring)
+	}
+	for i := range l.Index {
+		out = append(out, &l.Index[i])
+	}
+	return out
+}
+
+// debPackage is one package on its way into the tree.
+type debPackage struct {
+	pkg     *repo.Package
+	digest  string // of the .deb
+	control *deb.Control
+	list    []string // data.tar members as dpkg lists them, excluded ones left out
+	state   string
+}
+
+func (p *debPackage) id() string { return p.pkg.Name + "_" + p.pkg.Version + "_" + p.pkg.Arch }
+
+// Apply implements Layer.
+func (l *Debs) Apply(ctx context.Context, env *Env) error {
+	if err := l.apply(ctx, env); err != nil {
+		return fmt.Errorf("%s: %w", env.Label, err)
+	}
+	return nil
+}
+
+func (l *Debs) apply(ctx context.Context, env *Env) error {
+	for _, pat := range l.Exclude {
+		if !rootfs.ValidPattern(pat) {
+			return fmt.Errorf("exclude %q: not an absolute glob", pat)
+		}
+	}
+	available, err := l.load(ctx, env)
+	if err != nil {
+		return err
+	}
+	status, err := readStatus(env.Tree)
+	if err != nil {
+		return err
+	}
+	installed, err := status.Installed(env.Arch)
+	if err != nil {
+		return err
+	}
+	res, err := resolve.Resolve(available, installed, l.Packages, resolve.Options{Arch: env.Arch, Recommends: l.Recommends})
+	if err != nil {
+		return err
+	}
+	env.Log.Infof("%s: installing %d packages: %s", env.Label, len(res.Install), strings.Join(res.Names(), " "))
+
+	// Every .deb is fetched and verified before the tree changes.
+	pkgs := make([]*debPackage, len(res.Install))
+	var total int64
+	for _, p := range res.Install {
+		total += p.Size
+	}
+	add, done := env.progress("fetch packages", total)
+	for i, p := range res.Install {
+		d, err := repo.FetchDeb(ctx, env.Cache, p)
+		if err != nil {
+			done()
+			return err
+		}
+		add(p.Size)
+		pkgs[i] = &debPackage{pkg: p, digest: d}
+	}
+	done()
+
+	se := l.scriptEnv(env)
+	// preinst install, then unpack, package by package; then configure
+	// them all, dependencies first, as dpkg does for one run.
+	for _, p := range pkgs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := l.unpack(ctx, env, se, p); err != nil {
+			return err
+		}
+	}
+	var deferred []string
+	for _, p := range pkgs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		err := l.configure(ctx, env, se, p)
+		var ue *scripts.UnhandledError
+		switch {
+		case err == nil:
+			p.state = dpkg.StateInstalled
+		case errors.As(err, &ue) && l.DeferScripts:
+			env.Log.Warnf("%s: %v; deferred to first boot", env.Label, err)
+			p.state = "install ok unpacked"
+			deferred = append(deferred, p.pkg.Name)
+		case errors.As(err, &ue):
+			return fmt.Errorf("%w (set deferScripts to run it at first boot instead)", err)
+		default:
+			return err
+		}
+	}
+	for _, p := range pkgs {
+		para, err := statusEntry(env.Tree, p)
+		if err != nil {
+			return err
+		}
+		status.Put(para)
+	}
+	if err := writeTreeFile(env, dpkg.StatusPath, status.Bytes(), 0o644, env.Origin("", "dpkg status")); err != nil {
+		return err
+	}
+	if len(deferred) > 0 {
+		if err := l.firstBootUnit(ctx, env, deferred); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// load reads every suite's indexes, verified.
+func (l *Debs) load(ctx context.Context, env *Env) ([]*repo.Package, error) {
+	var keyring []byte
+	if !l.Trusted {
+		if l.Keyring.Digest == "" {
+			return nil, errors.New("no keyring: name one (keyring:) or set trusted: true")
+		}
+		rc, err := env.Cache.Open(l.Keyring.Digest)
+		if err != nil {
+			return nil, err
+		}
+		keyring, err = io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			return nil, fmt.Errorf("keyring %s: %w", l.Keyring.URI, err)
+		}
+	}
+	var idx []*repo.Index
+	for i, suite := range l.Suites {
+		src := repo.Source{URL: l.Repo, Suite: suite, Components: l.Components, Arch: env.Arch, Trusted: l.Trusted}
+		if !l.Trusted {
+			kr, err := repo.ReadKeyring(keyring)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", l.Keyring.URI, err)
+			}
+			src.Keyring = kr
+		}
+		digest := ""
+		if i < len(l.Index) {
+			digest = l.Index[i].Digest
+		}
+		ix, err := repo.Load(ctx, env.Cache, src, digest)
+		if err != nil {
+			return nil, err
+		}
+		env.Log.Debugf("%s: %s %s: %d packages (signed by %s)", env.Label, l.Repo, suite, len(ix.Packages), ix.Release.Signer)
+		idx = append(idx, ix)
+	}
+	return repo.Merge(idx...), nil
+}
+
+func readStatus(t *rootfs.Tree) (*dpkg.Status, error) {
+	e, err := t.Lookup(dpkg.StatusPath, true)
+	if errors.Is(err, fs.ErrNotExist) {
+		return dpkg.NewStatus(), nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	f, err := t.Open(e.Path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	s, err := dpkg.ReadStatus(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dpkg.StatusPath, err)
+	}
+	return s, nil
+}
+
+func (l *Debs) excluded(p string) bool {
+	for _, pat := range l.Exclude {
+		if rootfs.Match(pat, p) || rootfs.Match(strings.TrimSuffix(pat, "/")+"/**", p) {
+			return true
+		}
+	}
+	return false
+}
+
+// unpack runs the preinst and extracts data.tar.
+func (l *Debs) unpack(ctx context.Context, env *Env, se *scripts.Env, p *debPackage) error {
+	rc, err := env.Cache.Open(p.digest)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	r, err := deb.NewReader(rc)
+	if err != nil {
+		return fmt.Errorf("%s: %w", p.pkg.URL(), err)
+	}
+	p.control = r.Control()
+	if got := p.control.Paragraph.Get("Package"); got != p.pkg.Name || p.control.Paragraph.Get("Version") != p.pkg.Version {
+		return fmt.Errorf("%s: the .deb holds %s %s, the index says %s %s", p.pkg.URL(), got, p.control.Paragraph.Get("Version"), p.pkg.Name, p.pkg.Version)
+	}
+	if body, ok := p.control.Files["preinst"]; ok {
+		se.Origin = env.Origin(p.digest, p.id()+":preinst")
+		if err := scripts.Run(ctx, se, scripts.Script{Package: p.pkg.Name, Version: p.pkg.Version, Name: "preinst", Body: body}, "install"); err != nil {
+			// A preinst cannot wait for first boot: the files it
+			// prepares for are about to be unpacked.
+			return err
+		}
+	}
+	data, err := r.Data()
+	if err != nil {
+		return fmt.Errorf("%s: %w", p.pkg.URL(), err)
+	}
+	seen := map[string]bool{}
+	opts := rootfs.ExtractOptions{
+		Origin:          env.Origin(p.digest, ""),
+		KeepDirSymlinks: true,
+		Map: func(q string) (string, bool) {
+			if l.excluded(q) {
+				return "", false
+			}
+			// Map sees a hard link's target too, which is already listed.
+			if !seen[q] {
+				seen[q] = true
+				p.list = append(p.list, q)
+			}
+			return q, true
+		},
+	}
+	if _, err := rootfs.Extract(ctx, env.Tree, data, opts); err != nil {
+		return fmt.Errorf("%s: %w", p.pkg.URL(), err)
+	}
+	// Read to the end so the cache's verifying reader checks every byte.
+	if _, err := io.Copy(io.Discard, rc); err != nil {
+		return fmt.Errorf("%s: %w", p.pkg.URL(), err)
+	}
+	for _, q := range p.list {
+		rp, err := env.Tree.Resolve(q, false)
+		if err != nil {
+			continue
+		}
+		if e := env.Tree.Get(rp); e != nil && e.Origin.Input == p.digest {
+			e.Origin.Member = p.id() + ":" + q
+		}
+	}
+	return l.writeInfo(env, p)
+}
+
+// writeInfo writes the package's files in /var/lib/dpkg/info.
+func (l *Debs) writeInfo(env *Env, p *debPackage) error {
+	c := p.control
+	name, arch, ma := p.pkg.Name, p.pkg.Arch, c.Paragraph.Get("Multi-Arch")
+	if env.Tree.Get(dpkg.InfoDir+"/format") == nil {
+		if err := writeTreeFile(env, dpkg.InfoDir+"/format", []byte(dpkg.InfoFormat), 0o644, env.Origin("", "dpkg info format")); err != nil {
+			return err
+		}
+	}
+	origin := func(member string) rootfs.Origin { return env.Origin(p.digest, p.id()+":control/"+member) }
+	for _, m := range c.Names() {
+		if !dpkg.CopiedControl(m) {
+			continue
+		}
+		data := c.Files[m]
+		if m == "md5sums" {
+			var err error
+			if data, err = dpkg.FilterMD5Sums(data, func(q string) bool { return !l.excluded(q) }); err != nil {
+				return fmt.Errorf("%s: %w", p.id(), err)
+			}
+		}
+		if err := writeTreeFile(env, dpkg.InfoFile(name, arch, ma, m), data, uint32(c.Modes[m]&0o777), origin(m)); err != nil {
+			return err
+		}
+	}
+	if _, ok := c.Files["md5sums"]; !ok {
+		// dpkg records the sums it computed while unpacking.
+		sums, err := md5sums(env.Tree, p.list)
+		if err != nil {
+			return err
+		}
+		if err := writeTreeFile(env, dpkg.InfoFile(name, arch, ma, "md5sums"), sums, 0o644, origin("md5sums")); err != nil {
+			return err
+		}
+	}
+	return writeTreeFile(env, dpkg.InfoFile(name, arch, ma, "list"), dpkg.ListFile(p.list), 0o644, origin("list"))
+}
+
+func md5sums(t *rootfs.Tree, list []string) ([]byte, error) {
+	var b bytes.Buffer
+	for _, q := range list {
+		rp, err := t.Resolve(q, false)
+		if err != nil {
+			return nil, err
+		}
+		e := t.Get(rp)
+		if e == nil || e.Type != rootfs.TypeRegular {
+			continue
+		}
+		sum, err := md5Of(t, rp)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(&b, "%s  %s\n", sum, strings.TrimPrefix(q, "/"))
+	}
+	return b.Bytes(), nil
+}
+
+func md5Of(t *rootfs.Tree, p string) (string, error) {
+	f, err := t.Open(p)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := md5.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// configure runs the postinst.
+func (l *Debs) configure(ctx context.Context, env *Env, se *scripts.Env, p *debPackage) error {
+	body, ok := p.control.Files["postinst"]
+	if !ok {
+		return nil
+	}
+	se.Origin = env.Origin(p.digest, p.id()+":postinst")
+	return scripts.Run(ctx, se, scripts.Script{Package: p.pkg.Name, Version: p.pkg.Version, Name: "postinst", Body: body}, "configure", "")
+}
+
+// statusEntry builds the package's status paragraph, with the hashes of
+// its conffiles as installed.
+func statusEntry(t *rootfs.Tree, p *debPackage) (*deb.Paragraph, error) {
+	var cfs []dpkg.Conffile
+	for _, c := range dpkg.ParseConffiles(p.control.Files["conffiles"]) {
+		e, err := t.Lookup(c, true)
+		if err != nil || e.Type != rootfs.TypeRegular {
+			// Excluded, or removed by a script: dpkg records it as
+			// obsolete only on upgrade; leave it out.
+			continue
+		}
+		sum, err := md5Of(t, e.Path)
+		if err != nil {
+			return nil, err
+		}
+		cfs = append(cfs, dpkg.Conffile{Path: c, MD5: sum})
+	}
+	return dpkg.StatusParagraph(p.control.Paragraph, p.state, cfs), nil
+}
+
+// scriptEnv connects the script handlers to the layers that keep accounts
+// and systemd links.
+func (l *Debs) scriptEnv(env *Env) *scripts.Env {
+	return &scripts.Env{
+		Tree:  env.Tree,
+		Arch:  env.Arch,
+		Epoch: env.Epoch,
+		Logf:  func(format string, args ...any) { env.Log.Debugf(env.Label+": "+format, args...) },
+		Systemctl: func(ctx context.Context, verb string, units []string) error {
+			s := &Systemd{}
+			switch verb {
+			case "enable", "preset", "reenable":
+				// Debian's default preset policy enables everything.
+				s.Enable = units
+			case "disable":
+				s.Disable = units
+			case "mask":
+				s.Mask = units
+			case "unmask":
+				for _, u := range units {
+					if e := env.Tree.Get(unitConfigDir + "/" + u); e != nil && e.Type == rootfs.TypeSymlink && e.Target == "/dev/null" {
+						if err := env.Tree.Remove(e.Path); err != nil {
+							return err
+						}
+					}
+				}
+				return nil
+			default:
+				return fmt.Errorf("systemctl %s is not supported offline", verb)
+			}
+			return s.Apply(ctx, env)
+		},
+		AddGroup: func(ctx context.Context, g scripts.Group) error {
+			return (&Groups{Groups: []Group{{Name: g.Name, GID: g.GID, System: g.System}}}).Apply(ctx, env)
+		},
+		AddUser: func(ctx context.Context, u scripts.User) error {
+			create := u.CreateHome
+			return (&Users{Users: []User{{Name: u.Name, UID: u.UID, Group: u.Group, GID: u.GID, Groups: u.Groups,
+				Home: u.Home, Shell: u.Shell, Comment: u.Comment, System: u.System, CreateHome: &create}}}).Apply(ctx, env)
+		},
+	}
+}
+
+// firstBootUnit installs and enables a unit that configures the deferred
+// packages on first boot.
+func (l *Debs) firstBootUnit(ctx context.Context, env *Env, pkgs []string) error {
+	sort.Strings(pkgs)
+	const unit = "stamp-dpkg-configure.service"
+	body := "# Written by stamp: maintainer scripts of " + strings.Join(pkgs, ", ") + "\n" +
+		"# could not be applied offline; dpkg configures them on first boot.\n" +
+		"[Unit]\nDescription=Configure packages unpacked at image build time\n" +
+		"After=local-fs.target\nBefore=multi-user.target\n\n" +
+		"[Service]\nType=oneshot\nExecStart=/usr/bin/dpkg --configure -a\nRemainAfterExit=yes\n\n" +
+		"[Install]\nWantedBy=multi-user.target\n"
+	if err := writeTreeFile(env, "/etc/systemd/system/"+unit, []byte(body), 0o644, env.Origin("", "deferred maintainer scripts")); err != nil {
+		return err
+	}
+	return (&Systemd{Enable: []string{unit}}).Apply(ctx, env)
+}
+
+// writeTreeFile writes a root-owned file into the tree at p (parents made
+// as needed), with the build's epoch as mtime.
+func writeTreeFile(env *Env, p string, data []byte, perm uint32, origin rootfs.Origin) error {
+	rp, err := env.Tree.Resolve(p, true)
+	if err != nil {
+		return err
+	}
+	h := rootfs.Header{Perm: 0o755, MTime: env.Epoch, Origin: origin}
+	if _, err := env.Tree.MkdirAll(path.Dir(rp), h); err != nil {
+		return err
+	}
+	h.Type, h.Perm = rootfs.TypeRegular, perm
+	if _, err := env.Tree.Create(rp, h, bytes.NewReader(data)); err != nil {
+		return fmt.Errorf("%s: %w", p, err)
+	}
+	return nil
+}

@@ -1,0 +1,322 @@
+package layers
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/stamp-dev/stamp/layers/cache"
+	"github.com/stamp-dev/stamp/layers/ociremote"
+	"github.com/stamp-dev/stamp/rootfs"
+)
+
+const (
+	// DefaultImagesDir is where pre-seeded image archives go.
+	DefaultImagesDir = "/var/lib/stamp/images"
+	// ImportUnit imports the archives into containerd at first boot.
+	ImportUnit     = "stamp-import-images.service"
+	importUnitPath = "/usr/lib/systemd/system/" + ImportUnit
+	// importedStamp marks that the import ran, so it runs once per machine
+	// rather than once per boot.
+	importedStamp = "/var/lib/stamp/images-imported"
+	importCommand = "ExecStart=/usr/bin/ctr -n k8s.io images import "
+
+	refNameAnnotation        = "org.opencontainers.image.ref.name"
+	containerdNameAnnotation = "io.containerd.image.name"
+)
+
+// Images stores container images in the tree, one oci-archive tar per
+// image, so a node without network has them at first boot. Each archive's
+// index.json names its image by its full name and tag (e.g.
+// registry.k8s.io/pause:3.10), the name kubelet asks the runtime for, in both
+// the OCI ref.name annotation and containerd's image name annotation. A
+// systemd oneshot unit, enabled here, runs `ctr -n k8s.io images import` for
+// every archive at first boot.
+//
+// An image pinned by an index keeps that index, holding only the recipe's
+// platform, so the runtime records the digest the recipe pinned.
+type Images struct {
+	// Images are the inputs, Kind "image", URI name:tag@sha256:..., each
+	// pinned by the recipe.
+	Images []*Input
+	// Dir is where the archives go; "" is DefaultImagesDir.
+	Dir string
+}
+
+// Kind implements Layer.
+func (l *Images) Kind() string { return "images" }
+
+// Inputs implements WithInputs.
+func (l *Images) Inputs() []*Input { return l.Images }
+
+// Apply implements Layer.
+func (l *Images) Apply(ctx context.Context, env *Env) error {
+	dir := path.Clean("/" + l.Dir)
+	if l.Dir == "" {
+		dir = DefaultImagesDir
+	}
+	files := map[string]string{}
+	var archives []string
+	for i, in := range l.Images {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		full, err := ImageName(in.URI)
+		if err != nil {
+			return fmt.Errorf("%s[%d]: %w", env.Label, i, err)
+		}
+		file := path.Join(dir, imageArchiveName(full))
+		if other, dup := files[file]; dup {
+			return fmt.Errorf("%s[%d]: %s and %s would both be stored as %s", env.Label, i, other, full, file)
+		}
+		files[file] = full
+		if err := l.writeArchive(ctx, env, in, full, file); err != nil {
+			return fmt.Errorf("%s[%d]: %s: %w", env.Label, i, in.URI, err)
+		}
+		archives = append(archives, file)
+	}
+	if err := writeImportUnit(ctx, env, archives); err != nil {
+		return fmt.Errorf("%s: %s: %w", env.Label, ImportUnit, err)
+	}
+	return nil
+}
+
+// ImageName is the name a runtime knows an image by: the reference's full
+// repository name, as containerd normalises it (docker.io/library/...), and
+// its tag. It is an error for the reference to have no tag.
+func ImageName(ref string) (string, error) {
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		return "", fmt.Errorf("reference %q: %w", ref, err)
+	}
+	_, tag, _ := ociSplitRef(ref)
+	if tag == "" {
+		return "", fmt.Errorf("reference %q has no tag; the runtime needs name:tag to find the image", ref)
+	}
+	repo := r.Context()
+	reg := repo.RegistryStr()
+	if reg == name.DefaultRegistry {
+		reg = "docker.io"
+	}
+	return reg + "/" + repo.RepositoryStr() + ":" + tag, nil
+}
+
+// ociSplitRef splits name:tag@digest.
+func ociSplitRef(ref string) (n, tag, digest string) {
+	n, digest, _ = strings.Cut(ref, "@")
+	if c := strings.LastIndex(n, ":"); c > strings.LastIndex(n, "/") {
+		n, tag = n[:c], n[c+1:]
+	}
+	return n, tag, digest
+}
+
+// imageArchiveName turns an image name into a file name: anything but letters,
+// digits, '.', '_' and '-' becomes '_'.
+func imageArchiveName(full string) string {
+	b := []byte(full)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			b[i] = '_'
+		}
+	}
+	return string(b) + ".tar"
+}
+
+// archiveBlob is one blob of an archive.
+type archiveBlob struct {
+	digest string
+	size   int64
+}
+
+func (l *Images) writeArchive(ctx context.Context, env *Env, in *Input, full, file string) error {
+	if in.Digest == "" {
+		return fmt.Errorf("input was not resolved")
+	}
+	top, err := ociremote.LoadManifest(env.Cache, in.Digest)
+	if err != nil {
+		return err
+	}
+	blobs := []archiveBlob{{in.Digest, int64(len(top.Raw))}}
+	img := top
+	if top.Index != nil {
+		d, err := ociremote.SelectPlatform(in.URI, top, ociremote.DefaultPlatform(env.Arch))
+		if err != nil {
+			return err
+		}
+		if img, err = ociremote.LoadManifest(env.Cache, d.Digest.String()); err != nil {
+			return err
+		}
+		if img.Image == nil {
+			return fmt.Errorf("index %s names %s, which is %w", top.Digest, img.Digest, ociremote.ErrNotImage)
+		}
+		blobs = append(blobs, archiveBlob{img.Digest, int64(len(img.Raw))})
+	}
+	for _, d := range img.Blobs() {
+		blobs = append(blobs, archiveBlob{d.Digest.String(), d.Size})
+	}
+	index := v1.IndexManifest{
+		SchemaVersion: 2,
+		MediaType:     types.OCIImageIndex,
+		Manifests: []v1.Descriptor{{
+			MediaType: top.MediaType,
+			Size:      int64(len(top.Raw)),
+			Digest:    ociHash(top.Digest),
+			Annotations: map[string]string{
+				refNameAnnotation:        full,
+				containerdNameAnnotation: full,
+			},
+		}},
+	}
+	indexJSON, err := json.Marshal(index)
+	if err != nil {
+		return err
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		pw.CloseWithError(writeOCIArchive(ctx, pw, env.Cache, env.Epoch, indexJSON, blobs))
+	}()
+	defer pr.Close()
+	h := rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, MTime: env.Epoch,
+		Origin: env.Origin(in.Digest, full+"@"+in.Digest)}
+	rp, err := env.Tree.Resolve(file, true)
+	if err != nil {
+		return err
+	}
+	if _, err := env.Tree.Create(rp, h, pr); err != nil {
+		return err
+	}
+	env.Log.WithField("archive", file).WithField("blobs", len(blobs)).Debugf("stored image %s", full)
+	return nil
+}
+
+func ociHash(d string) v1.Hash {
+	h, err := v1.NewHash(d)
+	if err != nil {
+		// Digests come from the cache, which only holds well-formed ones.
+		panic(fmt.Sprintf("digest %q: %v", d, err))
+	}
+	return h
+}
+
+// writeOCIArchive writes an OCI image layout as a tar the same way every
+// time: entries in byte order, owner 0:0 without names, mtime the epoch.
+func writeOCIArchive(ctx context.Context, w io.Writer, c *cache.Cache, epoch time.Time, indexJSON []byte, blobs []archiveBlob) error {
+	bw := bufio.NewWriterSize(w, 1<<20)
+	tw := tar.NewWriter(bw)
+	dir := func(n string) error {
+		return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: n, Mode: 0o755, ModTime: epoch, Format: tar.FormatUSTAR})
+	}
+	file := func(n string, size int64, r io.Reader) error {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: n, Mode: 0o644, Size: size, ModTime: epoch, Format: tar.FormatUSTAR}); err != nil {
+			return err
+		}
+		_, err := io.Copy(tw, r)
+		return err
+	}
+	sorted := append([]archiveBlob(nil), blobs...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].digest < sorted[j].digest })
+	if err := dir("blobs/"); err != nil {
+		return err
+	}
+	if err := dir("blobs/sha256/"); err != nil {
+		return err
+	}
+	for i, b := range sorted {
+		if i > 0 && b.digest == sorted[i-1].digest {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		hexSum, err := cache.ParseDigest(b.digest)
+		if err != nil {
+			return err
+		}
+		rc, err := c.Open(b.digest)
+		if err != nil {
+			return err
+		}
+		// The cache's reader fails at the end if the blob hashes wrong; the
+		// tar writer fails if the size is not the manifest's.
+		err = file("blobs/sha256/"+hexSum, b.size, rc)
+		rc.Close()
+		if err != nil {
+			return fmt.Errorf("blob %s: %w", b.digest, err)
+		}
+	}
+	if err := file("index.json", int64(len(indexJSON)), bytes.NewReader(indexJSON)); err != nil {
+		return err
+	}
+	layout := []byte(`{"imageLayoutVersion":"1.0.0"}`)
+	if err := file("oci-layout", int64(len(layout)), bytes.NewReader(layout)); err != nil {
+		return err
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+// writeImportUnit writes the oneshot unit importing every archive (those of
+// earlier images layers too) and enables it.
+func writeImportUnit(ctx context.Context, env *Env, archives []string) error {
+	all := map[string]bool{}
+	for _, a := range archives {
+		all[a] = true
+	}
+	if old, err := env.Tree.Lookup(importUnitPath, true); err == nil && old.Type == rootfs.TypeRegular {
+		f, err := env.Tree.Open(old.Path)
+		if err != nil {
+			return err
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if a, ok := strings.CutPrefix(sc.Text(), importCommand); ok {
+				all[a] = true
+			}
+		}
+		f.Close()
+		if err := sc.Err(); err != nil {
+			return err
+		}
+	}
+	var b strings.Builder
+	b.WriteString(`# Written by stamp: imports the container images the recipe pre-seeded
+# into containerd's k8s.io namespace, once.
+[Unit]
+Description=Import pre-seeded container images into containerd
+Requires=containerd.service
+After=containerd.service
+Before=kubelet.service
+ConditionPathExists=!` + importedStamp + `
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+`)
+	for _, a := range ociSortedKeys(all) {
+		b.WriteString(importCommand + a + "\n")
+	}
+	b.WriteString("ExecStartPost=/usr/bin/touch " + importedStamp + "\n\n[Install]\nWantedBy=multi-user.target\n")
+	h := rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, MTime: env.Epoch, Origin: env.Origin("", "generated")}
+	rp, err := env.Tree.Resolve(importUnitPath, true)
+	if err != nil {
+		return err
+	}
+	if _, err := env.Tree.Create(rp, h, strings.NewReader(b.String())); err != nil {
+		return err
+	}
+	return (&Systemd{Enable: []string{ImportUnit}}).Apply(ctx, env)
+}

@@ -1,0 +1,652 @@
+package scripts
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"strconv"
+	"strings"
+
+	"mvdan.cc/sh/v3/interp"
+
+	"github.com/stamp-dev/stamp/packages/deb"
+	"github.com/stamp-dev/stamp/rootfs"
+)
+
+// command is a built-in handler for one external command.
+type command func(r *run, hc interp.HandlerContext, args []string) error
+
+// commands maps a command's base name to its handler. What is not here
+// stops the script as unhandled.
+var commands map[string]command
+
+func init() {
+	commands = map[string]command{
+		"stamp-command-v":         cmdCommandV,
+		"which":                   cmdWhich,
+		"update-alternatives":     cmdUpdateAlternatives,
+		"deb-systemd-helper":      cmdDebSystemdHelper,
+		"deb-systemd-invoke":      cmdNoService,
+		"invoke-rc.d":             cmdNoService,
+		"systemctl":               cmdSystemctl,
+		"dpkg":                    cmdDpkg,
+		"dpkg-maintscript-helper": cmdMaintscriptHelper,
+		"dpkg-trigger":            cmdTrue,
+		"ldconfig":                cmdTrue,
+		"update-rc.d":             cmdUpdateRcd,
+		"adduser":                 cmdAdduser,
+		"addgroup":                cmdAddgroup,
+		"useradd":                 cmdUseradd,
+		"groupadd":                cmdGroupadd,
+		"systemd-sysusers":        cmdSysusers,
+		"getent":                  cmdGetent,
+		"id":                      cmdID,
+		"cat":                     cmdCat,
+		"rm":                      cmdRm,
+		"rmdir":                   cmdRmdir,
+		"mkdir":                   cmdMkdir,
+		"ln":                      cmdLn,
+		"chmod":                   cmdChmod,
+		"chown":                   cmdChown,
+		"chgrp":                   cmdChown,
+		"touch":                   cmdTouch,
+		"readlink":                cmdReadlink,
+		"basename":                cmdBasename,
+		"dirname":                 cmdDirname,
+		"uname":                   cmdUname,
+		"true":                    cmdTrue,
+		"false":                   func(*run, interp.HandlerContext, []string) error { return interp.NewExitStatus(1) },
+	}
+}
+
+// exec runs a command through its handler; nothing ever runs on the host.
+func (r *run) exec(ctx context.Context, args []string) error {
+	hc := interp.HandlerCtx(ctx)
+	name := path.Base(args[0])
+	h, ok := commands[name]
+	if !ok {
+		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+	}
+	return h(r, hc, args)
+}
+
+func exit(code int) error {
+	if code == 0 {
+		return nil
+	}
+	return interp.NewExitStatus(uint8(code))
+}
+
+func cmdTrue(*run, interp.HandlerContext, []string) error { return nil }
+
+// cmdNoService stands for a policy-rc.d that forbids starting services, as
+// in any image build: deb-systemd-invoke and invoke-rc.d do nothing.
+func cmdNoService(r *run, _ interp.HandlerContext, args []string) error {
+	r.logf("%s %s: not running %s (services are not started in an image build)", r.s.Package, r.s.Name, strings.Join(args, " "))
+	return nil
+}
+
+func cmdCommandV(r *run, hc interp.HandlerContext, args []string) error {
+	code := 0
+	for _, a := range args[1:] {
+		if p, ok := r.lookPath(a); ok {
+			fmt.Fprintln(hc.Stdout, p)
+		} else {
+			code = 1
+		}
+	}
+	return exit(code)
+}
+
+func cmdWhich(r *run, hc interp.HandlerContext, args []string) error {
+	code := 0
+	for _, a := range args[1:] {
+		if strings.HasPrefix(a, "-") {
+			continue
+		}
+		if p, ok := r.lookPath(a); ok && !builtins[a] {
+			fmt.Fprintln(hc.Stdout, p)
+		} else {
+			code = 1
+		}
+	}
+	return exit(code)
+}
+
+func cmdSystemctl(r *run, hc interp.HandlerContext, args []string) error {
+	var verb string
+	var units []string
+	for _, a := range args[1:] {
+		switch {
+		case strings.HasPrefix(a, "-"):
+		case verb == "":
+			verb = a
+		default:
+			units = append(units, a)
+		}
+	}
+	switch verb {
+	case "daemon-reload", "daemon-reexec", "start", "stop", "restart", "try-restart", "reload",
+		"reload-or-restart", "try-reload-or-restart", "condrestart", "reset-failed":
+		return nil
+	case "is-active", "is-failed":
+		return exit(3)
+	case "is-system-running":
+		fmt.Fprintln(hc.Stdout, "offline")
+		return exit(1)
+	case "enable", "disable", "mask", "unmask", "preset", "reenable":
+		if r.env.Systemctl == nil {
+			break
+		}
+		if err := r.env.Systemctl(r.ctx, verb, units); err != nil {
+			return fmt.Errorf("%s %s: systemctl %s: %w", r.s.Package, r.s.Name, verb, err)
+		}
+		return nil
+	}
+	return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+}
+
+func cmdDpkg(r *run, hc interp.HandlerContext, args []string) error {
+	if len(args) < 2 {
+		return r.unhandled("dpkg without arguments")
+	}
+	switch args[1] {
+	case "--compare-versions":
+		if len(args) != 5 {
+			return exit(2)
+		}
+		ok, err := compareVersions(args[2], args[3], args[4])
+		if err != nil {
+			fmt.Fprintln(hc.Stderr, "dpkg:", err)
+			return exit(2)
+		}
+		if ok {
+			return nil
+		}
+		return exit(1)
+	case "--print-architecture":
+		fmt.Fprintln(hc.Stdout, r.env.Arch)
+		return nil
+	case "--assert-support-predepends", "--assert-working-epoch", "--assert-long-filenames",
+		"--assert-multi-conrep", "--assert-multi-arch", "--assert-versioned-provides",
+		"--assert-protected-field":
+		return nil
+	}
+	return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+}
+
+// compareVersions is dpkg --compare-versions, with the -nl operators that
+// take an empty version as later than any other.
+func compareVersions(a, op, b string) (bool, error) {
+	nl := strings.HasSuffix(op, "-nl")
+	op = strings.TrimSuffix(op, "-nl")
+	var c int
+	switch {
+	case a == "" && b == "":
+		c = 0
+	case a == "":
+		c = -1
+		if nl {
+			c = 1
+		}
+	case b == "":
+		c = 1
+		if nl {
+			c = -1
+		}
+	default:
+		for _, v := range []string{a, b} {
+			if _, err := deb.ParseVersion(v); err != nil {
+				return false, err
+			}
+		}
+		c = deb.CompareVersions(a, b)
+	}
+	switch op {
+	case "lt", "<<", "<":
+		return c < 0, nil
+	case "le", "<=":
+		return c <= 0, nil
+	case "eq", "=":
+		return c == 0, nil
+	case "ne":
+		return c != 0, nil
+	case "ge", ">=":
+		return c >= 0, nil
+	case "gt", ">>", ">":
+		return c > 0, nil
+	}
+	return false, fmt.Errorf("unknown operator %q", op)
+}
+
+// cmdMaintscriptHelper is dpkg-maintscript-helper. Every command acts only
+// on upgrades from older versions; on a fresh install (preinst install,
+// postinst configure with no old version) it does nothing.
+func cmdMaintscriptHelper(r *run, hc interp.HandlerContext, args []string) error {
+	if len(args) >= 2 && args[1] == "supports" {
+		return nil
+	}
+	var script []string
+	for i, a := range args {
+		if a == "--" {
+			script = args[i+1:]
+			break
+		}
+	}
+	fresh := len(script) == 0 || (script[0] == "install" || script[0] == "configure") && (len(script) < 2 || script[1] == "")
+	if fresh {
+		return nil
+	}
+	return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+}
+
+// cmdUpdateRcd handles update-rc.d NAME remove (drop the rc links); making
+// sysvinit links is left unhandled.
+func cmdUpdateRcd(r *run, hc interp.HandlerContext, args []string) error {
+	var rest []string
+	for _, a := range args[1:] {
+		if !strings.HasPrefix(a, "-") {
+			rest = append(rest, a)
+		}
+	}
+	if len(rest) == 2 && rest[1] == "remove" {
+		name := rest[0]
+		for _, lvl := range []string{"0", "1", "2", "3", "4", "5", "6", "S"} {
+			dir := "/etc/rc" + lvl + ".d"
+			for _, c := range r.env.Tree.Children(dir) {
+				if len(c) > 3 && (c[0] == 'S' || c[0] == 'K') && c[3:] == name {
+					if err := r.env.Tree.Remove(dir + "/" + c); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		return nil
+	}
+	return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+}
+
+func cmdUname(r *run, hc interp.HandlerContext, args []string) error {
+	if len(args) == 1 || len(args) == 2 && (args[1] == "-s" || args[1] == "--kernel-name") {
+		fmt.Fprintln(hc.Stdout, "Linux")
+		return nil
+	}
+	if len(args) == 2 && (args[1] == "-m" || args[1] == "--machine") {
+		m := map[string]string{"amd64": "x86_64", "arm64": "aarch64"}[r.env.Arch]
+		if m == "" {
+			m = r.env.Arch
+		}
+		fmt.Fprintln(hc.Stdout, m)
+		return nil
+	}
+	// The kernel release of the build host says nothing about the image.
+	return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+}
+
+// splitFlags separates flags from operands; "--" ends the flags.
+func splitFlags(args []string) (flags map[string]bool, ops []string) {
+	flags = map[string]bool{}
+	done := false
+	for _, a := range args {
+		switch {
+		case done || !strings.HasPrefix(a, "-") || a == "-":
+			ops = append(ops, a)
+		case a == "--":
+			done = true
+		case strings.HasPrefix(a, "--"):
+			flags[a] = true
+		default:
+			for _, c := range a[1:] {
+				flags["-"+string(c)] = true
+			}
+		}
+	}
+	return flags, ops
+}
+
+func cmdCat(r *run, hc interp.HandlerContext, args []string) error {
+	_, ops := splitFlags(args[1:])
+	if len(ops) == 0 {
+		_, err := io.Copy(hc.Stdout, hc.Stdin)
+		return err
+	}
+	code := 0
+	for _, f := range ops {
+		if f == "-" {
+			io.Copy(hc.Stdout, hc.Stdin)
+			continue
+		}
+		b, err := r.readFile(r.treePath(f))
+		if err != nil {
+			fmt.Fprintf(hc.Stderr, "cat: %s: %v\n", f, err)
+			code = 1
+			continue
+		}
+		hc.Stdout.Write(b)
+	}
+	return exit(code)
+}
+
+func cmdRm(r *run, hc interp.HandlerContext, args []string) error {
+	flags, ops := splitFlags(args[1:])
+	code := 0
+	for _, f := range ops {
+		p := r.treePath(f)
+		e, err := r.env.Tree.Lookup(p, false)
+		if err != nil {
+			if !flags["-f"] && !flags["--force"] {
+				fmt.Fprintf(hc.Stderr, "rm: cannot remove '%s': No such file or directory\n", f)
+				code = 1
+			}
+			continue
+		}
+		if e.Type == rootfs.TypeDir && !flags["-r"] && !flags["-R"] && !flags["--recursive"] {
+			fmt.Fprintf(hc.Stderr, "rm: cannot remove '%s': Is a directory\n", f)
+			code = 1
+			continue
+		}
+		if err := r.env.Tree.Remove(e.Path); err != nil {
+			return err
+		}
+	}
+	return exit(code)
+}
+
+func cmdRmdir(r *run, hc interp.HandlerContext, args []string) error {
+	flags, ops := splitFlags(args[1:])
+	code := 0
+	for _, f := range ops {
+		e, err := r.env.Tree.Lookup(r.treePath(f), false)
+		if err != nil || e.Type != rootfs.TypeDir {
+			fmt.Fprintf(hc.Stderr, "rmdir: failed to remove '%s'\n", f)
+			code = 1
+			continue
+		}
+		if len(r.env.Tree.Children(e.Path)) > 0 {
+			if !flags["--ignore-fail-on-non-empty"] {
+				fmt.Fprintf(hc.Stderr, "rmdir: failed to remove '%s': Directory not empty\n", f)
+				code = 1
+			}
+			continue
+		}
+		if err := r.env.Tree.Remove(e.Path); err != nil {
+			return err
+		}
+	}
+	return exit(code)
+}
+
+func cmdMkdir(r *run, hc interp.HandlerContext, args []string) error {
+	var mode *uint32
+	var rest []string
+	for i := 1; i < len(args); i++ {
+		if (args[i] == "-m" || args[i] == "--mode") && i+1 < len(args) {
+			m, err := strconv.ParseUint(args[i+1], 8, 32)
+			if err != nil {
+				return r.unhandled(fmt.Sprintf("mkdir mode %q", args[i+1]))
+			}
+			mm := uint32(m)
+			mode = &mm
+			i++
+			continue
+		}
+		rest = append(rest, args[i])
+	}
+	flags, ops := splitFlags(rest)
+	code := 0
+	for _, f := range ops {
+		p := r.treePath(f)
+		if e, err := r.env.Tree.Lookup(p, true); err == nil {
+			if !flags["-p"] && !flags["--parents"] || e.Type != rootfs.TypeDir {
+				fmt.Fprintf(hc.Stderr, "mkdir: cannot create directory '%s': File exists\n", f)
+				code = 1
+			}
+			continue
+		}
+		if !flags["-p"] && !flags["--parents"] {
+			if _, err := r.env.Tree.Lookup(path.Dir(p), true); err != nil {
+				fmt.Fprintf(hc.Stderr, "mkdir: cannot create directory '%s': No such file or directory\n", f)
+				code = 1
+				continue
+			}
+		}
+		if err := r.mkdirAll(p); err != nil {
+			return err
+		}
+		if mode != nil {
+			rp, _ := r.env.Tree.Resolve(p, true)
+			if err := r.env.Tree.Update(rp, func(in *rootfs.Inode) { in.Perm = *mode }); err != nil {
+				return err
+			}
+		}
+	}
+	return exit(code)
+}
+
+func cmdLn(r *run, hc interp.HandlerContext, args []string) error {
+	flags, ops := splitFlags(args[1:])
+	if !flags["-s"] && !flags["--symbolic"] || len(ops) != 2 {
+		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+	}
+	target, link := ops[0], r.treePath(ops[1])
+	if e, err := r.env.Tree.Lookup(link, true); err == nil && e.Type == rootfs.TypeDir && !flags["-n"] && !flags["-T"] {
+		link = path.Join(e.Path, path.Base(target))
+	}
+	if _, err := r.env.Tree.Lookup(link, false); err == nil && !flags["-f"] && !flags["--force"] {
+		fmt.Fprintf(hc.Stderr, "ln: failed to create symbolic link '%s': File exists\n", ops[1])
+		return exit(1)
+	}
+	return r.symlink(target, link)
+}
+
+func cmdChmod(r *run, hc interp.HandlerContext, args []string) error {
+	_, ops := splitFlags(args[1:])
+	if len(ops) < 2 {
+		return exit(1)
+	}
+	m, err := strconv.ParseUint(ops[0], 8, 32)
+	if err != nil {
+		return r.unhandled(fmt.Sprintf("chmod mode %q", ops[0]))
+	}
+	for _, f := range ops[1:] {
+		e, err := r.env.Tree.Lookup(r.treePath(f), true)
+		if err != nil {
+			fmt.Fprintf(hc.Stderr, "chmod: cannot access '%s'\n", f)
+			return exit(1)
+		}
+		if err := r.env.Tree.Update(e.Path, func(in *rootfs.Inode) { in.Perm = uint32(m) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func cmdChown(r *run, hc interp.HandlerContext, args []string) error {
+	_, ops := splitFlags(args[1:])
+	if len(ops) < 2 {
+		return exit(1)
+	}
+	spec := ops[0]
+	if path.Base(args[0]) == "chgrp" {
+		spec = ":" + spec
+	}
+	u, g, _ := strings.Cut(strings.Replace(spec, ".", ":", 1), ":")
+	var uid, gid *uint32
+	if u != "" {
+		id, ok := r.accountID("/etc/passwd", u)
+		if !ok {
+			fmt.Fprintf(hc.Stderr, "chown: invalid user: '%s'\n", spec)
+			return exit(1)
+		}
+		uid = &id
+	}
+	if g != "" {
+		id, ok := r.accountID("/etc/group", g)
+		if !ok {
+			fmt.Fprintf(hc.Stderr, "chown: invalid group: '%s'\n", spec)
+			return exit(1)
+		}
+		gid = &id
+	}
+	for _, f := range ops[1:] {
+		e, err := r.env.Tree.Lookup(r.treePath(f), true)
+		if err != nil {
+			fmt.Fprintf(hc.Stderr, "chown: cannot access '%s'\n", f)
+			return exit(1)
+		}
+		if err := r.env.Tree.Update(e.Path, func(in *rootfs.Inode) {
+			if uid != nil {
+				in.UID = *uid
+			}
+			if gid != nil {
+				in.GID = *gid
+			}
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func cmdTouch(r *run, hc interp.HandlerContext, args []string) error {
+	_, ops := splitFlags(args[1:])
+	for _, f := range ops {
+		p := r.treePath(f)
+		if _, err := r.env.Tree.Lookup(p, true); err == nil {
+			continue
+		}
+		if err := r.writeFile(p, nil, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func cmdReadlink(r *run, hc interp.HandlerContext, args []string) error {
+	flags, ops := splitFlags(args[1:])
+	if len(ops) != 1 {
+		return exit(1)
+	}
+	p := r.treePath(ops[0])
+	if flags["-f"] || flags["-e"] || flags["-m"] || flags["--canonicalize"] {
+		rp, err := r.env.Tree.Resolve(p, true)
+		if err != nil {
+			return exit(1)
+		}
+		if flags["-e"] {
+			if _, err := r.env.Tree.Lookup(rp, false); err != nil {
+				return exit(1)
+			}
+		}
+		fmt.Fprintln(hc.Stdout, rp)
+		return nil
+	}
+	e, err := r.env.Tree.Lookup(p, false)
+	if err != nil || e.Type != rootfs.TypeSymlink {
+		return exit(1)
+	}
+	fmt.Fprintln(hc.Stdout, e.Target)
+	return nil
+}
+
+func cmdBasename(r *run, hc interp.HandlerContext, args []string) error {
+	if len(args) < 2 {
+		return exit(1)
+	}
+	b := path.Base(args[1])
+	if len(args) > 2 {
+		b = strings.TrimSuffix(b, args[2])
+	}
+	fmt.Fprintln(hc.Stdout, b)
+	return nil
+}
+
+func cmdDirname(r *run, hc interp.HandlerContext, args []string) error {
+	if len(args) < 2 {
+		return exit(1)
+	}
+	fmt.Fprintln(hc.Stdout, path.Dir(args[1]))
+	return nil
+}
+
+// accountID looks a name (or number) up in the tree's passwd or group.
+func (r *run) accountID(db, name string) (uint32, bool) {
+	if n, err := strconv.ParseUint(name, 10, 32); err == nil {
+		return uint32(n), true
+	}
+	f := r.lookupAccount(db, name)
+	if len(f) < 3 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(f[2], 10, 32)
+	return uint32(n), err == nil
+}
+
+// lookupAccount returns the fields of the record named name, or nil.
+func (r *run) lookupAccount(db, name string) []string {
+	b, err := r.readFile(db)
+	if err != nil {
+		return nil
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Split(l, ":")
+		if len(f) > 2 && f[0] == name {
+			return f
+		}
+	}
+	return nil
+}
+
+func cmdGetent(r *run, hc interp.HandlerContext, args []string) error {
+	if len(args) < 3 {
+		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+	}
+	db := map[string]string{"passwd": "/etc/passwd", "group": "/etc/group", "shadow": "/etc/shadow", "gshadow": "/etc/gshadow"}[args[1]]
+	if db == "" {
+		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+	}
+	code := 0
+	for _, k := range args[2:] {
+		b, err := r.readFile(db)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		found := false
+		for _, l := range strings.Split(string(b), "\n") {
+			f := strings.Split(l, ":")
+			if len(f) > 2 && (f[0] == k || f[2] == k) {
+				fmt.Fprintln(hc.Stdout, l)
+				found = true
+				break
+			}
+		}
+		if !found {
+			code = 2
+		}
+	}
+	return exit(code)
+}
+
+func cmdID(r *run, hc interp.HandlerContext, args []string) error {
+	flags, ops := splitFlags(args[1:])
+	if len(ops) != 1 {
+		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+	}
+	f := r.lookupAccount("/etc/passwd", ops[0])
+	if f == nil {
+		fmt.Fprintf(hc.Stderr, "id: '%s': no such user\n", ops[0])
+		return exit(1)
+	}
+	switch {
+	case flags["-u"]:
+		fmt.Fprintln(hc.Stdout, f[2])
+	case flags["-g"] && len(f) > 3:
+		fmt.Fprintln(hc.Stdout, f[3])
+	default:
+		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+	}
+	return nil
+}

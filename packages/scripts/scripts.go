@@ -1,0 +1,448 @@
+// Package scripts applies the effects of Debian maintainer scripts to a tree
+// without running anything on the host and without root. A script is
+// interpreted by a POSIX shell interpreter written in Go; its own logic
+// (tests on $1 and $2, on files in the tree, functions, here-documents)
+// runs as written, every path it touches is resolved inside the tree, and
+// every external command it runs is one of the built-in handlers:
+// update-alternatives, deb-systemd-helper, adduser, systemd-sysusers, dpkg
+// --compare-versions, dpkg-maintscript-helper, file utilities and a few
+// more. A command no handler covers stops the script with an
+// *UnhandledError naming the package, the script and the command.
+package scripts
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"mvdan.cc/sh/v3/expand"
+	"mvdan.cc/sh/v3/interp"
+	"mvdan.cc/sh/v3/syntax"
+
+	"github.com/stamp-dev/stamp/rootfs"
+)
+
+// Env is the tree a script runs against and the services it may call.
+type Env struct {
+	Tree  *rootfs.Tree
+	Arch  string
+	Epoch time.Time
+	// Origin is recorded on entries the scripts make.
+	Origin rootfs.Origin
+	// Logf receives what scripts print and what the handlers do; nil
+	// discards it.
+	Logf func(format string, args ...any)
+	// Systemctl runs a systemctl verb (enable, preset, disable, mask,
+	// unmask) on the tree, as systemctl --root does. Nil makes those
+	// verbs unhandled.
+	Systemctl func(ctx context.Context, verb string, units []string) error
+	// AddGroup and AddUser create system accounts as groupadd/useradd
+	// --root do; an existing account is left alone. Nil makes the account
+	// commands unhandled.
+	AddGroup func(ctx context.Context, g Group) error
+	AddUser  func(ctx context.Context, u User) error
+}
+
+// Group is a group a script asks for.
+type Group struct {
+	Name   string
+	GID    *uint32
+	System bool
+}
+
+// User is an account a script asks for.
+type User struct {
+	Name       string
+	UID        *uint32
+	Group      string // primary group; "" for the default
+	GID        *uint32
+	Home       string
+	Shell      string
+	Comment    string
+	System     bool
+	CreateHome bool
+	Groups     []string
+}
+
+// Script is one maintainer script of a package.
+type Script struct {
+	Package string // e.g. "iptables"
+	Version string
+	Name    string // preinst, postinst, ...
+	Body    []byte
+}
+
+// UnhandledError is a script that does something the offline handlers
+// cannot do.
+type UnhandledError struct {
+	Package, Script string
+	What            string
+}
+
+func (e *UnhandledError) Error() string {
+	return fmt.Sprintf("%s %s: %s is not handled offline", e.Package, e.Script, e.What)
+}
+
+// ScriptError is a script that failed (a non-zero exit, as dpkg would see).
+type ScriptError struct {
+	Package, Script string
+	Status          uint8
+	Output          string
+}
+
+func (e *ScriptError) Error() string {
+	s := fmt.Sprintf("%s %s exited with status %d", e.Package, e.Script, e.Status)
+	if e.Output != "" {
+		s += ":\n" + e.Output
+	}
+	return s
+}
+
+// run is one script's execution.
+type run struct {
+	env    *Env
+	s      Script
+	ctx    context.Context
+	output bytes.Buffer
+}
+
+// Run interprets the script with args ($1, $2...) against the tree, as
+// dpkg runs it: in the root, with DPKG_MAINTSCRIPT_* set and a fixed
+// environment.
+func Run(ctx context.Context, env *Env, s Script, args ...string) error {
+	interpreter := shebang(s.Body)
+	switch path.Base(interpreter) {
+	case "sh", "bash", "dash":
+	default:
+		return &UnhandledError{Package: s.Package, Script: s.Name, What: "interpreter " + interpreter}
+	}
+	f, err := syntax.NewParser(syntax.KeepComments(false)).Parse(bytes.NewReader(s.Body), s.Name)
+	if err != nil {
+		return &UnhandledError{Package: s.Package, Script: s.Name, What: fmt.Sprintf("shell syntax (%v)", err)}
+	}
+	r := &run{env: env, s: s, ctx: ctx}
+	vars := []string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"LANG=C.UTF-8", "LC_ALL=C.UTF-8", "TZ=UTC", "HOME=/root", "SHELL=/bin/sh", "PWD=/",
+		"DEBIAN_FRONTEND=noninteractive", "DPKG_ROOT=", "DPKG_ADMINDIR=/var/lib/dpkg",
+		"DPKG_MAINTSCRIPT_PACKAGE=" + s.Package, "DPKG_MAINTSCRIPT_NAME=" + s.Name,
+		"DPKG_MAINTSCRIPT_ARCH=" + env.Arch, "DPKG_MAINTSCRIPT_PACKAGE_REFCOUNT=1",
+		"DPKG_RUNNING_VERSION=1.21.22",
+		"SOURCE_DATE_EPOCH=" + strconv.FormatInt(env.Epoch.Unix(), 10),
+	}
+	runner, err := interp.New(
+		interp.Env(expand.ListEnviron(vars...)),
+		interp.Dir(env.Tree.Dir()),
+		interp.Params(append([]string{"--"}, args...)...),
+		interp.StdIO(strings.NewReader(""), &r.output, &r.output),
+		interp.CallHandler(r.call),
+		interp.ExecHandlers(func(interp.ExecHandlerFunc) interp.ExecHandlerFunc { return r.exec }),
+		interp.OpenHandler(r.open),
+		interp.StatHandler(r.stat),
+		interp.ReadDirHandler2(r.readDir),
+	)
+	if err != nil {
+		return err
+	}
+	err = runner.Run(ctx, f)
+	if out := strings.TrimSpace(r.output.String()); out != "" {
+		r.logf("%s %s: %s", s.Package, s.Name, out)
+	}
+	if err == nil {
+		return nil
+	}
+	if st, ok := interp.IsExitStatus(err); ok {
+		if st == 0 {
+			return nil
+		}
+		return &ScriptError{Package: s.Package, Script: s.Name, Status: st, Output: strings.TrimSpace(r.output.String())}
+	}
+	var ue *UnhandledError
+	if errors.As(err, &ue) {
+		return ue
+	}
+	return fmt.Errorf("%s %s: %w", s.Package, s.Name, err)
+}
+
+func shebang(b []byte) string {
+	if !bytes.HasPrefix(b, []byte("#!")) {
+		return "/bin/sh"
+	}
+	line, _, _ := bytes.Cut(b[2:], []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) == 0 {
+		return "/bin/sh"
+	}
+	if path.Base(f[0]) == "env" && len(f) > 1 {
+		return f[1]
+	}
+	return f[0]
+}
+
+func (r *run) logf(format string, args ...any) {
+	if r.env.Logf != nil {
+		r.env.Logf(format, args...)
+	}
+}
+
+func (r *run) unhandled(what string) error {
+	return &UnhandledError{Package: r.s.Package, Script: r.s.Name, What: what}
+}
+
+// treePath turns a path the interpreter produced (absolute in the tree, or
+// under the tree's host directory after a relative path was joined with
+// the working directory) into a clean path inside the tree.
+func (r *run) treePath(p string) string {
+	dir := r.env.Tree.Dir()
+	if p == dir {
+		return "/"
+	}
+	if rest, ok := strings.CutPrefix(p, dir+"/"); ok {
+		return path.Clean("/" + rest)
+	}
+	return path.Clean("/" + p)
+}
+
+// hostPath is where the object at tree path p lives on the host, with
+// every symlink resolved inside the tree (the last one only if follow), so
+// a host stat or access on it sees what the image would.
+func (r *run) hostPath(p string, follow bool) string {
+	rp, err := r.env.Tree.Resolve(r.treePath(p), follow)
+	if err != nil {
+		return r.env.Tree.DiskPath("/nonexistent-" + strconv.Itoa(len(p)))
+	}
+	return r.env.Tree.DiskPath(rp)
+}
+
+// fileTests are the test(1) operators that take a file operand.
+var fileTests = map[string]bool{"-e": true, "-f": true, "-d": true, "-r": true, "-w": true, "-x": true, "-s": true,
+	"-h": true, "-L": true, "-b": true, "-c": true, "-p": true, "-S": true, "-g": true, "-u": true, "-k": true,
+	"-O": true, "-G": true, "-N": true}
+
+// call rewrites builtins that would look at the host: the file operands of
+// test and [, and command -v (which searches the host's PATH).
+func (r *run) call(ctx context.Context, args []string) ([]string, error) {
+	if len(args) == 0 {
+		return args, nil
+	}
+	switch args[0] {
+	case "[", "test":
+		out := append([]string(nil), args...)
+		for i := 1; i+1 < len(out); i++ {
+			if fileTests[out[i]] && strings.HasPrefix(out[i+1], "/") {
+				follow := out[i] != "-h" && out[i] != "-L"
+				out[i+1] = r.hostPath(out[i+1], follow)
+				i++
+			}
+		}
+		return out, nil
+	case "command":
+		if len(args) >= 3 && (args[1] == "-v" || args[1] == "-V") {
+			return append([]string{"stamp-command-v"}, args[2:]...), nil
+		}
+	case "type":
+		return append([]string{"stamp-command-v"}, args[1:]...), nil
+	}
+	return args, nil
+}
+
+// lookPath finds an executable in the tree's PATH, as command -v does.
+func (r *run) lookPath(name string) (string, bool) {
+	if strings.Contains(name, "/") {
+		e, err := r.env.Tree.Lookup(r.treePath(name), true)
+		return name, err == nil && e.Type == rootfs.TypeRegular && e.Perm&0o111 != 0
+	}
+	if builtins[name] {
+		return name, true
+	}
+	for _, dir := range []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"} {
+		e, err := r.env.Tree.Lookup(dir+"/"+name, true)
+		if err == nil && e.Type == rootfs.TypeRegular && e.Perm&0o111 != 0 {
+			return dir + "/" + name, true
+		}
+	}
+	return "", false
+}
+
+// builtins are the shell builtins command -v reports by name.
+var builtins = map[string]bool{"echo": true, "printf": true, "test": true, "[": true, "true": true, "false": true,
+	"cd": true, "set": true, "exit": true, "return": true, "shift": true, "read": true, "eval": true, "exec": true,
+	"command": true, "type": true, "export": true, "unset": true, "local": true, ":": true, ".": true, "trap": true,
+	"umask": true, "wait": true, "getopts": true, "pwd": true, "alias": true, "readonly": true, "times": true}
+
+func (r *run) open(ctx context.Context, name string, flag int, perm os.FileMode) (io.ReadWriteCloser, error) {
+	p := r.treePath(name)
+	if p == "/dev/null" {
+		return devNull{}, nil
+	}
+	t := r.env.Tree
+	if flag&(os.O_WRONLY|os.O_RDWR) == 0 {
+		e, err := t.Lookup(p, true)
+		if err != nil {
+			return nil, err
+		}
+		f, err := t.Open(e.Path)
+		if err != nil {
+			return nil, err
+		}
+		return f, nil
+	}
+	w := &treeWriter{r: r, path: p, perm: uint32(perm) &^ 0o022}
+	if flag&os.O_APPEND != 0 || flag&os.O_TRUNC == 0 {
+		if b, err := r.readFile(p); err == nil {
+			w.buf.Write(b)
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+	}
+	if flag&os.O_CREATE == 0 {
+		if _, err := t.Lookup(p, true); err != nil {
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+type devNull struct{}
+
+func (devNull) Read([]byte) (int, error)    { return 0, io.EOF }
+func (devNull) Write(b []byte) (int, error) { return len(b), nil }
+func (devNull) Close() error                { return nil }
+
+// treeWriter collects what a redirection writes and puts it in the tree
+// when closed: an existing file keeps its mode and owner.
+type treeWriter struct {
+	r    *run
+	path string
+	perm uint32
+	buf  bytes.Buffer
+}
+
+func (w *treeWriter) Read([]byte) (int, error)    { return 0, io.EOF }
+func (w *treeWriter) Write(b []byte) (int, error) { return w.buf.Write(b) }
+func (w *treeWriter) Close() error                { return w.r.writeFile(w.path, w.buf.Bytes(), w.perm) }
+
+func (r *run) readFile(p string) ([]byte, error) {
+	e, err := r.env.Tree.Lookup(p, true)
+	if err != nil {
+		return nil, err
+	}
+	f, err := r.env.Tree.Open(e.Path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
+}
+
+func (r *run) origin() rootfs.Origin {
+	o := r.env.Origin
+	if o.Member == "" {
+		o.Member = r.s.Package + ":" + r.s.Name
+	}
+	return o
+}
+
+// writeFile replaces the file at p (following a symlink as the image
+// would); an existing file keeps its mode and owner.
+func (r *run) writeFile(p string, data []byte, perm uint32) error {
+	t := r.env.Tree
+	rp, err := t.Resolve(p, true)
+	if err != nil {
+		return err
+	}
+	h := rootfs.Header{Type: rootfs.TypeRegular, Perm: perm, MTime: r.env.Epoch, Origin: r.origin()}
+	if e := t.Get(rp); e != nil && e.Type == rootfs.TypeRegular {
+		h.Perm, h.UID, h.GID, h.Xattrs = e.Perm, e.UID, e.GID, e.Xattrs
+	}
+	if err := r.mkdirAll(path.Dir(rp)); err != nil {
+		return err
+	}
+	_, err = t.Create(rp, h, bytes.NewReader(data))
+	return err
+}
+
+func (r *run) mkdirAll(p string) error {
+	_, err := r.env.Tree.MkdirAll(p, rootfs.Header{Perm: 0o755, MTime: r.env.Epoch, Origin: r.origin()})
+	return err
+}
+
+func (r *run) symlink(target, p string) error {
+	t := r.env.Tree
+	rp, err := t.Resolve(p, false)
+	if err != nil {
+		return err
+	}
+	if err := r.mkdirAll(path.Dir(rp)); err != nil {
+		return err
+	}
+	_, err = t.Create(rp, rootfs.Header{Type: rootfs.TypeSymlink, Perm: 0o777, Target: target, MTime: r.env.Epoch, Origin: r.origin()}, nil)
+	return err
+}
+
+func (r *run) stat(ctx context.Context, name string, follow bool) (fs.FileInfo, error) {
+	e, err := r.env.Tree.Lookup(r.treePath(name), follow)
+	if err != nil {
+		return nil, err
+	}
+	return entryInfo{e}, nil
+}
+
+func (r *run) readDir(ctx context.Context, name string) ([]fs.DirEntry, error) {
+	e, err := r.env.Tree.Lookup(r.treePath(name), true)
+	if err != nil {
+		return nil, err
+	}
+	if e.Type != rootfs.TypeDir {
+		return nil, &fs.PathError{Op: "readdir", Path: name, Err: rootfs.ErrNotDir}
+	}
+	var out []fs.DirEntry
+	for _, c := range r.env.Tree.Children(e.Path) {
+		out = append(out, fs.FileInfoToDirEntry(entryInfo{r.env.Tree.Get(path.Join(e.Path, c))}))
+	}
+	return out, nil
+}
+
+// entryInfo is a tree entry seen as an fs.FileInfo.
+type entryInfo struct{ e *rootfs.Entry }
+
+func (i entryInfo) Name() string       { return path.Base(i.e.Path) }
+func (i entryInfo) Size() int64        { return i.e.Size }
+func (i entryInfo) ModTime() time.Time { return i.e.MTime }
+func (i entryInfo) IsDir() bool        { return i.e.Type == rootfs.TypeDir }
+func (i entryInfo) Sys() any           { return nil }
+func (i entryInfo) Mode() fs.FileMode {
+	m := fs.FileMode(i.e.Perm & 0o777)
+	if i.e.Perm&0o4000 != 0 {
+		m |= fs.ModeSetuid
+	}
+	if i.e.Perm&0o2000 != 0 {
+		m |= fs.ModeSetgid
+	}
+	if i.e.Perm&0o1000 != 0 {
+		m |= fs.ModeSticky
+	}
+	switch i.e.Type {
+	case rootfs.TypeDir:
+		m |= fs.ModeDir
+	case rootfs.TypeSymlink:
+		m |= fs.ModeSymlink
+	case rootfs.TypeChar:
+		m |= fs.ModeDevice | fs.ModeCharDevice
+	case rootfs.TypeBlock:
+		m |= fs.ModeDevice
+	case rootfs.TypeFifo:
+		m |= fs.ModeNamedPipe
+	case rootfs.TypeSocket:
+		m |= fs.ModeSocket
+	}
+	return m
+}

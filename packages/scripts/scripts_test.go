@@ -1,0 +1,296 @@
+package scripts
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stamp-dev/stamp/packages/deb"
+	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/test/harness"
+)
+
+var epoch = time.Unix(1700000000, 0).UTC()
+
+func newTree(t *testing.T) *rootfs.Tree {
+	t.Helper()
+	tr, err := rootfs.New(filepath.Join(t.TempDir(), "tree"), rootfs.Options{DefaultMTime: epoch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	return tr
+}
+
+// unpack extracts a real .deb into the tree and returns its control data.
+func unpack(t *testing.T, tr *rootfs.Tree, debPath string) *deb.Control {
+	t.Helper()
+	f, err := os.Open(debPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := deb.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := r.Data()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rootfs.Extract(context.Background(), tr, data, rootfs.ExtractOptions{KeepDirSymlinks: true}); err != nil {
+		t.Fatal(err)
+	}
+	return r.Control()
+}
+
+func file(t *testing.T, tr *rootfs.Tree, p, content string) {
+	t.Helper()
+	if _, err := tr.MkdirAll(filepath.Dir(p), rootfs.Header{Perm: 0o755, MTime: epoch}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Create(p, rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o755, MTime: epoch}, strings.NewReader(content)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func env(tr *rootfs.Tree) *Env {
+	return &Env{Tree: tr, Arch: "amd64", Epoch: epoch}
+}
+
+func postinst(t *testing.T, tr *rootfs.Tree, pkg string, c *deb.Control) error {
+	t.Helper()
+	return Run(context.Background(), env(tr), Script{Package: pkg, Name: "postinst", Body: c.Files["postinst"]}, "configure", "")
+}
+
+// links lists every symlink under the given tree paths as "path -> target",
+// and the content of every regular file, sorted.
+func snapshot(tr *rootfs.Tree, prefixes ...string) []string {
+	var out []string
+	for _, p := range tr.Paths() {
+		for _, pre := range prefixes {
+			if !strings.HasPrefix(p, pre) {
+				continue
+			}
+			e := tr.Get(p)
+			switch e.Type {
+			case rootfs.TypeSymlink:
+				out = append(out, p+" -> "+e.Target)
+			case rootfs.TypeRegular:
+				f, _ := tr.Open(p)
+				var b bytes.Buffer
+				b.ReadFrom(f)
+				f.Close()
+				out = append(out, p+" = "+b.String())
+			case rootfs.TypeDir:
+				out = append(out, p+"/")
+			}
+		}
+	}
+	return out
+}
+
+// hostSnapshot is snapshot for a host directory.
+func hostSnapshot(t *testing.T, root string, prefixes ...string) []string {
+	var out []string
+	filepath.Walk(root, func(hp string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return nil
+		}
+		p := strings.TrimPrefix(hp, root)
+		for _, pre := range prefixes {
+			if !strings.HasPrefix(p, pre) {
+				continue
+			}
+			switch {
+			case fi.Mode()&os.ModeSymlink != 0:
+				target, _ := os.Readlink(hp)
+				out = append(out, p+" -> "+target)
+			case fi.Mode().IsRegular():
+				b, _ := os.ReadFile(hp)
+				out = append(out, p+" = "+string(b))
+			case fi.IsDir():
+				out = append(out, p+"/")
+			}
+		}
+		return nil
+	})
+	sort.Strings(out)
+	return out
+}
+
+// TestAlternativesMatchUpdateAlternatives runs the real iptables and
+// ebtables postinsts twice: through Run on a tree, and with /bin/sh on the
+// host against a directory where update-alternatives is the real one with
+// --root. The links and the alternatives database must be equal.
+func TestAlternativesMatchUpdateAlternatives(t *testing.T) {
+	harness.RequireTools(t, "update-alternatives", "sh")
+	repo := harness.DebRepoFor(t)
+	orders := [][]string{{"iptables", "ebtables"}, {"ebtables", "iptables"}}
+	for _, order := range orders {
+		t.Run(strings.Join(order, "-then-"), func(t *testing.T) {
+			tr := newTree(t)
+			host := t.TempDir()
+			wrap := t.TempDir()
+			os.WriteFile(filepath.Join(wrap, "update-alternatives"), []byte("#!/bin/sh\nexec /usr/bin/update-alternatives --root "+host+" --log /dev/null \"$@\"\n"), 0o755)
+			ctrls := map[string]*deb.Control{}
+			for _, p := range order {
+				ctrls[p] = unpack(t, tr, filepath.Join(repo.Dir, repo.Debs[p]))
+				if out, err := exec.Command("dpkg-deb", "-x", filepath.Join(repo.Dir, repo.Debs[p]), host).CombinedOutput(); err != nil {
+					t.Fatalf("%v %s", err, out)
+				}
+			}
+			os.MkdirAll(filepath.Join(host, "var/lib/dpkg/alternatives"), 0o755)
+			for _, p := range order {
+				// ebtables' postinst also calls dpkg and friends; on the
+				// host only the alternatives part is of interest.
+				body := string(ctrls[p].Files["postinst"])
+				var keep []string
+				skip := false
+				for _, l := range strings.Split(body, "\n") {
+					if strings.Contains(l, `if [ "$1" = "configure" ]; then`) && p == "ebtables" && !skip && !strings.Contains(body[:strings.Index(body, l)], "update-alternatives") {
+						skip = true
+					}
+					if skip {
+						if strings.HasPrefix(l, "fi") {
+							skip = false
+						}
+						continue
+					}
+					if strings.Contains(l, "dpkg-maintscript-helper") {
+						continue
+					}
+					keep = append(keep, l)
+				}
+				cmd := exec.Command("sh", "-c", strings.Join(keep, "\n"), "postinst", "configure", "")
+				cmd.Env = []string{"PATH=" + wrap + ":/usr/bin:/bin"}
+				if out, err := cmd.CombinedOutput(); err != nil {
+					t.Fatalf("host %s postinst: %v\n%s", p, err, out)
+				}
+				if err := postinst(t, tr, p, ctrls[p]); err != nil {
+					t.Fatalf("Run %s postinst: %v", p, err)
+				}
+			}
+			prefixes := []string{"/etc/alternatives/", "/var/lib/dpkg/alternatives/", "/usr/sbin/"}
+			got := snapshot(tr, prefixes...)
+			want := hostSnapshot(t, host, prefixes...)
+			if strings.Join(got, "\n") != strings.Join(want, "\n") {
+				t.Errorf("differs from update-alternatives:\n--- ours\n%s\n--- update-alternatives\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+			if e := tr.Get("/etc/alternatives/iptables"); e == nil || e.Target != "/usr/sbin/iptables-nft" {
+				t.Errorf("/etc/alternatives/iptables = %+v, want the nft variant", e)
+			}
+		})
+	}
+}
+
+// TestRealScripts runs the maintainer scripts of real packages and checks
+// their effects.
+func TestRealScripts(t *testing.T) {
+	repo := harness.DebRepoFor(t)
+	tr := newTree(t)
+	deb := func(p string) *deb.Control { return unpack(t, tr, filepath.Join(repo.Dir, repo.Debs[p])) }
+
+	start := time.Now()
+	defer func() { t.Logf("took %s", time.Since(start)) }()
+	nb := deb("netbase")
+	if err := postinst(t, tr, "netbase", nb); err != nil {
+		t.Fatal(err)
+	}
+	lw := deb("libwrap0")
+	if err := postinst(t, tr, "libwrap0", lw); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/etc/hosts", "/etc/networks", "/etc/hosts.allow", "/etc/hosts.deny"} {
+		if e := tr.Get(p); e == nil || e.Size == 0 || e.Perm != 0o644 {
+			t.Errorf("%s: %+v, want a 0644 file written by the postinst", p, e)
+		}
+	}
+	hosts := strings.Join(snapshot(tr, "/etc/hosts"), "\n")
+	if !strings.Contains(hosts, "127.0.0.1\tlocalhost\n") {
+		t.Errorf("/etc/hosts (a <<- here-document) = %q", hosts)
+	}
+
+	t.Logf("netbase, libwrap0: %s", time.Since(start))
+	ct := deb("containerd")
+	t.Logf("unpacked containerd: %s", time.Since(start))
+	if err := postinst(t, tr, "containerd", ct); err != nil {
+		t.Fatal(err)
+	}
+	eb := deb("ebtables")
+	if err := Run(context.Background(), env(tr), Script{Package: "ebtables", Name: "preinst", Body: eb.Files["preinst"]}, "install"); err != nil {
+		t.Fatal(err)
+	}
+	if err := postinst(t, tr, "ebtables", eb); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(snapshot(tr, "/etc/systemd/", "/var/lib/systemd/"), "\n")
+	want := strings.Join([]string{
+		"/etc/systemd/system/",
+		"/etc/systemd/system/multi-user.target.wants/",
+		"/etc/systemd/system/multi-user.target.wants/containerd.service -> /lib/systemd/system/containerd.service",
+		"/var/lib/systemd/deb-systemd-helper-enabled/",
+		"/var/lib/systemd/deb-systemd-helper-enabled/containerd.service.dsh-also = /etc/systemd/system/multi-user.target.wants/containerd.service\n",
+		"/var/lib/systemd/deb-systemd-helper-enabled/multi-user.target.wants/",
+		"/var/lib/systemd/deb-systemd-helper-enabled/multi-user.target.wants/containerd.service = ",
+	}, "\n")
+	if got != want {
+		t.Errorf("systemd state:\n%s\nwant:\n%s", got, want)
+	}
+
+}
+
+func TestUnhandled(t *testing.T) {
+	tr := newTree(t)
+	for name, body := range map[string]string{
+		"command":     "#!/bin/sh\nset -e\nif [ \"$1\" = configure ]; then\n  frobnicate --all\nfi\n",
+		"debconf":     "#!/bin/sh\nset -e\n. /usr/share/debconf/confmodule\n",
+		"interpreter": "#!/usr/bin/perl\nprint 1;\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			if name == "debconf" {
+				file(t, tr, "/usr/share/debconf/confmodule", "exec /usr/share/debconf/frontend \"$0\" \"$@\"\n")
+			}
+			err := Run(context.Background(), env(tr), Script{Package: "foo", Name: "postinst", Body: []byte(body)}, "configure", "")
+			var ue *UnhandledError
+			if !errors.As(err, &ue) || ue.Package != "foo" || ue.Script != "postinst" {
+				t.Fatalf("err = %v, want an UnhandledError naming foo postinst", err)
+			}
+			t.Log(err)
+		})
+	}
+	// A failing script is a ScriptError with its output.
+	err := Run(context.Background(), env(tr), Script{Package: "foo", Name: "postinst", Body: []byte("#!/bin/sh\necho broken >&2\nexit 3\n")}, "configure", "")
+	var se *ScriptError
+	if !errors.As(err, &se) || se.Status != 3 || !strings.Contains(se.Output, "broken") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestCompareVersionsNL(t *testing.T) {
+	for _, c := range []struct {
+		a, op, b string
+		want     bool
+	}{
+		{"", "le", "2.0", true}, {"", "le-nl", "2.0", false}, {"1.0", "lt", "2.0", true},
+		{"2.0", "ge", "2.0", true}, {"", "lt-nl", "1", false}, {"1", "gt-nl", "", false},
+	} {
+		got, err := compareVersions(c.a, c.op, c.b)
+		if err != nil || got != c.want {
+			t.Errorf("%q %s %q = %v, %v; want %v", c.a, c.op, c.b, got, err, c.want)
+		}
+		if _, err := exec.LookPath("dpkg"); err == nil {
+			real := exec.Command("dpkg", "--compare-versions", c.a, c.op, c.b).Run() == nil
+			if real != c.want {
+				t.Errorf("table wrong for %q %s %q: dpkg says %v", c.a, c.op, c.b, real)
+			}
+		}
+	}
+}

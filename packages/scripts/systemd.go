@@ -1,0 +1,404 @@
+package scripts
+
+import (
+	"fmt"
+	"path"
+	"regexp"
+	"strings"
+
+	"mvdan.cc/sh/v3/interp"
+
+	"github.com/stamp-dev/stamp/rootfs"
+)
+
+// deb-systemd-helper's state directories and the system unit config dir.
+const (
+	dshEnabled = "/var/lib/systemd/deb-systemd-helper-enabled"
+	dshMasked  = "/var/lib/systemd/deb-systemd-helper-masked"
+	unitConfig = "/etc/systemd/system"
+)
+
+// cmdDebSystemdHelper reproduces init-system-helpers' deb-systemd-helper
+// for system units: the links it makes (itself, or through systemctl
+// preset when systemd is in the tree) and the state files it keeps, so a
+// later upgrade or purge in the image behaves as on a system installed by
+// dpkg. Like update-alternatives it is taken as present whether or not the
+// tree has it: init-system-helpers is Essential, and scripts (ebtables'
+// postinst calls it under set -e) rely on that.
+func cmdDebSystemdHelper(r *run, hc interp.HandlerContext, args []string) error {
+	quiet := false
+	var rest []string
+	for _, a := range args[1:] {
+		switch a {
+		case "--quiet":
+			quiet = true
+		case "--system":
+		case "--user":
+			return r.unhandled(fmt.Sprintf("command %q (user units)", strings.Join(args, " ")))
+		default:
+			rest = append(rest, a)
+		}
+	}
+	if len(rest) == 0 {
+		return nil
+	}
+	action, units := rest[0], rest[1:]
+	purge := false
+	if action == "purge" {
+		action, purge = "disable", true
+	}
+	rc := 0
+	if action == "is-enabled" || action == "was-enabled" || action == "debian-installed" {
+		rc = 1
+	}
+	for _, u := range units {
+		sp := r.findUnit(u)
+		switch action {
+		case "was-enabled":
+			ok := true
+			for _, l := range r.dshEntries(u) {
+				if isLink, _, _ := r.linkState(l); !isLink {
+					ok = false
+				}
+			}
+			if !quiet {
+				fmt.Fprintln(hc.Stderr, map[bool]string{true: "enabled", false: "disabled"}[ok])
+			}
+			if ok {
+				rc = 0
+			}
+		case "is-enabled":
+			links, err := r.linkClosure(sp, nil)
+			if err != nil {
+				return r.dshError(hc, err)
+			}
+			ok := true
+			for _, l := range links {
+				if isLink, _, _ := r.linkState(l[0]); !isLink {
+					ok = false
+				}
+			}
+			if ok {
+				rc = 0
+			}
+		case "debian-installed":
+			if r.exists(dshState(u)) {
+				rc = 0
+			}
+		case "enable":
+			if err := r.dshEnable(u, sp); err != nil {
+				return r.dshError(hc, err)
+			}
+		case "reenable":
+			if err := r.dshRemoveLinks(sp, purge); err != nil {
+				return err
+			}
+			if err := r.makeSystemdLinks(u, sp, true); err != nil {
+				return r.dshError(hc, err)
+			}
+		case "update-state":
+			// Only reached on upgrades of a unit that was disabled.
+			return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		case "disable":
+			if err := r.dshRemoveLinks(sp, purge); err != nil {
+				return err
+			}
+		case "mask":
+			if err := r.dshMask(sp); err != nil {
+				return err
+			}
+		case "unmask":
+			if err := r.dshUnmask(sp); err != nil {
+				return err
+			}
+		default:
+			return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		}
+	}
+	switch action {
+	case "disable":
+		if err := r.rmdirIfEmpty(dshEnabled); err != nil {
+			return err
+		}
+		for _, c := range r.env.Tree.Children(unitConfig) {
+			if e := r.env.Tree.Get(unitConfig + "/" + c); e != nil && e.Type == rootfs.TypeDir {
+				if err := r.rmdirIfEmpty(unitConfig + "/" + c); err != nil {
+					return err
+				}
+			}
+		}
+	case "unmask":
+		if err := r.rmdirIfEmpty(dshMasked); err != nil {
+			return err
+		}
+	}
+	return exit(rc)
+}
+
+func (r *run) dshError(hc interp.HandlerContext, err error) error {
+	fmt.Fprintf(hc.Stderr, "deb-systemd-helper: error: %v\n", err)
+	return exit(1)
+}
+
+func dshState(unit string) string { return dshEnabled + "/" + path.Base(unit) + ".dsh-also" }
+
+// findUnit is deb-systemd-helper's find_unit; a unit it cannot find is
+// returned as given.
+func (r *run) findUnit(u string) string {
+	for _, d := range []string{"/etc/systemd/system/", "/lib/systemd/system/", "/usr/lib/systemd/system/"} {
+		if e, err := r.env.Tree.Lookup(d+u, true); err == nil && e.Type == rootfs.TypeRegular {
+			return d + u
+		}
+	}
+	return u
+}
+
+func (r *run) dshEntries(unit string) []string {
+	b, err := r.readFile(dshState(unit))
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+var (
+	reWanted  = regexp.MustCompile(`(?i)^\s*(WantedBy|RequiredBy)=(.+)$`)
+	reAlso    = regexp.MustCompile(`(?i)^\s*Also=(.+)$`)
+	reAlias   = regexp.MustCompile(`(?i)^\s*Alias=(.+)$`)
+	reDefInst = regexp.MustCompile(`(?i)^\s*DefaultInstance=\s*(["']?)(.+?)(["']?)\s*$`)
+	reQuoted  = regexp.MustCompile(`^(["'])(.*)(["'])$`)
+)
+
+func unquote(v string) string {
+	if m := reQuoted.FindStringSubmatch(v); m != nil && m[1] == m[3] {
+		return m[2]
+	}
+	return v
+}
+
+// linkClosure is get_link_closure: [link, target] pairs the unit's
+// [Install] lines ask for, read line by line as deb-systemd-helper reads
+// them (Also= and Alias= first, in file order, then the wants links).
+func (r *run) linkClosure(servicePath string, visited []string) ([][2]string, error) {
+	b, err := r.readFile(servicePath)
+	if err != nil {
+		return nil, fmt.Errorf("unable to read %s", servicePath)
+	}
+	unit := path.Base(servicePath)
+	wanted := unit
+	var links [][2]string
+	var wantsDirs []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if m := reWanted.FindStringSubmatch(line); m != nil {
+			for _, v := range strings.Fields(m[2]) {
+				d := unitConfig + "/" + unquote(v)
+				if strings.EqualFold(m[1], "WantedBy") {
+					d += ".wants"
+				} else {
+					d += ".requires"
+				}
+				wantsDirs = append(wantsDirs, d+"/")
+			}
+		}
+		if m := reAlso.FindStringSubmatch(line); m != nil {
+			for _, v := range strings.Fields(m[1]) {
+				v = unquote(v)
+				seen := false
+				for _, x := range visited {
+					seen = seen || x == v
+				}
+				if v != unit && !seen {
+					visited = append(visited, v)
+					sub, err := r.linkClosure(r.findUnit(v), visited)
+					if err != nil {
+						return nil, err
+					}
+					links = append(links, sub...)
+				}
+			}
+		}
+		if m := reAlias.FindStringSubmatch(line); m != nil {
+			for _, v := range strings.Fields(m[1]) {
+				if unquote(v) != unit {
+					// deb-systemd-helper names the link after the whole
+					// value, as its Perl does ($1).
+					links = append(links, [2]string{unitConfig + "/" + m[1], servicePath})
+				}
+			}
+		}
+		if m := reDefInst.FindStringSubmatch(line); m != nil {
+			if i := strings.Index(unit, "@."); i >= 0 {
+				wanted = unit[:i+1] + m[2] + unit[i+1:]
+			}
+		}
+	}
+	for _, d := range wantsDirs {
+		links = append(links, [2]string{d + wanted, servicePath})
+	}
+	return links, nil
+}
+
+func (r *run) dshEnable(unit, servicePath string) error {
+	hasSystemctl := r.executable("/bin/systemctl") || r.executable("/usr/bin/systemctl")
+	if !hasSystemctl {
+		return r.makeSystemdLinks(unit, servicePath, true)
+	}
+	create := false
+	if r.exists(dshState(unit)) {
+		links, err := r.linkClosure(servicePath, nil)
+		if err != nil {
+			return err
+		}
+		for _, l := range links {
+			if isLink, _, _ := r.linkState(l[0]); isLink {
+				create = true
+			}
+		}
+	} else {
+		if r.env.Systemctl == nil {
+			return r.unhandled("systemctl preset " + unit)
+		}
+		if err := r.env.Systemctl(r.ctx, "preset", []string{unit}); err != nil {
+			return fmt.Errorf("systemctl preset failed on %s: %w", unit, err)
+		}
+	}
+	return r.makeSystemdLinks(unit, servicePath, create)
+}
+
+func (r *run) executable(p string) bool {
+	e, err := r.env.Tree.Lookup(p, true)
+	return err == nil && e.Type == rootfs.TypeRegular && e.Perm&0o111 != 0
+}
+
+// makeSystemdLinks is make_systemd_links: record each link in the unit's
+// .dsh-also file, and unless its per-link state file exists, make the link
+// (when create) and the state file.
+func (r *run) makeSystemdLinks(unit, servicePath string, create bool) error {
+	links, err := r.linkClosure(servicePath, nil)
+	if err != nil {
+		return err
+	}
+	state := dshState(unit)
+	for _, l := range links {
+		link, target := l[0], l[1]
+		old, _ := r.readFile(state)
+		if !containsLine(string(old), link) {
+			if err := r.writeFile(state, append(old, []byte(link+"\n")...), 0o644); err != nil {
+				return err
+			}
+		}
+		statefile := dshEnabled + "/" + strings.TrimPrefix(link, unitConfig+"/")
+		if r.exists(statefile) {
+			continue
+		}
+		if isLink, _, _ := r.linkState(link); create && !isLink {
+			if err := r.symlink(target, link); err != nil {
+				return err
+			}
+		}
+		if err := r.writeFile(statefile, nil, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func containsLine(s, line string) bool {
+	for _, l := range strings.Split(s, "\n") {
+		if l == line {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *run) dshRemoveLinks(servicePath string, purge bool) error {
+	state := dshState(servicePath)
+	entries := r.dshEntries(servicePath)
+	if purge && r.exists(state) {
+		if err := r.env.Tree.Remove(state); err != nil {
+			return err
+		}
+	}
+	for _, l := range entries {
+		isLink, _, _ := r.linkState(l)
+		if purge || isLink {
+			if err := r.env.Tree.Remove(dshEnabled + "/" + strings.TrimPrefix(l, unitConfig+"/")); err != nil {
+				return err
+			}
+		}
+		if isLink {
+			if err := r.removeLink(l); err != nil {
+				return err
+			}
+		}
+	}
+	b, err := r.readFile(servicePath)
+	if err != nil {
+		return nil
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if m := reAlso.FindStringSubmatch(line); m != nil {
+			if err := r.dshRemoveLinks(r.findUnit(m[1]), purge); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (r *run) dshMask(servicePath string) error {
+	link := unitConfig + "/" + path.Base(servicePath)
+	if isLink, t, missing := r.linkState(link); !missing {
+		if isLink && t == "/dev/null" {
+			return nil
+		}
+		return nil
+	}
+	if err := r.symlink("/dev/null", link); err != nil {
+		return err
+	}
+	return r.writeFile(dshMasked+"/"+path.Base(servicePath), nil, 0o644)
+}
+
+func (r *run) dshUnmask(servicePath string) error {
+	link := unitConfig + "/" + path.Base(servicePath)
+	isLink, t, missing := r.linkState(link)
+	if missing || !isLink || t != "/dev/null" {
+		return nil
+	}
+	state := dshMasked + "/" + path.Base(servicePath)
+	if !r.exists(state) {
+		return nil
+	}
+	if err := r.removeLink(link); err != nil {
+		return err
+	}
+	return r.env.Tree.Remove(state)
+}
+
+// rmdirIfEmpty removes dir and its subdirectories, deepest first, where
+// they are empty, as deb-systemd-helper's rmdir_if_empty does.
+func (r *run) rmdirIfEmpty(dir string) error {
+	e := r.env.Tree.Get(dir)
+	if e == nil || e.Type != rootfs.TypeDir {
+		return nil
+	}
+	for _, c := range r.env.Tree.Children(dir) {
+		if ce := r.env.Tree.Get(dir + "/" + c); ce != nil && ce.Type == rootfs.TypeDir {
+			if err := r.rmdirIfEmpty(dir + "/" + c); err != nil {
+				return err
+			}
+		}
+	}
+	if len(r.env.Tree.Children(dir)) == 0 {
+		return r.env.Tree.Remove(dir)
+	}
+	return nil
+}

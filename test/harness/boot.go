@@ -1,0 +1,362 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stamp-dev/stamp/rootfs"
+)
+
+// bootFormat changes whenever BootParts would lay out its cache differently.
+const bootFormat = "stamp-test-boot/1"
+
+// OVMFPath is the UEFI firmware of Debian's ovmf package.
+const OVMFPath = "/usr/share/ovmf/OVMF.fd"
+
+// BootKit is what a boot test needs, all from real Debian packages: a
+// kernel and its modules (linux-image-6.1.*-amd64, downloaded and unpacked,
+// never installed), a static busybox, systemd-boot and the OVMF firmware.
+type BootKit struct {
+	// KernelVersion is the module directory name, e.g. "6.1.0-57-amd64".
+	KernelVersion string
+	// Vmlinuz is the kernel image.
+	Vmlinuz string
+	// Modules is the host directory lib/modules/KernelVersion, without a
+	// modules.dep: Debian's package has none, depmod makes it on install.
+	Modules string
+	// Busybox is busybox-static's /bin/busybox.
+	Busybox string
+	// SystemdBoot is systemd-bootx64.efi and LinuxStub the UKI stub
+	// linuxx64.efi.stub, both from systemd-boot-efi.
+	SystemdBoot string
+	LinuxStub   string
+	// OVMF is the UEFI firmware for qemu's -bios.
+	OVMF string
+}
+
+var kernelDepRE = regexp.MustCompile(`(?m)^\s*Depends:\s*(linux-image-6\.1\.\S+-amd64)\s*$`)
+
+// BootParts downloads (once per machine, into the deb cache) and unpacks
+// the boot parts. It fails, never skips, when they cannot be had: CI runs
+// test/scripts/deps.sh first.
+func BootParts(t testing.TB) *BootKit {
+	t.Helper()
+	RequireTools(t, "apt-get", "apt-cache", "dpkg-deb", "dpkg")
+	const hint = "(needs apt reaching Debian and the packages of test/scripts/deps.sh)"
+	if _, err := os.Stat(OVMFPath); err != nil {
+		t.Fatalf("boot parts: %v %s", err, hint)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	// linux-image-amd64 is a metapackage; the kernel is what it depends on.
+	out, err := exec.CommandContext(ctx, "apt-cache", "depends", "linux-image-amd64").CombinedOutput()
+	if err != nil {
+		t.Fatalf("boot parts: apt-cache depends linux-image-amd64: %v\n%s%s", err, out, hint)
+	}
+	m := kernelDepRE.FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("boot parts: apt-cache depends linux-image-amd64 names no linux-image-6.1.*-amd64:\n%s", out)
+	}
+	kpkg := string(m[1])
+
+	dir := filepath.Join(cacheRoot(), "boot")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatalf("boot cache: %v", err)
+	}
+	// The deb cache is shared with Base, so its lock is taken too.
+	if err := os.MkdirAll(filepath.Join(cacheRoot(), "base"), 0o755); err != nil {
+		t.Fatalf("boot cache: %v", err)
+	}
+	unlockDebs, err := lockFile(filepath.Join(cacheRoot(), "base", ".lock"))
+	if err != nil {
+		t.Fatalf("boot cache lock: %v", err)
+	}
+	debs, err := resolveDebs(ctx, BaseOptions{Packages: []string{kpkg, "busybox-static", "systemd-boot-efi"}}, t.Logf)
+	unlockDebs()
+	if err != nil {
+		t.Fatalf("boot parts: %v %s", err, hint)
+	}
+
+	unlock, err := lockFile(filepath.Join(dir, ".lock"))
+	if err != nil {
+		t.Fatalf("boot cache lock: %v", err)
+	}
+	defer unlock()
+	h := sha256.New()
+	fmt.Fprint(h, bootFormat)
+	for _, d := range debs {
+		fmt.Fprintf(h, "\x00%s", filepath.Base(d))
+	}
+	root := filepath.Join(dir, hex.EncodeToString(h.Sum(nil)[:8]))
+	if _, err := os.Stat(root); err != nil {
+		tmp, err := os.MkdirTemp(dir, ".unpack-")
+		if err != nil {
+			t.Fatalf("boot cache: %v", err)
+		}
+		defer os.RemoveAll(tmp)
+		for _, d := range debs {
+			if out, err := exec.CommandContext(ctx, "dpkg-deb", "-x", d, tmp).CombinedOutput(); err != nil {
+				t.Fatalf("boot parts: dpkg-deb -x %s: %v\n%s", d, err, out)
+			}
+		}
+		os.Chmod(tmp, 0o755)
+		if err := os.Rename(tmp, root); err != nil {
+			t.Fatalf("boot cache: %v", err)
+		}
+	}
+
+	k := &BootKit{
+		KernelVersion: strings.TrimPrefix(kpkg, "linux-image-"),
+		Busybox:       filepath.Join(root, "bin/busybox"),
+		SystemdBoot:   filepath.Join(root, "usr/lib/systemd/boot/efi/systemd-bootx64.efi"),
+		LinuxStub:     filepath.Join(root, "usr/lib/systemd/boot/efi/linuxx64.efi.stub"),
+		OVMF:          OVMFPath,
+	}
+	k.Vmlinuz = filepath.Join(root, "boot", "vmlinuz-"+k.KernelVersion)
+	k.Modules = filepath.Join(root, "lib/modules", k.KernelVersion)
+	for _, p := range []string{k.Vmlinuz, k.Modules, k.Busybox, k.SystemdBoot, k.LinuxStub} {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("boot parts: %v (unpacked from %s)", err, strings.Join(debs, " "))
+		}
+	}
+	return k
+}
+
+// BootModuleGlobs are the module files (relative to the modules directory)
+// a tree needs for an initramfs that mounts an ext4 root from a virtio
+// disk, dependencies included: formats.BootModules and what they need.
+var BootModuleGlobs = []string{
+	"kernel/crypto/crc32c_generic.ko", "kernel/lib/crc16.ko", "kernel/fs/mbcache.ko",
+	"kernel/fs/jbd2", "kernel/fs/ext4", "kernel/drivers/virtio", "kernel/drivers/block/virtio_blk.ko",
+}
+
+// BootTreeOptions say what a test tree holds.
+type BootTreeOptions struct {
+	// Marker is what /sbin/init prints before it powers the machine off.
+	Marker string
+	// Init replaces the body of /sbin/init (run by busybox sh; busybox's
+	// applets are on its PATH). Empty means: print Marker, power off.
+	Init string
+	// Modules are globs, relative to the modules directory, of the modules
+	// the tree gets (e.g. "kernel/fs/ext4/*"); modules.builtin and
+	// modules.order always come along. None by default: the whole set is
+	// 400 MB.
+	Modules []string
+	// Epoch is every mtime; zero means DefaultEpoch.
+	Epoch time.Time
+	// SplitUsr keeps /bin, /sbin and /lib real directories (busybox in
+	// /bin, modules in /lib/modules). By default they are symlinks into
+	// /usr, as on Debian since bookworm.
+	SplitUsr bool
+}
+
+// Tree builds a small bootable root file system in a temp dir: the kernel
+// in /boot, the chosen modules, busybox-static as /bin/busybox and an
+// /sbin/init that prints the marker and powers off. Owners are 0:0.
+func (k *BootKit) Tree(t testing.TB, o BootTreeOptions) *rootfs.Tree {
+	t.Helper()
+	if o.Epoch.IsZero() {
+		o.Epoch = DefaultEpoch
+	}
+	tree, err := rootfs.New(t.TempDir(), rootfs.Options{DefaultMTime: o.Epoch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tree.Close() })
+	mk := func(p string, h rootfs.Header, content []byte) {
+		t.Helper()
+		h.MTime = o.Epoch
+		if _, err := tree.Create(p, h, bytes.NewReader(content)); err != nil {
+			t.Fatalf("boot tree: %s: %v", p, err)
+		}
+	}
+	file := func(p string, perm uint32, content []byte) {
+		mk(p, rootfs.Header{Type: rootfs.TypeRegular, Perm: perm}, content)
+	}
+	hostFile := func(p string, perm uint32, host string) {
+		data, err := os.ReadFile(host)
+		if err != nil {
+			t.Fatalf("boot tree: %v", err)
+		}
+		file(p, perm, data)
+	}
+	dir := func(p string, perm uint32) { mk(p, rootfs.Header{Type: rootfs.TypeDir, Perm: perm}, nil) }
+
+	bin, sbin, lib := "/bin", "/sbin", "/lib"
+	if !o.SplitUsr {
+		bin, sbin, lib = "/usr/bin", "/usr/sbin", "/usr/lib"
+		dir("/usr", 0o755)
+		for _, d := range []string{"bin", "sbin", "lib"} {
+			dir("/usr/"+d, 0o755)
+			mk("/"+d, rootfs.Header{Type: rootfs.TypeSymlink, Perm: 0o777, Target: "usr/" + d}, nil)
+		}
+	}
+	for _, d := range []string{"/boot", "/dev", "/etc", "/proc", "/run", "/sys", "/root", "/var"} {
+		dir(d, 0o755)
+	}
+	dir("/tmp", 0o1777)
+	hostFile("/boot/vmlinuz-"+k.KernelVersion, 0o644, k.Vmlinuz)
+	hostFile(bin+"/busybox", 0o755, k.Busybox)
+	// Every applet gets its link in the tree, since a root mounted
+	// read-only leaves no room for busybox --install at boot.
+	applets, err := exec.Command(k.Busybox, "--list").Output()
+	if err != nil {
+		t.Fatalf("boot tree: busybox --list: %v", err)
+	}
+	for _, a := range strings.Fields(string(applets)) {
+		if a != "busybox" && a != "init" && a != "linuxrc" {
+			mk(bin+"/"+a, rootfs.Header{Type: rootfs.TypeSymlink, Perm: 0o777, Target: "busybox"}, nil)
+		}
+	}
+	body := o.Init
+	if body == "" {
+		body = fmt.Sprintf("echo %s", shQuote(o.Marker))
+	}
+	init := "#!/bin/busybox sh\n# stamp boot test init\nexport PATH=/usr/sbin:/usr/bin:/sbin:/bin\n" + body + "\npoweroff -f\n"
+	file(sbin+"/init", 0o755, []byte(init))
+	file("/etc/os-release", 0o644, []byte("ID=stamp-test\nNAME=\"stamp boot test\"\n"))
+
+	mods := path.Join(lib, "modules", k.KernelVersion)
+	var rels []string
+	for _, g := range append([]string{"modules.builtin", "modules.builtin.modinfo", "modules.order"}, o.Modules...) {
+		found, err := filepath.Glob(filepath.Join(k.Modules, g))
+		if err != nil || len(found) == 0 {
+			t.Fatalf("boot tree: no module matches %q in %s (%v)", g, k.Modules, err)
+		}
+		for _, f := range found {
+			err := filepath.WalkDir(f, func(p string, d fs.DirEntry, err error) error {
+				if err != nil || d.IsDir() {
+					return err
+				}
+				rel, _ := filepath.Rel(k.Modules, p)
+				rels = append(rels, rel)
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("boot tree: %v", err)
+			}
+		}
+	}
+	sort.Strings(rels)
+	for i, rel := range rels {
+		if i > 0 && rels[i-1] == rel {
+			continue
+		}
+		hostFile(path.Join(mods, filepath.ToSlash(rel)), 0o644, filepath.Join(k.Modules, rel))
+	}
+	return tree
+}
+
+// shQuote quotes s for sh.
+func shQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// RunQEMU boots qemu-system-x86_64 under TCG (no KVM needed) with the fixed
+// flags -accel tcg -nographic -no-reboot (and -m 512 unless args set -m),
+// plus args, bounded by timeout. The test passes only if the marker appears
+// in the serial log and "Kernel panic" does not: with -no-reboot qemu exits
+// 0 even after a panic. It returns the log.
+func RunQEMU(t testing.TB, args []string, marker string, timeout time.Duration) string {
+	t.Helper()
+	if marker == "" {
+		t.Fatal("RunQEMU: empty marker")
+	}
+	for _, a := range args {
+		if strings.Contains(a, marker) {
+			t.Fatalf("RunQEMU: the marker %q is in the argument %q, so the kernel would print it itself", marker, a)
+		}
+	}
+	b := BootQEMU(t, args, timeout)
+	tail := b.Tail(60)
+	switch {
+	case b.TimedOut:
+		t.Fatalf("qemu did not finish within %s (marker seen: %t); log %s ends:\n%s",
+			timeout, strings.Contains(b.Log, marker), b.LogPath, tail)
+	case strings.Contains(b.Log, "Kernel panic"):
+		t.Fatalf("the kernel panicked after %s; log ends:\n%s", b.Took, tail)
+	case b.Err != nil:
+		t.Fatalf("qemu %s: %v after %s; log ends:\n%s", strings.Join(args, " "), b.Err, b.Took, tail)
+	case !strings.Contains(b.Log, marker):
+		t.Fatalf("no %q in the serial log after %s; log ends:\n%s", marker, b.Took, tail)
+	}
+	t.Logf("booted in %s (qemu %s)", b.Took, strings.Join(args, " "))
+	return b.Log
+}
+
+// Boot is one qemu run.
+type Boot struct {
+	Log      string // serial console and qemu's own messages
+	LogPath  string // where Log is kept, in the test's temp dir
+	Took     time.Duration
+	TimedOut bool
+	Err      error // qemu's exit status
+}
+
+// Tail is the last n lines of the log.
+func (b *Boot) Tail(n int) string {
+	lines := strings.Split(b.Log, "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// BootQEMU runs qemu as RunQEMU does and returns what happened, for tests
+// that expect a boot to fail. Boots from every test binary on the machine
+// take turns, since each wants a whole core.
+func BootQEMU(t testing.TB, args []string, timeout time.Duration) *Boot {
+	t.Helper()
+	qemu := Tool(t, "qemu-system-x86_64")
+	if err := os.MkdirAll(cacheRoot(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := lockFile(filepath.Join(cacheRoot(), "qemu.lock"))
+	if err != nil {
+		t.Fatalf("qemu lock: %v", err)
+	}
+	defer unlock()
+
+	full := []string{"-accel", "tcg", "-nographic", "-no-reboot"}
+	if !hasFlag(args, "-m") {
+		full = append(full, "-m", "512")
+	}
+	full = append(full, args...)
+	b := &Boot{LogPath: filepath.Join(t.TempDir(), "serial.log")}
+	logFile, err := os.Create(b.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, qemu, full...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	start := time.Now()
+	b.Err = cmd.Run()
+	logFile.Close()
+	b.Took = time.Since(start).Round(100 * time.Millisecond)
+	b.TimedOut = ctx.Err() != nil
+	log, err := os.ReadFile(b.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Log = string(log)
+	return b
+}
+
+func hasFlag(args []string, flag string) bool {
+	for _, a := range args {
+		if a == flag {
+			return true
+		}
+	}
+	return false
+}
