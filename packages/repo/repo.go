@@ -222,4 +222,3 @@ func Merge(idx ...*Index) []*Package {
 	})
 	return all
 }
-

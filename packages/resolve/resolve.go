@@ -403,7 +403,9 @@ func (r *resolver) better(target string, a, b *pkgState) bool {
 	return a.name < b.name
 }
 
-func important(p *repo.Package) bool { return p.Paragraph != nil && p.Paragraph.Get("Important") == "yes" }
+func important(p *repo.Package) bool {
+	return p.Paragraph != nil && p.Paragraph.Get("Important") == "yes"
+}
 
 // conflict names an installed or chosen package that v conflicts with (or
 // breaks), or that conflicts with v; "" when there is none.

@@ -490,4 +490,3 @@ func slaveLinks(g *altGroup) []string {
 	}
 	return out
 }
-
