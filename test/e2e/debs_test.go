@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stamp-dev/stamp/packages/deb"
@@ -169,6 +170,138 @@ func checkDebFiles(t *testing.T, root, debPath string) {
 	if n == 0 {
 		t.Errorf("%s: no regular files compared", filepath.Base(debPath))
 	}
+}
+
+// oracleInstall extracts the dpkg base as root and has Debian's own tools
+// install pkgs into it: the host's apt-get resolves and downloads from the
+// repository over HTTP, and dpkg runs chrooted into the tree (apt's
+// DPkg::Chroot-Directory, as mmdebstrap drives it), so every maintainer
+// script runs for real, with a policy-rc.d that forbids starting services.
+func oracleInstall(t *testing.T, repo *harness.DebRepo, base *harness.DpkgBase, pkgs []string) string {
+	t.Helper()
+	harness.RequireTools(t, "apt-get", "tar", "zstd")
+	if os.Geteuid() != 0 {
+		t.Skip("the oracle runs dpkg in a chroot, which needs root")
+	}
+	work := t.TempDir()
+	root := filepath.Join(work, "root")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tarball := range []string{base.Tarball, base.DB} {
+		if out, err := exec.Command("tar", "-x", "--numeric-owner", "-p", "--xattrs", "--xattrs-include=*", "-f", tarball, "-C", root).CombinedOutput(); err != nil {
+			t.Fatalf("tar -x %s: %v\n%s", tarball, err, out)
+		}
+	}
+	policy := filepath.Join(root, "usr/sbin/policy-rc.d")
+	writeFiles(t, filepath.Dir(policy), map[string]string{"policy-rc.d.sh": "#!/bin/sh\nexit 101\n"})
+	if err := os.Rename(policy+".sh", policy); err != nil {
+		t.Fatal(err)
+	}
+	// apt links the archives it hands dpkg by their host paths; inside
+	// the chroot, make the tree's own host path lead back to its root.
+	self := filepath.Join(root, root)
+	if err := os.MkdirAll(filepath.Dir(self), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/", self); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "var/cache/apt/archives/partial"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	aptDir := filepath.Join(work, "apt")
+	for _, d := range []string{"lists/partial", "etc/sources.list.d", "etc/preferences.d", "etc/apt.conf.d", "log"} {
+		if err := os.MkdirAll(filepath.Join(aptDir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	url := harness.ServeDebRepo(t, repo.Dir)
+	src := fmt.Sprintf("deb [signed-by=%s] %s %s %s\n", repo.Keyring, url, repo.Suite, repo.Component)
+	writeFiles(t, filepath.Join(aptDir, "etc"), map[string]string{"sources.list": src})
+	opts := harness.AptOptions(aptDir, filepath.Join(root, "var/lib/dpkg/status"))
+	opts = append(opts, "-o", "Dir::Cache="+filepath.Join(root, "var/cache/apt"), "-o", "DPkg::Chroot-Directory="+root)
+	run := func(args ...string) {
+		cmd := exec.Command("apt-get", append(opts, args...)...)
+		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND=noninteractive", "LC_ALL=C.UTF-8", "SOURCE_DATE_EPOCH=1700000000"}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("oracle: apt-get %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	run("update")
+	run(append([]string{"install", "-y", "--no-install-recommends"}, pkgs...)...)
+	for _, p := range []string{self, policy} {
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.RemoveAll(filepath.Join(root, strings.Split(strings.TrimPrefix(root, "/"), "/")[0]))
+	return root
+}
+
+// treeState describes every path of a root: type, mode, owner, symlink
+// target and content digest; mtimes are left out.
+func treeState(t *testing.T, root string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.Walk(root, func(hp string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		p := "/" + strings.TrimPrefix(strings.TrimPrefix(hp, root), "/")
+		st := fi.Sys().(*syscall.Stat_t)
+		desc := fmt.Sprintf("%s %04o %d:%d", fi.Mode().Type(), fi.Mode().Perm()|fi.Mode()&(os.ModeSetuid|os.ModeSetgid|os.ModeSticky), st.Uid, st.Gid)
+		switch {
+		case fi.Mode()&os.ModeSymlink != 0:
+			target, _ := os.Readlink(hp)
+			desc += " -> " + target
+		case fi.Mode().IsRegular():
+			b, err := os.ReadFile(hp)
+			if err != nil {
+				return err
+			}
+			sum := sha256.Sum256(b)
+			desc += " " + hex.EncodeToString(sum[:8])
+		}
+		out[p] = desc
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// oracleOnly are paths only the oracle's run leaves, each for a reason
+// that is not a difference in the installed system:
+var oracleOnly = []string{
+	"/var/cache/apt/**",             // apt's download cache (Seal cleans it)
+	"/var/lib/dpkg/status-old",      // dpkg's backup
+	"/var/lib/dpkg/available-old",   // dpkg's backup
+	"/var/lib/dpkg/lock*",           // lock files
+	"/var/lib/dpkg/triggers/**",     // trigger bookkeeping of the run
+	"/var/lib/dpkg/diversions*",     // empty databases dpkg creates
+	"/var/lib/dpkg/statoverride*",   //
+	"/var/log/**",                   // dpkg.log, alternatives.log
+	"/etc/ld.so.cache",              // libc-bin's ldconfig trigger; stamp's ldconfig is a no-op
+	"/var/cache/ldconfig/**",        //
+	"/var/cache/debconf/**",         // debconf's cache of questions
+	"/var/lib/dpkg/info/*.postinst", // compared below through the control archives
+}
+
+func matchAny(pats []string, p string) bool {
+	for _, pat := range pats {
+		if ok, _ := filepath.Match(strings.TrimSuffix(pat, "/**"), p); ok && !strings.HasSuffix(pat, "/**") {
+			return true
+		}
+		if pre, ok := strings.CutSuffix(pat, "/**"); ok && strings.HasPrefix(p, pre+"/") {
+			return true
+		}
+		if strings.HasSuffix(pat, "*") && !strings.HasSuffix(pat, "/**") && strings.HasPrefix(p, strings.TrimSuffix(pat, "*")) {
+			return true
+		}
+	}
+	return false
 }
 
 var _ = sort.Strings
