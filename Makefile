@@ -20,7 +20,9 @@ deps:
 demo: deps build
 	$(GO) run ./test/cmd/mkbase -o recipes/examples/base.tar.zst
 	$(BIN) build recipes/examples/k8s-node.yaml -o $(DEMO)
-	@echo; echo "outputs in $(DEMO):"; ls -l $(DEMO); echo; cat $(DEMO)/SHA256SUMS
+	@echo; echo "outputs in $(DEMO):"; ls -l $(DEMO)
+	@echo; cd $(DEMO) && sha256sum --quiet -c SHA256SUMS && echo "SHA256SUMS: every output checks"
+	@echo; $(BIN) inspect $(DEMO)/k8s-node.raw | head -12
 
 test: deps lint unit fuzz
 
@@ -32,6 +34,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./recipes
 	$(GO) test -run '^$$' -fuzz '^FuzzReadTar$$' -fuzztime $(FUZZTIME) ./formats
 	$(GO) test -run '^$$' -fuzz '^FuzzExtract$$' -fuzztime $(FUZZTIME) ./rootfs
+	$(GO) test -run '^$$' -fuzz '^FuzzReadOCI$$' -fuzztime $(FUZZTIME) ./formats
+	$(GO) test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) ./disk/fat
+	$(GO) test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) ./disk/qcow2
 
 bench: deps build
 	bash test/scripts/bench.sh
