@@ -20,15 +20,18 @@ type outputNode struct {
 var outputKeys = map[string][]string{
 	FormatTar:   {"compression"},
 	FormatCpio:  {"compression"},
-	FormatPXE:   {"compression", "from"},
+	FormatPXE:   {"compression", "from", "boot"},
 	FormatRaw:   {"size", "partitions", "boot", "freeSpace"},
-	FormatQcow2: {"from"},
+	FormatQcow2: {"from", "compression"},
 	FormatOCI:   {"from", "kind", "layout", "entrypoint", "env", "labels"},
 }
 
 var formats = []string{FormatTar, FormatRaw, FormatQcow2, FormatCpio, FormatPXE, FormatOCI}
 
 var compressions = []string{"none", "gzip", "zstd", "xz"}
+
+// qcow2Compressions are what qcow2 clusters can hold (zlib deflate).
+var qcow2Compressions = []string{"none", "zlib"}
 
 func oneOf(s string, set ...string) bool {
 	for _, x := range set {
@@ -71,8 +74,10 @@ func (d *decoder) output(n *yaml.Node, field string) outputNode {
 				d.fail(d.resolveQuiet(v), f, "name %q must match [a-z0-9][a-z0-9._-]*", o.Name)
 			}
 		},
-		"compression": func(v *yaml.Node, f string) { o.Compression = d.enum(v, f, "compression", compressions...) },
-		"size":        func(v *yaml.Node, f string) { o.Size = d.size(v, f, true) },
+		"compression": func(v *yaml.Node, f string) {
+			o.Compression = d.enum(v, f, "compression", append(append([]string{}, compressions...), "zlib")...)
+		},
+		"size": func(v *yaml.Node, f string) { o.Size = d.size(v, f, true) },
 		"partitions": func(v *yaml.Node, f string) {
 			o.Partitions = []Partition{}
 			names := map[string]int{}
@@ -140,6 +145,15 @@ func (d *decoder) outputDefaults(on *outputNode) {
 	o := &on.out
 	if o.Name == "" {
 		o.Name = o.Format
+	}
+	if c := on.seen["compression"]; c != nil && o.Compression != "" {
+		set := compressions
+		if o.Format == FormatQcow2 {
+			set = qcow2Compressions
+		}
+		if !oneOf(o.Compression, set...) {
+			d.fail(c, child(o.Field, "compression"), "compression %q must be one of %s for format %s", o.Compression, strings.Join(set, ", "), o.Format)
+		}
 	}
 	switch o.Format {
 	case FormatTar:

@@ -1,0 +1,33 @@
+package recipes
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestCompressionPerFormat(t *testing.T) {
+	base := "apiVersion: stamp.dev/v1alpha1\nkind: Recipe\nname: x\nbase: {tarball: ./b.tar}\noutputs:\n  - {format: raw}\n"
+	ok := []string{
+		"  - {format: qcow2, from: raw, compression: zlib}\n",
+		"  - {format: qcow2, from: raw, compression: none}\n",
+		"  - {format: cpio}\n  - {format: pxe, from: cpio, boot: {cmdline: \"console=ttyS0 panic=-1\"}}\n",
+	}
+	for _, o := range ok {
+		r, err := Parse([]byte(base+o), "r.yaml")
+		if err != nil {
+			t.Fatalf("%q: %v", o, err)
+		}
+		if last := r.Outputs[len(r.Outputs)-1]; last.Format == "pxe" && (last.Boot == nil || last.Boot.Cmdline != "console=ttyS0 panic=-1") {
+			t.Fatalf("pxe cmdline lost: %+v", last.Boot)
+		}
+	}
+	for _, c := range []struct{ out, want string }{
+		{"  - {format: qcow2, from: raw, compression: zstd}\n", "r.yaml:7: outputs[1].compression: compression \"zstd\" must be one of none, zlib for format qcow2"},
+		{"  - {format: tar, compression: zlib}\n", "r.yaml:7: outputs[1].compression: compression \"zlib\" must be one of none, gzip, zstd, xz for format tar"},
+	} {
+		_, err := Parse([]byte(base+c.out), "r.yaml")
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("got %v, want %q", err, c.want)
+		}
+	}
+}
