@@ -442,6 +442,20 @@ func (c *Cache) importFile(ctx context.Context, path, wantHex string) (string, e
 		return "", fmt.Errorf("import %s: not a regular file", path)
 	}
 	if wantHex == "" {
+		abs, _ := filepath.Abs(path)
+		if hexSum, ok := c.statLookup(abs, fi); ok {
+			return digestOf(hexSum), nil
+		}
+		defer func() {
+			// Only a file that did not change while it was read is remembered.
+			if now, err := os.Stat(path); err == nil && wantHex != "" && c.Has(wantHex) {
+				if a, ok1 := statIdentity(now); ok1 {
+					if b, ok2 := statIdentity(fi); ok2 && a == b {
+						c.statRemember(abs, fi, wantHex)
+					}
+				}
+			}
+		}()
 		// Most builds import the same local inputs again: hashing alone is
 		// cheaper than writing and fsyncing a copy that already exists.
 		h := sha256.New()

@@ -515,3 +515,42 @@ func BenchmarkPut(b *testing.B) {
 		}
 	}
 }
+
+func TestImportRemembersUnchangedFiles(t *testing.T) {
+	c, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "input")
+	os.WriteFile(p, []byte("one"), 0o644)
+	// A file written a moment ago is not remembered (its timestamps tick coarsely).
+	if _, err := c.Import(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(c.statKey(p)); err == nil {
+		t.Fatal("a file changed within the racy window was remembered")
+	}
+	time.Sleep(racyWindow + 100*time.Millisecond)
+	d1, err := c.Import(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(c.statKey(p)); err != nil {
+		t.Fatal("no stat record written")
+	}
+	d2, _ := c.Import(context.Background(), p)
+	if d1 != d2 {
+		t.Fatal("same file, different digest")
+	}
+	// Same size, even the same mtime: ctime still moves, so the edit is seen.
+	fi, _ := os.Stat(p)
+	os.WriteFile(p, []byte("two"), 0o644)
+	os.Chtimes(p, fi.ModTime(), fi.ModTime())
+	d3, err := c.Import(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d3 == d1 {
+		t.Fatal("an edited file kept its old digest")
+	}
+}
