@@ -162,6 +162,9 @@ func Build(ctx context.Context, rec *recipes.Recipe, o Options) (*Result, error)
 			log.WithField("entries", tree.Len()).Debugf("%s done in %s", st.label, time.Since(start).Round(time.Millisecond))
 		}
 	}
+	if err := addGrowDropIn(tree, rec, ep); err != nil {
+		return nil, fmt.Errorf("raw: grow drop-in: %w", err)
+	}
 	sealOpts := rootfs.SealOptions{Epoch: ep, NoDefaultCleanup: !rec.Seal.Cleanup.Default, Cleanup: rec.Seal.Cleanup.Globs}
 	rep, err := rootfs.Seal(ctx, tree, sealOpts)
 	if err != nil {

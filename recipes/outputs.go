@@ -21,7 +21,7 @@ var outputKeys = map[string][]string{
 	FormatTar:   {"compression"},
 	FormatCpio:  {"compression"},
 	FormatPXE:   {"compression", "from", "boot"},
-	FormatRaw:   {"size", "partitions", "boot", "freeSpace"},
+	FormatRaw:   {"size", "partitions", "boot", "freeSpace", "grow"},
 	FormatQcow2: {"from", "compression"},
 	FormatOCI:   {"from", "kind", "layout", "entrypoint", "env", "labels"},
 }
@@ -104,6 +104,7 @@ func (d *decoder) output(n *yaml.Node, field string) outputNode {
 		},
 		"labels":    func(v *yaml.Node, f string) { o.Labels = d.strMap(v, f) },
 		"freeSpace": func(v *yaml.Node, f string) { o.FreeSpace = d.size(v, f, false) },
+		"grow":      func(v *yaml.Node, f string) { g := d.boolean(v, f); o.Grow = &g },
 	})
 	on := outputNode{out: o, node: d.resolveQuiet(n), seen: seen}
 	if seen == nil {

@@ -283,6 +283,10 @@ type Output struct {
 	Labels     map[string]string // oci; sort the keys before use
 	// FreeSpace is extra room added to "auto" sizes of a raw disk, e.g. "512MiB".
 	FreeSpace string
+	// Grow ships a systemd-repart drop-in so the root partition and its
+	// filesystem grow to fill a larger disk on first boot; nil means true
+	// for raw disks.
+	Grow *bool
 }
 
 // Partition is one GPT partition of a raw disk.
