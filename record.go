@@ -73,3 +73,18 @@ func writeRecord(t *rootfs.Tree, rec *recipes.Recipe, ep time.Time, treeDigest s
 		Origin: rootfs.Origin{Layer: "stamp"}}, bytes.NewReader(data))
 	return err
 }
+
+// relativeOrigins names host files in origins (a files layer's source, a
+// hook) relative to the recipe, as the lock does, so that the record and
+// manifest.txt, and with them the image's bytes, do not depend on where the
+// recipe's checkout lies.
+func relativeOrigins(t *rootfs.Tree, recipeDir string) {
+	if recipeDir == "" {
+		return
+	}
+	for _, e := range t.Entries() {
+		if filepath.IsAbs(e.Origin.Member) {
+			e.Origin.Member = lockKey(recipeDir, e.Origin.Member)
+		}
+	}
+}

@@ -172,6 +172,7 @@ func Build(ctx context.Context, rec *recipes.Recipe, o Options) (*Result, error)
 	}
 	log.WithField("removed", len(rep.Removed)).Infof("sealed %d entries", tree.Len())
 	treeDigest := rootfs.Digest(tree.Entries())
+	relativeOrigins(tree, rec.Dir)
 	if err := writeRecord(tree, rec, ep, treeDigest, inputs, att.recipeDigest); err != nil {
 		return nil, err
 	}

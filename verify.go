@@ -39,7 +39,8 @@ type VerifyOptions struct {
 	Exe string
 	// SameUser runs the second build as the caller even when that is root.
 	SameUser bool
-	// Against is an earlier build's SHA256SUMS: build once and compare with it.
+	// Against is an earlier build's SHA256SUMS: build once, as the caller
+	// (the earlier build ran elsewhere), and compare with it.
 	Against string
 }
 
@@ -185,7 +186,7 @@ func Verify(ctx context.Context, rec *recipes.Recipe, o VerifyOptions) (res *Ver
 	if err != nil {
 		return nil, err
 	}
-	asNobody := os.Geteuid() == 0 && !o.SameUser
+	asNobody := os.Geteuid() == 0 && !o.SameUser && o.Against == ""
 	dir := o.OutputDir
 	temp := dir == ""
 	if temp {
@@ -200,9 +201,11 @@ func Verify(ctx context.Context, rec *recipes.Recipe, o VerifyOptions) (res *Ver
 	}
 	res = &VerifyResult{Dir: dir}
 	defer func() {
-		if temp && (err != nil || res.OK()) && !o.KeepWork {
+		if temp && (err != nil || res == nil || res.OK()) && !o.KeepWork {
 			os.RemoveAll(dir)
-			res.Dir = ""
+			if res != nil {
+				res.Dir = ""
+			}
 		}
 	}()
 	if asNobody {
@@ -230,14 +233,17 @@ func Verify(ctx context.Context, rec *recipes.Recipe, o VerifyOptions) (res *Ver
 	if asNobody {
 		runB.UID = nobody
 	}
-	if o.Against == "" {
-		if err := o.prepareFor(runA, false); err != nil {
-			return res, err
-		}
-		if err := o.runBuild(ctx, runA, recipePath, cacheDir, o.Offline); err != nil {
-			return res, err
-		}
-		res.Builds = append(res.Builds, runA)
+	if err := o.prepareFor(runA, false); err != nil {
+		return res, err
+	}
+	if err := o.runBuild(ctx, runA, recipePath, cacheDir, o.Offline); err != nil {
+		return res, err
+	}
+	res.Builds = append(res.Builds, runA)
+	if o.Against != "" {
+		// One rebuild, as the caller, so that it can fill an empty cache:
+		// the earlier build was made elsewhere, which is the variation.
+		return res, compareAgainst(ctx, res, o.Against, runA.Output)
 	}
 	cacheB := cacheDir
 	if asNobody && reachableByOthers(filepath.Join(cacheDir, "blobs")) != nil {
@@ -253,13 +259,10 @@ func Verify(ctx context.Context, rec *recipes.Recipe, o VerifyOptions) (res *Ver
 		return res, err
 	}
 	// Build a has filled the cache; b must not need the network.
-	if err := o.runBuild(ctx, runB, recipePath, cacheB, o.Against == "" || o.Offline); err != nil {
+	if err := o.runBuild(ctx, runB, recipePath, cacheB, true); err != nil {
 		return res, err
 	}
 	res.Builds = append(res.Builds, runB)
-	if o.Against != "" {
-		return res, compareAgainst(ctx, res, o.Against, runB.Output)
-	}
 	return res, compareBuilds(ctx, res, runA.Output, runB.Output)
 }
 

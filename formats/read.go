@@ -7,7 +7,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -350,10 +349,6 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	c.n += int64(n)
 	return n, err
 }
-
-// ErrNoRecord is returned by callers that need the embedded record of an
-// image that has none.
-var ErrNoRecord = errors.New("the image holds no " + rootfs.RecordPath)
 
 // maxRecord bounds the embedded record a reader keeps in memory.
 const maxRecord = 256 << 20

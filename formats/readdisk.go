@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/diskfs/go-diskfs/backend"
 	dext4 "github.com/diskfs/go-diskfs/filesystem/ext4"
@@ -404,7 +405,10 @@ func (s *storage) Path() string { return "" }
 
 // readExt4 reads every entry of the ext4 file system in the partition at
 // start, hashing file contents. Hard links are the non-directory entries
-// that share an inode number.
+// that share an inode number. go-diskfs lists the directories; each inode is
+// read here, once, straight from its table: go-diskfs's Stat walks the path
+// from the root for every file, which is quadratic in a large directory, and
+// it reads a file with a hole as if the hole were not there.
 //
 // It also returns where each file's data lies on the disk, so an offset in
 // a data block names the file.
@@ -413,85 +417,28 @@ func readExt4(ctx context.Context, r io.ReaderAt, size, start, psize int64, sb *
 	if err != nil {
 		return nil, nil, err
 	}
+	part := io.NewSectionReader(r, start, psize)
 	var data []Region
 	byIno := map[uint32]*rootfs.Inode{}
 	var out []*rootfs.Entry
 	buf := make([]byte, 256<<10)
-	var walk func(dir string) error
-	add := func(p string) (*rootfs.Entry, error) {
-		fp := strings.TrimPrefix(p, "/")
-		if fp == "" {
-			fp = "/"
-		}
-		fi, err := fsys.Stat(fp)
-		if err != nil {
-			return nil, err
-		}
-		st, ok := fi.Sys().(*dext4.StatT)
-		if !ok {
-			return nil, fmt.Errorf("%s: no inode information", p)
-		}
-		if in := byIno[st.Ino]; in != nil && !fi.IsDir() {
+	add := func(p string, ino uint32) (*rootfs.Entry, error) {
+		if in := byIno[ino]; in != nil {
 			return &rootfs.Entry{Path: p, Inode: in}, nil
 		}
-		m := fi.Mode()
-		in := &rootfs.Inode{Perm: uint32(m.Perm()), UID: st.UID, GID: st.GID, MTime: fi.ModTime().UTC()}
-		if m&fs.ModeSetuid != 0 {
-			in.Perm |= 0o4000
-		}
-		if m&fs.ModeSetgid != 0 {
-			in.Perm |= 0o2000
-		}
-		if m&fs.ModeSticky != 0 {
-			in.Perm |= 0o1000
-		}
-		switch {
-		case m.IsDir():
-			in.Type = rootfs.TypeDir
-		case m&fs.ModeSymlink != 0:
-			in.Type, in.Target = rootfs.TypeSymlink, st.LinkTarget
-		case m&fs.ModeCharDevice != 0:
-			in.Type, in.Major, in.Minor = rootfs.TypeChar, st.Major, st.Minor
-		case m&fs.ModeDevice != 0:
-			in.Type, in.Major, in.Minor = rootfs.TypeBlock, st.Major, st.Minor
-		case m&fs.ModeNamedPipe != 0:
-			in.Type = rootfs.TypeFifo
-		case m&fs.ModeSocket != 0:
-			in.Type = rootfs.TypeSocket
-		default:
-			in.Type = rootfs.TypeRegular
-			// go-diskfs 1.9.4 reads a file with a hole as if the hole were
-			// not there, so contents come from the extent tree read here.
-			h := sha256.New()
-			onRun := func(block, blocks int64) {
-				data = append(data, Region{Name: fmt.Sprintf("ext4 data of %s (inode %d)", p, st.Ino),
-					Offset: start + block*sb.blockSize, Size: blocks * sb.blockSize})
-			}
-			if err := sb.readFile(ctx, io.NewSectionReader(r, start, psize), st.Ino, fi.Size(), h, buf, onRun); err != nil {
-				return nil, fmt.Errorf("%s: %w", p, err)
-			}
-			in.Size, in.Digest = fi.Size(), hex.EncodeToString(h.Sum(nil))
-		}
-		xs, err := fsys.GetXattr(fp)
+		in, err := sb.readInode(ctx, part, ino, buf, func(block, blocks int64) {
+			data = append(data, Region{Name: fmt.Sprintf("ext4 data of %s (inode %d)", p, ino),
+				Offset: start + block*sb.blockSize, Size: blocks * sb.blockSize})
+		})
 		if err != nil {
-			return nil, fmt.Errorf("%s: xattrs: %w", p, err)
+			return nil, fmt.Errorf("%s: %w", p, err)
 		}
-		for k, v := range xs {
-			if in.Xattrs == nil {
-				in.Xattrs = map[string]string{}
-			}
-			if k == "system.posix_acl_access" || k == "system.posix_acl_default" {
-				if pv, err := ext4ACLToXattr(v); err == nil {
-					v = pv
-				}
-			}
-			in.Xattrs[k] = string(v)
-		}
-		if !fi.IsDir() {
-			byIno[st.Ino] = in
+		if in.Type != rootfs.TypeDir {
+			byIno[ino] = in
 		}
 		return &rootfs.Entry{Path: p, Inode: in}, nil
 	}
+	var walk func(dir string) error
 	walk = func(dir string) error {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -504,14 +451,26 @@ func readExt4(ctx context.Context, r io.ReaderAt, size, start, psize int64, sb *
 		if err != nil {
 			return err
 		}
-		names := make([]string, 0, len(ents))
-		for _, de := range ents {
-			names = append(names, de.Name())
+		type child struct {
+			name string
+			ino  uint32
 		}
-		sort.Strings(names)
-		for _, n := range names {
-			p := path.Join(dir, n)
-			e, err := add(p)
+		children := make([]child, 0, len(ents))
+		for _, de := range ents {
+			fi, err := de.Info()
+			if err != nil {
+				return err
+			}
+			st, ok := fi.Sys().(*dext4.StatT)
+			if !ok {
+				return fmt.Errorf("%s: no inode number", path.Join(dir, de.Name()))
+			}
+			children = append(children, child{de.Name(), st.Ino})
+		}
+		sort.Slice(children, func(a, b int) bool { return children[a].name < children[b].name })
+		for _, c := range children {
+			p := path.Join(dir, c.name)
+			e, err := add(p, c.ino)
 			if err != nil {
 				return err
 			}
@@ -524,7 +483,8 @@ func readExt4(ctx context.Context, r io.ReaderAt, size, start, psize int64, sb *
 		}
 		return nil
 	}
-	rootEntry, err := add("/")
+	const rootIno = 2
+	rootEntry, err := add("/", rootIno)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -535,6 +495,186 @@ func readExt4(ctx context.Context, r io.ReaderAt, size, start, psize int64, sb *
 	sort.Slice(out, func(a, b int) bool { return out[a].Path < out[b].Path })
 	rootfs.SetNlink(out)
 	return out, data, nil
+}
+
+// Inode fields, as the ext4 disk layout documents them.
+const (
+	ext4InodeMode       = 0x00
+	ext4InodeUID        = 0x02
+	ext4InodeSize       = 0x04
+	ext4InodeMTime      = 0x10
+	ext4InodeGID        = 0x18
+	ext4InodeFlags      = 0x20
+	ext4InodeBlock      = 0x28
+	ext4InodeFileACL    = 0x68
+	ext4InodeSizeHigh   = 0x6C
+	ext4InodeFileACLHi  = 0x76
+	ext4InodeUIDHigh    = 0x78
+	ext4InodeGIDHigh    = 0x7A
+	ext4InodeExtraISize = 0x80
+	ext4InodeMTimeExtra = 0x88
+	ext4ExtentsFlag     = 0x80000
+	ext4ExtentMagic     = 0xF30A
+	ext4MaxExtentLen    = 32768
+	ext4XattrMagic      = 0xEA020000
+)
+
+// rawInode reads inode ino's bytes from its group's table.
+func (s *ext4Super) rawInode(r io.ReaderAt, ino uint32) ([]byte, error) {
+	if ino == 0 {
+		return nil, errors.New("inode 0")
+	}
+	g, idx := int64(ino-1)/s.inodesPerGroup, int64(ino-1)%s.inodesPerGroup
+	if g >= int64(len(s.tables)) {
+		return nil, fmt.Errorf("inode %d is beyond the group descriptors", ino)
+	}
+	raw := make([]byte, max(s.inodeSize, 128))
+	if _, err := r.ReadAt(raw, s.tables[g][2]*s.blockSize+idx*s.inodeSize); err != nil {
+		return nil, fmt.Errorf("inode %d: %w", ino, err)
+	}
+	return raw, nil
+}
+
+// readInode reads inode ino into the tree's terms: type, permission bits,
+// owner, mtime, symlink target, device numbers, xattrs, and for a regular
+// file its size and sha256 (read through the extent tree).
+func (s *ext4Super) readInode(ctx context.Context, r io.ReaderAt, ino uint32, buf []byte, onRun func(block, blocks int64)) (*rootfs.Inode, error) {
+	raw, err := s.rawInode(r, ino)
+	if err != nil {
+		return nil, err
+	}
+	le := binary.LittleEndian
+	mode := le.Uint16(raw[ext4InodeMode:])
+	in := &rootfs.Inode{
+		Perm: uint32(mode & 0o7777),
+		UID:  uint32(le.Uint16(raw[ext4InodeUID:])) | uint32(le.Uint16(raw[ext4InodeUIDHigh:]))<<16,
+		GID:  uint32(le.Uint16(raw[ext4InodeGID:])) | uint32(le.Uint16(raw[ext4InodeGIDHigh:]))<<16,
+	}
+	size := int64(le.Uint32(raw[ext4InodeSize:])) | int64(le.Uint32(raw[ext4InodeSizeHigh:]))<<32
+	mtime := int64(int32(le.Uint32(raw[ext4InodeMTime:])))
+	extra := int64(0)
+	if len(raw) > ext4InodeExtraISize+2 {
+		extra = int64(le.Uint16(raw[ext4InodeExtraISize:]))
+	}
+	if 128+extra >= ext4InodeMTimeExtra+4 {
+		// The low two bits extend the seconds beyond 2038.
+		mtime += int64(le.Uint32(raw[ext4InodeMTimeExtra:])&3) << 32
+	}
+	in.MTime = time.Unix(mtime, 0).UTC()
+	block := raw[ext4InodeBlock : ext4InodeBlock+60]
+	switch mode & 0xF000 {
+	case 0x4000:
+		in.Type = rootfs.TypeDir
+	case 0x8000:
+		in.Type = rootfs.TypeRegular
+		h := sha256.New()
+		if err := s.readFile(ctx, r, ino, raw, size, h, buf, onRun); err != nil {
+			return nil, err
+		}
+		in.Size, in.Digest = size, hex.EncodeToString(h.Sum(nil))
+	case 0xA000:
+		in.Type = rootfs.TypeSymlink
+		if le.Uint32(raw[ext4InodeFlags:])&ext4ExtentsFlag == 0 && size < 60 {
+			// A fast symlink keeps its target in the block map's place.
+			in.Target = string(block[:size])
+		} else {
+			var t strings.Builder
+			if err := s.readFile(ctx, r, ino, raw, size, &t, buf, nil); err != nil {
+				return nil, err
+			}
+			in.Target = t.String()
+		}
+	case 0x2000, 0x6000:
+		in.Type = rootfs.TypeChar
+		if mode&0xF000 == 0x6000 {
+			in.Type = rootfs.TypeBlock
+		}
+		if old := le.Uint32(block[0:]); old != 0 {
+			in.Major, in.Minor = old>>8&0xff, old&0xff
+		} else {
+			neu := le.Uint32(block[4:])
+			in.Major, in.Minor = neu>>8&0xfff, neu&0xff|neu>>12&0xfff00
+		}
+	case 0x1000:
+		in.Type = rootfs.TypeFifo
+	case 0xC000:
+		in.Type = rootfs.TypeSocket
+	default:
+		return nil, fmt.Errorf("inode %d: unknown file type %#o", ino, mode&0xF000)
+	}
+	xs, err := s.xattrs(r, raw, extra)
+	if err != nil {
+		return nil, fmt.Errorf("inode %d: xattrs: %w", ino, err)
+	}
+	in.Xattrs = xs
+	return in, nil
+}
+
+// xattrPrefixes are the ext4 name indexes (fs/ext4/xattr.h).
+var xattrPrefixes = map[uint8]string{1: "user.", 2: "system.posix_acl_access", 3: "system.posix_acl_default",
+	4: "trusted.", 6: "security.", 7: "system.", 8: "system.richacl"}
+
+// xattrs reads an inode's extended attributes: those in the inode after its
+// extra fields, then those in its xattr block. ACLs are turned back into the
+// xattr form the tree holds.
+func (s *ext4Super) xattrs(r io.ReaderAt, raw []byte, extra int64) (map[string]string, error) {
+	le := binary.LittleEndian
+	out := map[string]string{}
+	// entries parses a list of entries at b; values sit at base+offset.
+	entries := func(b, values []byte) error {
+		for i := 0; i+16 <= len(b) && le.Uint32(b[i:]) != 0; {
+			nameLen, index := int(b[i]), b[i+1]
+			off, inum, vsize := int(le.Uint16(b[i+2:])), le.Uint32(b[i+4:]), int(le.Uint32(b[i+8:]))
+			if i+16+nameLen > len(b) {
+				return errors.New("entry runs past its area")
+			}
+			if inum != 0 {
+				return errors.New("values in separate inodes (ea_inode) are not read")
+			}
+			prefix, ok := xattrPrefixes[index]
+			if !ok {
+				return fmt.Errorf("unknown name index %d", index)
+			}
+			if off+vsize > len(values) {
+				return errors.New("value runs past its area")
+			}
+			name := prefix + string(b[i+16:i+16+nameLen])
+			v := values[off : off+vsize]
+			if index == 2 || index == 3 {
+				if pv, err := ext4ACLToXattr(v); err == nil {
+					v = pv
+				}
+			}
+			if _, seen := out[name]; !seen {
+				out[name] = string(v)
+			}
+			i += (16 + nameLen + 3) &^ 3
+		}
+		return nil
+	}
+	if body := 128 + extra; extra > 0 && body+4 <= int64(len(raw)) && le.Uint32(raw[body:]) == ext4XattrMagic {
+		area := raw[body+4:]
+		if err := entries(area, area); err != nil {
+			return nil, err
+		}
+	}
+	blk := int64(le.Uint32(raw[ext4InodeFileACL:])) | int64(le.Uint16(raw[ext4InodeFileACLHi:]))<<32
+	if blk != 0 {
+		b := make([]byte, s.blockSize)
+		if _, err := r.ReadAt(b, blk*s.blockSize); err != nil {
+			return nil, fmt.Errorf("block %d: %w", blk, err)
+		}
+		if le.Uint32(b) != ext4XattrMagic {
+			return nil, fmt.Errorf("block %d is not an xattr block", blk)
+		}
+		if err := entries(b[32:], b); err != nil {
+			return nil, err
+		}
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
 }
 
 // ext4ACLToXattr turns an ACL as ext4 stores it (version 1, short entries
@@ -666,27 +806,10 @@ func recordPaths(record []byte) map[string]bool {
 	return out
 }
 
-// Inode fields and flags readFile uses.
-const (
-	ext4InodeFlags   = 0x20
-	ext4InodeBlock   = 0x28
-	ext4ExtentsFlag  = 0x80000
-	ext4ExtentMagic  = 0xF30A
-	ext4MaxExtentLen = 32768
-)
-
-// readFile writes the size bytes of inode ino to w, following its extent
+// readFile writes the size bytes of inode ino (raw) to w, following its extent
 // tree: holes and unwritten extents read as zeros, as the kernel reads them.
 // onRun, when set, is told where each run of the file's blocks lies.
-func (s *ext4Super) readFile(ctx context.Context, r io.ReaderAt, ino uint32, size int64, w io.Writer, buf []byte, onRun func(block, blocks int64)) error {
-	g, idx := int64(ino-1)/s.inodesPerGroup, int64(ino-1)%s.inodesPerGroup
-	if g >= int64(len(s.tables)) {
-		return fmt.Errorf("inode %d is beyond the group descriptors", ino)
-	}
-	raw := make([]byte, 128)
-	if _, err := r.ReadAt(raw, s.tables[g][2]*s.blockSize+idx*s.inodeSize); err != nil {
-		return fmt.Errorf("inode %d: %w", ino, err)
-	}
+func (s *ext4Super) readFile(ctx context.Context, r io.ReaderAt, ino uint32, raw []byte, size int64, w io.Writer, buf []byte, onRun func(block, blocks int64)) error {
 	le := binary.LittleEndian
 	if le.Uint32(raw[ext4InodeFlags:])&ext4ExtentsFlag == 0 {
 		return fmt.Errorf("inode %d does not use extents", ino)

@@ -77,6 +77,18 @@ func TestReadDiskMadeByOtherTools(t *testing.T) {
 	if err := os.Symlink("/usr/bin/sudo", filepath.Join(root, "usr/bin/s")); err != nil {
 		t.Fatal(err)
 	}
+	// A target of 60 bytes or more is kept in a data block, not the inode.
+	longTarget := "/opt/" + strings.Repeat("long-target/", 8) + "end"
+	if err := os.Symlink(longTarget, filepath.Join(root, "usr/bin/long")); err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(filepath.Join(root, "dev"), 0o755)
+	if err := syscall.Mknod(filepath.Join(root, "dev/sda1"), syscall.S_IFBLK|0o660, int(259<<8|(300&0xff)|(300&^0xff)<<12)); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Chmod(filepath.Join(root, "dev/sda1"), 0o660); err != nil { // past the umask
+		t.Fatal(err)
+	}
 	if err := os.Chtimes(filepath.Join(root, "etc/hostname"), tarEpoch, tarEpoch); err != nil {
 		t.Fatal(err)
 	}
@@ -150,6 +162,11 @@ func TestReadDiskMadeByOtherTools(t *testing.T) {
 		}
 		check("/home/capi/.profile", rootfs.TypeRegular, profilePerm, 1000, sha256Hex("export PATH\n"))
 		check("/usr/bin/s", rootfs.TypeSymlink, 0o777, 0, "/usr/bin/sudo")
+		check("/usr/bin/long", rootfs.TypeSymlink, 0o777, 0, longTarget)
+		check("/dev/sda1", rootfs.TypeBlock, 0o660, 0, "")
+		if e := got["/dev/sda1"]; e != nil && (e.Major != 259 || e.Minor != 300) {
+			t.Errorf("%s: /dev/sda1 is %d,%d, want 259,300", im.Format, e.Major, e.Minor)
+		}
 		check("/var/lib/sparse", rootfs.TypeRegular, 0o644, 0, sha256Hex(string(sparse)))
 		if got["/usr/bin/sudo"] != nil && got["/usr/bin/sudoedit"] != nil &&
 			(got["/usr/bin/sudo"].Inode != got["/usr/bin/sudoedit"].Inode || got["/usr/bin/sudo"].Nlink() != 2) {

@@ -81,9 +81,17 @@ func (t *Tree) Rescan(ctx context.Context, origin Origin) (*Changes, error) {
 				return fmt.Errorf("%s: %w", p, err)
 			}
 			in.nlink = 1
-			t.add(&Entry{Path: p, Inode: in, Origin: origin})
+			ne := &Entry{Path: p, Inode: in, Origin: origin}
+			t.add(ne)
 			ch.Added = append(ch.Added, p)
-			return t.syncDisk(p, in)
+			if err := t.syncDisk(p, in); err != nil {
+				return err
+			}
+			if typ != TypeDir {
+				// A later name for the same new inode is a hard link to it.
+				byIno[in.disk.ino] = ne
+			}
+			return nil
 		}
 		if done[e.Inode] || (st.ctime == e.disk.ctime && st.ino == e.disk.ino) {
 			return nil
@@ -195,6 +203,9 @@ func (t *Tree) inodeFromDisk(hp string, fi os.FileInfo, typ Type) (*Inode, error
 		perm = st.Mode & 07777
 	}
 	in := &Inode{Type: typ, Perm: perm, MTime: fi.ModTime()}
+	if t.adopted && st != nil {
+		in.UID, in.GID = st.Uid, st.Gid
+	}
 	switch typ {
 	case TypeRegular:
 		size, digest, err := hashFile(hp)

@@ -47,6 +47,8 @@ type Tree struct {
 	entries map[string]*Entry
 	sorted  []string // cache of sorted paths; nil when stale
 	buf     []byte
+	// adopted trees index an existing root: owners come from the disk.
+	adopted bool
 }
 
 // New opens dir (created if missing, and expected empty) as a new tree holding

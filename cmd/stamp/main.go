@@ -259,6 +259,21 @@ func newApp(getenv func(string) string, code *int) *cli.App {
 				},
 			},
 			{
+				Name:      "apply",
+				Usage:     "apply RECIPE's customize and provision phases to the existing root directory --root DIR, in place",
+				ArgsUsage: "RECIPE",
+				Flags: append([]cli.Flag{
+					&cli.StringFlag{Name: "root", Required: true, Usage: "the root directory to change"},
+					&cli.Int64Flag{Name: "epoch", Usage: "SOURCE_DATE_EPOCH (overrides the environment and the recipe)"},
+					&cli.BoolFlag{Name: "offline", Usage: "use only the cache"},
+				}, common...),
+				Action: func(c *cli.Context) error {
+					return act(c, code, getenv, func(rec *recipes.Recipe, o stamp.Options) error {
+						return stamp.Apply(c.Context, rec, c.String("root"), o)
+					})
+				},
+			},
+			{
 				Name:  "version",
 				Usage: "print stamp's own build information",
 				Action: func(c *cli.Context) error {
