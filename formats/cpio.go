@@ -308,51 +308,13 @@ func cpioXattrList(items []cpioItem) ([]byte, []string) {
 		if it.path != "/" {
 			rel = it.path[1:]
 		}
-		b.WriteString("# file: " + xattrQuote(rel) + "\n")
+		b.WriteString("# file: " + rootfs.Escape(rel) + "\n")
 		for _, name := range it.in.XattrNames() {
-			b.WriteString(xattrQuote(name) + "=0s" + base64.StdEncoding.EncodeToString([]byte(it.in.Xattrs[name])) + "\n")
+			b.WriteString(rootfs.Escape(name) + "=0s" + base64.StdEncoding.EncodeToString([]byte(it.in.Xattrs[name])) + "\n")
 		}
 		b.WriteString("\n")
 	}
 	return b.Bytes(), paths
-}
-
-// xattrQuote escapes as getfattr does (\ooo), and more: every byte that
-// would end or split a line, or that a reader could trim.
-func xattrQuote(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c <= ' ' || c >= 0x7f || c == '\\' || c == '=' {
-			fmt.Fprintf(&b, "\\%03o", c)
-		} else {
-			b.WriteByte(c)
-		}
-	}
-	return b.String()
-}
-
-func xattrUnquote(s string) (string, error) {
-	if !strings.Contains(s, "\\") {
-		return s, nil
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] != '\\' {
-			b.WriteByte(s[i])
-			continue
-		}
-		if i+4 > len(s) {
-			return "", fmt.Errorf("bad escape in %q", s)
-		}
-		v, err := strconv.ParseUint(s[i+1:i+4], 8, 8)
-		if err != nil {
-			return "", fmt.Errorf("bad escape in %q", s)
-		}
-		b.WriteByte(byte(v))
-		i += 3
-	}
-	return b.String(), nil
 }
 
 // parseXattrList reads a list in "getfattr --dump" form into path -> name ->
@@ -365,7 +327,7 @@ func parseXattrList(data []byte) (map[string]map[string]string, error) {
 		case line == "":
 			cur = nil
 		case strings.HasPrefix(line, "# file: "):
-			p, err := xattrUnquote(line[len("# file: "):])
+			p, err := rootfs.Unescape(line[len("# file: "):])
 			if err != nil {
 				return nil, fmt.Errorf("line %d: %w", n+1, err)
 			}
@@ -385,7 +347,7 @@ func parseXattrList(data []byte) (map[string]map[string]string, error) {
 			if !ok {
 				return nil, fmt.Errorf("line %d: no '=' in %q", n+1, line)
 			}
-			name, err := xattrUnquote(k)
+			name, err := rootfs.Unescape(k)
 			if err != nil {
 				return nil, fmt.Errorf("line %d: %w", n+1, err)
 			}
@@ -410,7 +372,7 @@ func xattrValue(v string) (string, error) {
 		b, err := hex.DecodeString(v[2:])
 		return string(b), err
 	case len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"':
-		return xattrUnquote(v[1 : len(v)-1])
+		return rootfs.Unescape(v[1 : len(v)-1])
 	}
 	return "", fmt.Errorf("value %q is neither 0s, 0x nor quoted", v)
 }

@@ -120,7 +120,13 @@ func Digest(entries []*Entry) string {
 	return "sha256:" + hex.EncodeToString(h.Sum(nil))
 }
 
-// escape encodes bytes that would break the line syntax as \ooo, as mtree does.
+// Escape encodes bytes that would break a line-based syntax (space, control
+// bytes, non-ASCII, backslash, '=') as \ooo, as mtree and getfattr do.
+func Escape(s string) string { return escape(s) }
+
+// Unescape reverses Escape.
+func Unescape(s string) (string, error) { return unescape(s) }
+
 func escape(s string) string {
 	clean := true
 	for i := 0; i < len(s); i++ {
