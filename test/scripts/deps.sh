@@ -17,6 +17,13 @@ for p in $PACKAGES; do
 	esac
 done
 
+# The tests and the demo also fetch packages with apt-get download, which
+# needs package lists even when nothing is missing.
+if [ "$(id -u)" -eq 0 ] && ! ls /var/lib/apt/lists/*_Packages* >/dev/null 2>&1; then
+	echo "deps.sh: no apt package lists; running apt-get update"
+	apt-get update -qq
+fi
+
 if [ -z "$missing" ]; then
 	echo "deps.sh: all $(echo $PACKAGES | wc -w) packages present"
 	exit 0
