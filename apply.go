@@ -27,12 +27,7 @@ func Apply(ctx context.Context, rec *recipes.Recipe, root string, o Options) err
 			needed = append(needed, pi)
 		}
 	}
-	c, err := o.openCache()
-	if err != nil {
-		return err
-	}
-	o.LockPath = o.lockPath(rec)
-	lk, err := loadLock(o.LockPath)
+	c, lk, err := o.openStores(rec)
 	if err != nil {
 		return err
 	}

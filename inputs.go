@@ -11,11 +11,27 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/stamp-dev/stamp/layers"
 	"github.com/stamp-dev/stamp/layers/cache"
 	"github.com/stamp-dev/stamp/layers/ociremote"
 	"github.com/stamp-dev/stamp/recipes"
 	"github.com/stamp-dev/stamp/recipes/lock"
 )
+
+// openStores sets o.LockPath and opens the cache and the lock every entry
+// point resolves inputs against.
+func (o *Options) openStores(rec *recipes.Recipe) (*cache.Cache, *lock.Lock, error) {
+	o.LockPath = o.lockPath(rec)
+	c, err := o.openCache()
+	if err != nil {
+		return nil, nil, err
+	}
+	lk, err := loadLock(o.LockPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, lk, nil
+}
 
 func loadLock(p string) (*lock.Lock, error) {
 	lk, err := lock.Load(p)
@@ -104,16 +120,11 @@ func resolveAll(ctx context.Context, c *cache.Cache, lk *lock.Lock, inputs []pla
 
 // Lock resolves every input of the recipe and writes the lock file.
 func Lock(ctx context.Context, rec *recipes.Recipe, o Options) (string, error) {
-	_, inputs, err := plan(rec)
+	phases, inputs, err := plan(rec)
 	if err != nil {
 		return "", err
 	}
-	o.LockPath = o.lockPath(rec)
-	c, err := o.openCache()
-	if err != nil {
-		return "", err
-	}
-	old, err := loadLock(o.LockPath)
+	c, old, err := o.openStores(rec)
 	if err != nil {
 		return "", err
 	}
@@ -123,6 +134,9 @@ func Lock(ctx context.Context, rec *recipes.Recipe, o Options) (string, error) {
 	lk := &lock.Lock{}
 	for _, pi := range inputs {
 		lk.Set(lockPin(filepath.Dir(o.LockPath), pi))
+	}
+	if err := lockPackages(ctx, c, rec, &o, phases, lk); err != nil {
+		return "", err
 	}
 	if err := writeAtomic(o.LockPath, lk.Marshal(), 0o644); err != nil {
 		return "", err
@@ -166,12 +180,7 @@ func Fetch(ctx context.Context, rec *recipes.Recipe, o Options) (string, error) 
 	if err != nil {
 		return "", err
 	}
-	o.LockPath = o.lockPath(rec)
-	c, err := o.openCache()
-	if err != nil {
-		return "", err
-	}
-	lk, err := loadLock(o.LockPath)
+	c, lk, err := o.openStores(rec)
 	if err != nil {
 		return "", err
 	}
@@ -321,4 +330,26 @@ func samePlatform(a, b string) bool {
 		return false
 	}
 	return len(pa) < 3 || len(pb) < 3 || pa[2] == pb[2]
+}
+
+// lockPackages adds the .deb files of every debs layer to the lock (kind
+// "deb", the .deb URL and its digest), so the exact versions are on record.
+func lockPackages(ctx context.Context, c *cache.Cache, rec *recipes.Recipe, o *Options, phases []phase, lk *lock.Lock) error {
+	for _, ph := range phases {
+		for _, st := range ph.steps {
+			d, ok := st.layer.(*layers.Debs)
+			if !ok {
+				continue
+			}
+			env := &layers.Env{Cache: c, Log: o.log().WithField("layer", st.label), Arch: rec.Arch, Label: st.label, RecipeDir: rec.Dir}
+			pins, err := d.Pins(ctx, env)
+			if err != nil {
+				return fmt.Errorf("%s: %w", st.label, err)
+			}
+			for _, p := range pins {
+				lk.Set(lock.Input{Kind: p.Kind, URI: p.URI, Digest: p.Digest})
+			}
+		}
+	}
+	return nil
 }

@@ -115,12 +115,7 @@ func Build(ctx context.Context, rec *recipes.Recipe, o Options) (*Result, error)
 	if err != nil {
 		return nil, err
 	}
-	c, err := o.openCache()
-	if err != nil {
-		return nil, err
-	}
-	o.LockPath = o.lockPath(rec)
-	lk, err := loadLock(o.LockPath)
+	c, lk, err := o.openStores(rec)
 	if err != nil {
 		return nil, err
 	}

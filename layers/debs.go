@@ -10,7 +10,9 @@ import (
 	"io"
 	"io/fs"
 	"path"
+	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/stamp-dev/stamp/packages/deb"
@@ -88,6 +90,11 @@ type debPackage struct {
 	control *deb.Control
 	list    []string // data.tar members as dpkg lists them, excluded ones left out
 	state   string
+	// old is the installed version this one upgrades, "" for a new
+	// package; oldInfo is where its info files are.
+	old     string
+	oldArch string
+	oldMA   string
 }
 
 func (p *debPackage) id() string { return p.pkg.Name + "_" + p.pkg.Version + "_" + p.pkg.Arch }
@@ -139,17 +146,30 @@ func (l *Debs) apply(ctx context.Context, env *Env) error {
 		}
 		add(p.Size)
 		pkgs[i] = &debPackage{pkg: p, digest: d}
+		if cur := status.Get(p.Name); cur != nil && len(strings.Fields(cur.Get("Status"))) == 3 && strings.Fields(cur.Get("Status"))[2] != "not-installed" && strings.Fields(cur.Get("Status"))[2] != "config-files" {
+			pkgs[i].old, pkgs[i].oldArch, pkgs[i].oldMA = cur.Get("Version"), cur.Get("Architecture"), cur.Get("Multi-Arch")
+		}
 	}
 	done()
 
 	se := l.scriptEnv(env)
 	// preinst install, then unpack, package by package; then configure
-	// them all, dependencies first, as dpkg does for one run.
-	for _, p := range pkgs {
+	// them all, dependencies first, as dpkg does for one run. Decoding
+	// data.tar (xz, mostly) is the slow part and runs ahead in parallel;
+	// the tree changes in order only.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ready, release := l.decodeAhead(ctx, env, pkgs)
+	for i, p := range pkgs {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := l.unpack(ctx, env, se, p); err != nil {
+		d := <-ready[i]
+		release()
+		if d.err != nil {
+			return d.err
+		}
+		if err := l.unpack(ctx, env, se, p, d); err != nil {
 			return err
 		}
 	}
@@ -261,32 +281,103 @@ func (l *Debs) excluded(p string) bool {
 	return false
 }
 
-// unpack runs the preinst and extracts data.tar.
-func (l *Debs) unpack(ctx context.Context, env *Env, se *scripts.Env, p *debPackage) error {
+// decoded is a package read from the cache: its control data and its
+// data.tar, decompressed.
+type decoded struct {
+	control *deb.Control
+	data    []byte
+	err     error
+}
+
+// decodeAhead decodes the packages' archives on as many goroutines as
+// there are CPUs, and hands each result out on its own channel, in order.
+// At most GOMAXPROCS+1 results are decoded and not yet consumed; the
+// consumer calls release after each one it takes.
+func (l *Debs) decodeAhead(ctx context.Context, env *Env, pkgs []*debPackage) (out []chan decoded, release func()) {
+	ahead := runtime.GOMAXPROCS(0) + 1
+	out = make([]chan decoded, len(pkgs))
+	for i := range out {
+		out[i] = make(chan decoded, 1)
+	}
+	slots := make(chan struct{}, ahead)
+	go func() {
+		for i, p := range pkgs {
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				for _, ch := range out[i:] {
+					ch <- decoded{err: ctx.Err()}
+				}
+				return
+			}
+			go func(i int, p *debPackage) {
+				out[i] <- decodeDeb(env, p)
+			}(i, p)
+		}
+	}()
+	return out, func() { <-slots }
+}
+
+func decodeDeb(env *Env, p *debPackage) decoded {
 	rc, err := env.Cache.Open(p.digest)
 	if err != nil {
-		return err
+		return decoded{err: err}
 	}
 	defer rc.Close()
 	r, err := deb.NewReader(rc)
 	if err != nil {
-		return fmt.Errorf("%s: %w", p.pkg.URL(), err)
-	}
-	p.control = r.Control()
-	if got := p.control.Paragraph.Get("Package"); got != p.pkg.Name || p.control.Paragraph.Get("Version") != p.pkg.Version {
-		return fmt.Errorf("%s: the .deb holds %s %s, the index says %s %s", p.pkg.URL(), got, p.control.Paragraph.Get("Version"), p.pkg.Name, p.pkg.Version)
-	}
-	if body, ok := p.control.Files["preinst"]; ok {
-		se.Origin = env.Origin(p.digest, p.id()+":preinst")
-		if err := scripts.Run(ctx, se, scripts.Script{Package: p.pkg.Name, Version: p.pkg.Version, Name: "preinst", Body: body}, "install"); err != nil {
-			// A preinst cannot wait for first boot: the files it
-			// prepares for are about to be unpacked.
-			return err
-		}
+		return decoded{err: fmt.Errorf("%s: %w", p.pkg.URL(), err)}
 	}
 	data, err := r.Data()
 	if err != nil {
-		return fmt.Errorf("%s: %w", p.pkg.URL(), err)
+		return decoded{err: fmt.Errorf("%s: %w", p.pkg.URL(), err)}
+	}
+	var buf bytes.Buffer
+	if p.pkg.Paragraph != nil {
+		if n, err := strconv.ParseInt(p.pkg.Paragraph.Get("Installed-Size"), 10, 64); err == nil && n > 0 && n < 1<<22 {
+			buf.Grow(int(n) << 10)
+		}
+	}
+	if _, err := io.Copy(&buf, data); err != nil {
+		return decoded{err: fmt.Errorf("%s: data.tar: %w", p.pkg.URL(), err)}
+	}
+	// Read to the end so the cache's verifying reader checks every byte.
+	if _, err := io.Copy(io.Discard, rc); err != nil {
+		return decoded{err: fmt.Errorf("%s: %w", p.pkg.URL(), err)}
+	}
+	return decoded{control: r.Control(), data: buf.Bytes()}
+}
+
+// unpack runs the preinst and extracts data.tar.
+func (l *Debs) unpack(ctx context.Context, env *Env, se *scripts.Env, p *debPackage, d decoded) error {
+	p.control = d.control
+	if got := p.control.Paragraph.Get("Package"); got != p.pkg.Name || p.control.Paragraph.Get("Version") != p.pkg.Version {
+		return fmt.Errorf("%s: the .deb holds %s %s, the index says %s %s", p.pkg.URL(), got, p.control.Paragraph.Get("Version"), p.pkg.Name, p.pkg.Version)
+	}
+	// A preinst (and on an upgrade the old prerm and postrm) cannot wait
+	// for first boot: the files they prepare for are about to change.
+	if p.old != "" {
+		if err := l.oldScript(ctx, env, se, p, "prerm", "upgrade", p.pkg.Version); err != nil {
+			return err
+		}
+	}
+	if body, ok := p.control.Files["preinst"]; ok {
+		se.Origin = env.Origin(p.digest, p.id()+":preinst")
+		args := []string{"install"}
+		if p.old != "" {
+			args = []string{"upgrade", p.old}
+		}
+		if err := scripts.Run(ctx, se, scripts.Script{Package: p.pkg.Name, Version: p.pkg.Version, Name: "preinst", Body: body}, args...); err != nil {
+			return err
+		}
+	}
+	var oldList []string
+	if p.old != "" {
+		b, _, err := readTreeContent(env.Tree, dpkg.InfoFile(p.pkg.Name, p.oldArch, p.oldMA, "list"))
+		if err != nil {
+			return err
+		}
+		oldList = strings.Split(strings.TrimSpace(string(b)), "\n")
 	}
 	seen := map[string]bool{}
 	opts := rootfs.ExtractOptions{
@@ -304,12 +395,16 @@ func (l *Debs) unpack(ctx context.Context, env *Env, se *scripts.Env, p *debPack
 			return q, true
 		},
 	}
-	if _, err := rootfs.Extract(ctx, env.Tree, data, opts); err != nil {
+	if _, err := rootfs.Extract(ctx, env.Tree, bytes.NewReader(d.data), opts); err != nil {
 		return fmt.Errorf("%s: %w", p.pkg.URL(), err)
 	}
-	// Read to the end so the cache's verifying reader checks every byte.
-	if _, err := io.Copy(io.Discard, rc); err != nil {
-		return fmt.Errorf("%s: %w", p.pkg.URL(), err)
+	if p.old != "" {
+		if err := l.oldScript(ctx, env, se, p, "postrm", "upgrade", p.pkg.Version); err != nil {
+			return err
+		}
+		if err := removeObsolete(env, p, oldList); err != nil {
+			return err
+		}
 	}
 	for _, q := range p.list {
 		rp, err := env.Tree.Resolve(q, false)
@@ -333,6 +428,18 @@ func (l *Debs) writeInfo(env *Env, p *debPackage) error {
 		}
 	}
 	origin := func(member string) rootfs.Origin { return env.Origin(p.digest, p.id()+":control/"+member) }
+	if p.old != "" {
+		// The old version's info files go; the new ones are written below.
+		for _, f := range env.Tree.Children(dpkg.InfoDir) {
+			for _, pre := range []string{name + ".", name + ":" + p.oldArch + "."} {
+				if strings.HasPrefix(f, pre) && !strings.Contains(strings.TrimPrefix(f, pre), ".") {
+					if err := env.Tree.Remove(dpkg.InfoDir + "/" + f); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
 	for _, m := range c.Names() {
 		if !dpkg.CopiedControl(m) {
 			continue
@@ -401,7 +508,49 @@ func (l *Debs) configure(ctx context.Context, env *Env, se *scripts.Env, p *debP
 		return nil
 	}
 	se.Origin = env.Origin(p.digest, p.id()+":postinst")
-	return scripts.Run(ctx, se, scripts.Script{Package: p.pkg.Name, Version: p.pkg.Version, Name: "postinst", Body: body}, "configure", "")
+	return scripts.Run(ctx, se, scripts.Script{Package: p.pkg.Name, Version: p.pkg.Version, Name: "postinst", Body: body}, "configure", p.old)
+}
+
+// oldScript runs a maintainer script of the installed version being
+// upgraded, from the info directory, as dpkg does.
+func (l *Debs) oldScript(ctx context.Context, env *Env, se *scripts.Env, p *debPackage, name string, args ...string) error {
+	b, e, err := readTreeContent(env.Tree, dpkg.InfoFile(p.pkg.Name, p.oldArch, p.oldMA, name))
+	if err != nil || e == nil {
+		return err
+	}
+	se.Origin = env.Origin("", p.pkg.Name+"_"+p.old+":"+name)
+	return scripts.Run(ctx, se, scripts.Script{Package: p.pkg.Name, Version: p.old, Name: name, Body: b}, args...)
+}
+
+// removeObsolete deletes what the old version listed and the new one does
+// not, deepest first; directories only when empty, and conffiles never, as
+// dpkg keeps them.
+func removeObsolete(env *Env, p *debPackage, oldList []string) error {
+	keep := map[string]bool{}
+	for _, q := range p.list {
+		keep[q] = true
+	}
+	for _, c := range dpkg.ParseConffiles(p.control.Files["conffiles"]) {
+		keep[c] = true
+	}
+	for i := len(oldList) - 1; i >= 0; i-- {
+		q := oldList[i]
+		if q == "/." || q == "" || keep[q] {
+			continue
+		}
+		rp, err := env.Tree.Resolve(q, false)
+		if err != nil {
+			continue
+		}
+		e := env.Tree.Get(rp)
+		if e == nil || e.Type == rootfs.TypeDir && len(env.Tree.Children(rp)) > 0 {
+			continue
+		}
+		if err := env.Tree.Remove(rp); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // statusEntry builds the package's status paragraph, with the hashes of
@@ -500,4 +649,30 @@ func writeTreeFile(env *Env, p string, data []byte, perm uint32, origin rootfs.O
 		return fmt.Errorf("%s: %w", p, err)
 	}
 	return nil
+}
+
+// Pins lists the .deb files the layer would install on a tree with no
+// packages yet, each as a kind "deb" input with its URL and the digest its
+// index gives, for stamp.lock. The Index inputs must be resolved. What is
+// installed already at build time is skipped then, so the lock may pin a
+// few more .debs than a build fetches; every one it pins is the exact
+// version and digest the pinned Release leads to. A request that only the
+// tree's packages make resolvable (a virtual package one of whose
+// providers the base has) pins no .debs: the Release pin still fixes them.
+func (l *Debs) Pins(ctx context.Context, env *Env) ([]Input, error) {
+	available, err := l.load(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	res, err := resolve.Resolve(available, nil, l.Packages, resolve.Options{Arch: env.Arch, Recommends: l.Recommends})
+	if err != nil {
+		env.Log.Warnf("%s: %v; pinning the index only", env.Label, err)
+		return nil, nil
+	}
+	var out []Input
+	for _, p := range res.Install {
+		out = append(out, Input{Kind: "deb", URI: p.URL(), Digest: "sha256:" + p.SHA256})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].URI < out[j].URI })
+	return out, nil
 }

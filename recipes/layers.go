@@ -353,14 +353,15 @@ func (d *decoder) debs(n *yaml.Node, field string) Debs {
 				d.fail(d.resolveQuiet(v), f, "repo %q must be an http://, https:// or file:// URL", b.Repo)
 			}
 		},
-		"suite":      func(v *yaml.Node, f string) { b.Suite = d.str(v, f) },
-		"suites":     func(v *yaml.Node, f string) { b.Suites = d.strList(v, f) },
-		"components": func(v *yaml.Node, f string) { b.Components = d.strList(v, f) },
-		"packages":   func(v *yaml.Node, f string) { b.Packages = d.strList(v, f) },
-		"keyring":    func(v *yaml.Node, f string) { b.Keyring = d.hostPath(v, f) },
-		"trusted":    func(v *yaml.Node, f string) { b.Trusted = d.boolean(v, f) },
-		"recommends": func(v *yaml.Node, f string) { b.Recommends = d.boolean(v, f) },
-		"exclude":    func(v *yaml.Node, f string) { b.Exclude = d.strList(v, f) },
+		"suite":        func(v *yaml.Node, f string) { b.Suite = d.str(v, f) },
+		"suites":       func(v *yaml.Node, f string) { b.Suites = d.strList(v, f) },
+		"components":   func(v *yaml.Node, f string) { b.Components = d.strList(v, f) },
+		"packages":     func(v *yaml.Node, f string) { b.Packages = d.strList(v, f) },
+		"keyring":      func(v *yaml.Node, f string) { b.Keyring = d.hostPath(v, f) },
+		"trusted":      func(v *yaml.Node, f string) { b.Trusted = d.boolean(v, f) },
+		"recommends":   func(v *yaml.Node, f string) { b.Recommends = d.boolean(v, f) },
+		"exclude":      func(v *yaml.Node, f string) { b.Exclude = d.strList(v, f) },
+		"deferScripts": func(v *yaml.Node, f string) { b.DeferScripts = d.boolean(v, f) },
 	})
 	if seen == nil {
 		return b

@@ -211,6 +211,9 @@ type Debs struct {
 	Trusted    bool   // skip signature checks
 	Recommends bool
 	Exclude    []string
+	// DeferScripts lets maintainer scripts no built-in handler covers wait
+	// for a first-boot "dpkg --configure -a" instead of failing the build.
+	DeferScripts bool
 }
 
 // Image is a container image to preload into the tree's image store.

@@ -133,14 +133,35 @@ func (s *Status) keys() []string {
 	return ks
 }
 
-// Bytes is the status file as dpkg writes it.
+// Bytes is the status file as dpkg writes it: every paragraph (those read
+// back included, as dpkg rewrites them all) with its fields in dpkg's order.
 func (s *Status) Bytes() []byte {
 	var b bytes.Buffer
 	for _, k := range s.keys() {
-		s.paras[k].WriteTo(&b)
+		normalize(s.paras[k]).WriteTo(&b)
 		b.WriteByte('\n')
 	}
 	return b.Bytes()
+}
+
+// normalize orders a paragraph's fields as dpkg writes them.
+func normalize(p *deb.Paragraph) *deb.Paragraph {
+	known := map[string]bool{}
+	for _, f := range fieldOrder {
+		known[strings.ToLower(f)] = true
+	}
+	out := &deb.Paragraph{}
+	for _, f := range fieldOrder {
+		if v, ok := p.Lookup(f); ok {
+			out.Fields = append(out.Fields, deb.Field{Name: f, Value: v})
+		}
+	}
+	for _, f := range p.Fields {
+		if !known[strings.ToLower(f.Name)] {
+			out.Fields = append(out.Fields, f)
+		}
+	}
+	return out
 }
 
 // Conffile is one line of a package's Conffiles status field.

@@ -20,46 +20,47 @@ import (
 type command func(r *run, hc interp.HandlerContext, args []string) error
 
 // commands maps a command's base name to its handler. What is not here
-// stops the script as unhandled.
-var commands map[string]command
-
-func init() {
-	commands = map[string]command{
-		"stamp-command-v":         cmdCommandV,
-		"which":                   cmdWhich,
-		"update-alternatives":     cmdUpdateAlternatives,
-		"deb-systemd-helper":      cmdDebSystemdHelper,
-		"deb-systemd-invoke":      cmdNoService,
-		"invoke-rc.d":             cmdNoService,
-		"systemctl":               cmdSystemctl,
-		"dpkg":                    cmdDpkg,
-		"dpkg-maintscript-helper": cmdMaintscriptHelper,
-		"dpkg-trigger":            cmdTrue,
-		"ldconfig":                cmdTrue,
-		"update-rc.d":             cmdUpdateRcd,
-		"adduser":                 cmdAdduser,
-		"addgroup":                cmdAddgroup,
-		"useradd":                 cmdUseradd,
-		"groupadd":                cmdGroupadd,
-		"systemd-sysusers":        cmdSysusers,
-		"getent":                  cmdGetent,
-		"id":                      cmdID,
-		"cat":                     cmdCat,
-		"rm":                      cmdRm,
-		"rmdir":                   cmdRmdir,
-		"mkdir":                   cmdMkdir,
-		"ln":                      cmdLn,
-		"chmod":                   cmdChmod,
-		"chown":                   cmdChown,
-		"chgrp":                   cmdChown,
-		"touch":                   cmdTouch,
-		"readlink":                cmdReadlink,
-		"basename":                cmdBasename,
-		"dirname":                 cmdDirname,
-		"uname":                   cmdUname,
-		"true":                    cmdTrue,
-		"false":                   func(*run, interp.HandlerContext, []string) error { return interp.NewExitStatus(1) },
-	}
+// stops the script as unhandled. ldconfig and dpkg-trigger do nothing: the
+// image's dynamic linker cache is left to the first ldconfig run on the
+// system (ld.so works without /etc/ld.so.cache, and Seal would drop
+// ldconfig's aux-cache anyway), and trigger processing is limited to that.
+var commands = map[string]command{
+	"stamp-command-v":         cmdCommandV,
+	"which":                   cmdWhich,
+	"update-alternatives":     cmdUpdateAlternatives,
+	"deb-systemd-helper":      cmdDebSystemdHelper,
+	"deb-systemd-invoke":      cmdNoService,
+	"invoke-rc.d":             cmdNoService,
+	"systemctl":               cmdSystemctl,
+	"dpkg":                    cmdDpkg,
+	"dpkg-maintscript-helper": cmdMaintscriptHelper,
+	"dpkg-trigger":            cmdTrue,
+	"ldconfig":                cmdTrue,
+	"update-rc.d":             cmdUpdateRcd,
+	"adduser":                 cmdAdduser,
+	"addgroup":                cmdAddgroup,
+	"useradd":                 cmdUseradd,
+	"groupadd":                cmdGroupadd,
+	"systemd-sysusers":        cmdSysusers,
+	"getent":                  cmdGetent,
+	"id":                      cmdID,
+	"cat":                     cmdCat,
+	"rm":                      cmdRm,
+	"rmdir":                   cmdRmdir,
+	"mkdir":                   cmdMkdir,
+	"ln":                      cmdLn,
+	"chmod":                   cmdChmod,
+	"chown":                   cmdChown,
+	"chgrp":                   cmdChown,
+	"touch":                   cmdTouch,
+	"readlink":                cmdReadlink,
+	"basename":                cmdBasename,
+	"dirname":                 cmdDirname,
+	"uname":                   cmdUname,
+	"sleep":                   cmdTrue,
+	"sed":                     cmdSed,
+	"true":                    cmdTrue,
+	"false":                   func(*run, interp.HandlerContext, []string) error { return interp.NewExitStatus(1) },
 }
 
 // exec runs a command through its handler; nothing ever runs on the host.
@@ -68,6 +69,11 @@ func (r *run) exec(ctx context.Context, args []string) error {
 	name := path.Base(args[0])
 	h, ok := commands[name]
 	if !ok {
+		if _, found := r.lookPath(args[0]); !found {
+			// What the image does not have fails as it would there.
+			fmt.Fprintf(hc.Stderr, "%s: %s: not found\n", r.s.Name, args[0])
+			return exit(127)
+		}
 		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
 	}
 	return h(r, hc, args)
@@ -243,30 +249,96 @@ func cmdMaintscriptHelper(r *run, hc interp.HandlerContext, args []string) error
 	return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
 }
 
-// cmdUpdateRcd handles update-rc.d NAME remove (drop the rc links); making
-// sysvinit links is left unhandled.
+// cmdUpdateRcd is init-system-helpers' update-rc.d without insserv: remove
+// drops the rc links, defaults (and defaults-disabled) make S01/K01 links
+// from the script's LSB header; the systemd half only reloads a running
+// systemd, which an image build has not.
 func cmdUpdateRcd(r *run, hc interp.HandlerContext, args []string) error {
 	var rest []string
 	for _, a := range args[1:] {
-		if !strings.HasPrefix(a, "-") {
+		if a != "-f" {
 			rest = append(rest, a)
 		}
 	}
-	if len(rest) == 2 && rest[1] == "remove" {
-		name := rest[0]
+	if len(rest) < 2 {
+		return exit(1)
+	}
+	if r.exists("/sbin/insserv") || r.exists("/usr/sbin/insserv") || r.exists("/sbin/openrc") {
+		return r.unhandled(fmt.Sprintf("command %q with insserv or openrc in the tree", strings.Join(args, " ")))
+	}
+	name, action := rest[0], rest[1]
+	links := func() []string {
+		var out []string
 		for _, lvl := range []string{"0", "1", "2", "3", "4", "5", "6", "S"} {
 			dir := "/etc/rc" + lvl + ".d"
 			for _, c := range r.env.Tree.Children(dir) {
-				if len(c) > 3 && (c[0] == 'S' || c[0] == 'K') && c[3:] == name {
-					if err := r.env.Tree.Remove(dir + "/" + c); err != nil {
-						return err
-					}
+				if len(c) > 3 && (c[0] == 'S' || c[0] == 'K') && isDigit(c[1]) && isDigit(c[2]) && c[3:] == name {
+					out = append(out, dir+"/"+c)
+				}
+			}
+		}
+		return out
+	}
+	switch action {
+	case "remove":
+		for _, l := range links() {
+			if err := r.env.Tree.Remove(l); err != nil {
+				return err
+			}
+		}
+		return nil
+	case "defaults", "defaults-disabled":
+		if len(links()) > 0 {
+			return nil
+		}
+		b, err := r.readFile("/etc/init.d/" + name)
+		if err != nil {
+			fmt.Fprintf(hc.Stderr, "update-rc.d: error: unable to read /etc/init.d/%s\n", name)
+			return exit(1)
+		}
+		start, stop := lsbLevels(string(b))
+		kind := "S"
+		if action == "defaults-disabled" {
+			kind = "K"
+		}
+		for _, set := range []struct {
+			kind   string
+			levels []string
+		}{{kind, start}, {"K", stop}} {
+			for _, lvl := range set.levels {
+				l := "/etc/rc" + lvl + ".d/" + set.kind + "01" + name
+				if _, err := r.env.Tree.Lookup(l, false); err == nil {
+					continue
+				}
+				if err := r.symlink("../init.d/"+name, l); err != nil {
+					return err
 				}
 			}
 		}
 		return nil
 	}
 	return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+// lsbLevels reads Default-Start and Default-Stop from an init script's
+// LSB header, as update-rc.d's parse_def_start_stop does.
+func lsbLevels(script string) (start, stop []string) {
+	in := false
+	for _, l := range strings.Split(script, "\n") {
+		switch {
+		case strings.TrimRight(l, " \t") == "### BEGIN INIT INFO":
+			in = true
+		case strings.TrimRight(l, " \t") == "### END INIT INFO":
+			return start, stop
+		case in && strings.HasPrefix(l, "# Default-Start:"):
+			start = strings.Fields(strings.TrimPrefix(l, "# Default-Start:"))
+		case in && strings.HasPrefix(l, "# Default-Stop:"):
+			stop = strings.Fields(strings.TrimPrefix(l, "# Default-Stop:"))
+		}
+	}
+	return start, stop
 }
 
 func cmdUname(r *run, hc interp.HandlerContext, args []string) error {
@@ -282,8 +354,35 @@ func cmdUname(r *run, hc interp.HandlerContext, args []string) error {
 		fmt.Fprintln(hc.Stdout, m)
 		return nil
 	}
-	// The kernel release of the build host says nothing about the image.
+	if len(args) == 2 && (args[1] == "-r" || args[1] == "--kernel-release") {
+		// The build host's kernel says nothing about the image's: answer
+		// with the newest kernel the tree has modules for, or bookworm's.
+		fmt.Fprintln(hc.Stdout, r.kernelRelease())
+		return nil
+	}
 	return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+}
+
+// defaultKernel is what uname -r says when the tree has no kernel modules.
+const defaultKernel = "6.1.0"
+
+func (r *run) kernelRelease() string {
+	best := ""
+	for _, d := range []string{"/lib/modules", "/usr/lib/modules"} {
+		e, err := r.env.Tree.Lookup(d, true)
+		if err != nil || e.Type != rootfs.TypeDir {
+			continue
+		}
+		for _, c := range r.env.Tree.Children(e.Path) {
+			if best == "" || deb.CompareVersions(c, best) > 0 {
+				best = c
+			}
+		}
+	}
+	if best == "" {
+		return defaultKernel
+	}
+	return best
 }
 
 // splitFlags separates flags from operands; "--" ends the flags.
@@ -443,13 +542,19 @@ func cmdLn(r *run, hc interp.HandlerContext, args []string) error {
 }
 
 func cmdChmod(r *run, hc interp.HandlerContext, args []string) error {
-	_, ops := splitFlags(args[1:])
+	var ops []string
+	for _, a := range args[1:] {
+		// A symbolic mode such as -x looks like a flag.
+		if a == "-R" || a == "--recursive" || a == "-v" || a == "-f" || a == "-c" {
+			if a == "-R" || a == "--recursive" {
+				return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+			}
+			continue
+		}
+		ops = append(ops, a)
+	}
 	if len(ops) < 2 {
 		return exit(1)
-	}
-	m, err := strconv.ParseUint(ops[0], 8, 32)
-	if err != nil {
-		return r.unhandled(fmt.Sprintf("chmod mode %q", ops[0]))
 	}
 	for _, f := range ops[1:] {
 		e, err := r.env.Tree.Lookup(r.treePath(f), true)
@@ -457,11 +562,75 @@ func cmdChmod(r *run, hc interp.HandlerContext, args []string) error {
 			fmt.Fprintf(hc.Stderr, "chmod: cannot access '%s'\n", f)
 			return exit(1)
 		}
-		if err := r.env.Tree.Update(e.Path, func(in *rootfs.Inode) { in.Perm = uint32(m) }); err != nil {
+		m, ok := applyMode(ops[0], e.Perm, e.Type == rootfs.TypeDir)
+		if !ok {
+			return r.unhandled(fmt.Sprintf("chmod mode %q", ops[0]))
+		}
+		if err := r.env.Tree.Update(e.Path, func(in *rootfs.Inode) { in.Perm = m }); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// applyMode applies an octal or symbolic chmod mode ("755", "+x",
+// "u+rw,go-w", "a=r") to perm, with umask 022 for a mode without a "who".
+func applyMode(spec string, perm uint32, dir bool) (uint32, bool) {
+	if n, err := strconv.ParseUint(spec, 8, 32); err == nil {
+		return uint32(n), true
+	}
+	for _, clause := range strings.Split(spec, ",") {
+		i := 0
+		var who uint32
+		for i < len(clause) && strings.IndexByte("ugoa", clause[i]) >= 0 {
+			who |= map[byte]uint32{'u': 0o4700, 'g': 0o2070, 'o': 0o1007, 'a': 0o7777}[clause[i]]
+			i++
+		}
+		umask := uint32(0)
+		if who == 0 {
+			who, umask = 0o7777, 0o022
+		}
+		if i >= len(clause) {
+			return 0, false
+		}
+		for i < len(clause) {
+			op := clause[i]
+			if op != '+' && op != '-' && op != '=' {
+				return 0, false
+			}
+			i++
+			var bits uint32
+			for i < len(clause) && strings.IndexByte("rwxXst", clause[i]) >= 0 {
+				switch clause[i] {
+				case 'r':
+					bits |= 0o444
+				case 'w':
+					bits |= 0o222
+				case 'x':
+					bits |= 0o111
+				case 'X':
+					if dir || perm&0o111 != 0 {
+						bits |= 0o111
+					}
+				case 's':
+					bits |= 0o6000
+				case 't':
+					bits |= 0o1000
+				}
+				i++
+			}
+			bits &= who &^ umask
+			switch op {
+			case '+':
+				perm |= bits
+			case '-':
+				perm &^= bits
+			case '=':
+				perm = perm&^(who&0o7777) | bits
+			}
+		}
+	}
+	return perm, true
 }
 
 func cmdChown(r *run, hc interp.HandlerContext, args []string) error {

@@ -255,8 +255,12 @@ func TestUnhandled(t *testing.T) {
 		"interpreter": "#!/usr/bin/perl\nprint 1;\n",
 	} {
 		t.Run(name, func(t *testing.T) {
+			// Commands the tree has but no handler covers; one the tree
+			// lacks just fails with 127, as in the image.
+			file(t, tr, "/usr/bin/frobnicate", "#!/bin/sh\n")
 			if name == "debconf" {
 				file(t, tr, "/usr/share/debconf/confmodule", "exec /usr/share/debconf/frontend \"$0\" \"$@\"\n")
+				file(t, tr, "/usr/share/debconf/frontend", "#!/usr/bin/perl\n")
 			}
 			err := Run(context.Background(), env(tr), Script{Package: "foo", Name: "postinst", Body: []byte(body)}, "configure", "")
 			var ue *UnhandledError
@@ -265,6 +269,11 @@ func TestUnhandled(t *testing.T) {
 			}
 			t.Log(err)
 		})
+	}
+	err0 := Run(context.Background(), env(tr), Script{Package: "foo", Name: "postinst", Body: []byte("#!/bin/sh\nset -e\nnot-in-the-tree\n")}, "configure", "")
+	var se0 *ScriptError
+	if !errors.As(err0, &se0) || se0.Status != 127 {
+		t.Errorf("missing command: err = %v, want exit status 127", err0)
 	}
 	// A failing script is a ScriptError with its output.
 	err := Run(context.Background(), env(tr), Script{Package: "foo", Name: "postinst", Body: []byte("#!/bin/sh\necho broken >&2\nexit 3\n")}, "configure", "")
@@ -291,6 +300,66 @@ func TestCompareVersionsNL(t *testing.T) {
 			if real != c.want {
 				t.Errorf("table wrong for %q %s %q: dpkg says %v", c.a, c.op, c.b, real)
 			}
+		}
+	}
+}
+
+// TestApplyMode checks symbolic and octal modes against the real chmod.
+func TestApplyMode(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "f")
+	os.WriteFile(f, nil, 0o644)
+	for _, c := range []struct {
+		spec string
+		in   uint32
+	}{
+		{"755", 0o600}, {"+x", 0o644}, {"u+x", 0o644}, {"go-w", 0o666}, {"a=r", 0o755},
+		{"u+rw,g-x", 0o751}, {"+t", 0o755}, {"o+t", 0o755}, {"u=rwx,go=rx", 0o600}, {"-w", 0o666},
+	} {
+		os.Chmod(f, os.FileMode(c.in))
+		if out, err := exec.Command("sh", "-c", "umask 022; chmod "+c.spec+" "+f+" 2>/dev/null; true").CombinedOutput(); err != nil {
+			t.Fatalf("chmod %s: %v %s", c.spec, err, out)
+		}
+		fi, _ := os.Stat(f)
+		want := uint32(fi.Mode().Perm())
+		if fi.Mode()&os.ModeSticky != 0 {
+			want |= 0o1000
+		}
+		got, ok := applyMode(c.spec, c.in, false)
+		if !ok || got != want {
+			t.Errorf("applyMode(%q, %o) = %o, %v; chmod gives %o", c.spec, c.in, got, ok, want)
+		}
+	}
+	if _, ok := applyMode("u+q", 0, false); ok {
+		t.Error("bad mode accepted")
+	}
+}
+
+// TestSedMatchesSed runs the s commands scripts use through cmdSed and the
+// real sed.
+func TestSedMatchesSed(t *testing.T) {
+	tr := newTree(t)
+	for _, c := range []struct{ script, input string }{
+		{`s/\([0-9]*\)\.\([0-9]*\).*/\1 \* 100 + \2/`, "6.1.0-13-amd64\n"},
+		{`s/:/ /g`, "/lib:/usr/lib:/opt\n"},
+		{`s/a/[&]/`, "banana\n"},
+		{`s,/usr,/opt,g`, "/usr/bin /usr/lib\n"},
+		{`s/x\{2\}/Y/`, "axxxb\n"},
+		{`s/(lit)/ok/`, "a(lit)b\n"},
+	} {
+		want, err := exec.Command("sh", "-c", `printf '%s' "$2" | sed "$1"`, "sh", c.script, c.input).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := "#!/bin/sh\nprintf '%s' \"$2\" | sed \"$1\" > /out\n"
+		if err := Run(context.Background(), env(tr), Script{Package: "t", Name: "postinst", Body: []byte(body)}, c.script, c.input); err != nil {
+			t.Fatal(err)
+		}
+		f, _ := tr.Open("/out")
+		var got bytes.Buffer
+		got.ReadFrom(f)
+		f.Close()
+		if got.String() != string(want) {
+			t.Errorf("sed %q on %q = %q, sed says %q", c.script, c.input, got.String(), want)
 		}
 	}
 }

@@ -59,3 +59,6 @@ go test -run '^$' -bench '^BenchmarkWriteTar$' -benchtime 2x ./formats 2>/dev/nu
 
 echo
 bash test/scripts/bench-oci.sh
+
+echo
+bash test/scripts/bench-debs.sh
