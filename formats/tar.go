@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"sort"
 	"strings"
 	"time"
 
@@ -239,17 +238,7 @@ func ReadTar(ctx context.Context, r io.Reader) ([]*rootfs.Entry, error) {
 			byPath[e.Path] = e
 		}
 	}
-	paths := make([]string, 0, len(byPath))
-	for p := range byPath {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
-	entries := make([]*rootfs.Entry, len(paths))
-	for i, p := range paths {
-		entries[i] = byPath[p]
-	}
-	rootfs.SetNlink(entries)
-	return entries, nil
+	return sortedEntries(byPath), nil
 }
 
 // tarEntry makes the entry for one member. It returns nil for a hard link to
