@@ -77,7 +77,7 @@ func TestBuildAsRootAndNobodyIsIdentical(t *testing.T) {
 	harness.RequireSetpriv(t)
 	dir := recipeDir(t, nodeRecipe, nil)
 	out1 := filepath.Join(dir, "out-root")
-	stamp(t, dir, []string{"TZ=UTC", "LANG=C.UTF-8"}, "build", "recipe.yaml", "-o", out1,
+	stampUmask022(t, dir, []string{"TZ=UTC", "LANG=C.UTF-8"}, "build", "recipe.yaml", "-o", out1,
 		"--cache-dir", filepath.Join(dir, "cache-root"), "--work-dir", dir).mustSucceed(t)
 
 	// Another user, umask, time zone, locale and a longer work directory.

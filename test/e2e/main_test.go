@@ -57,6 +57,16 @@ func stamp(t *testing.T, dir string, env []string, args ...string) result {
 	return runCmd(t, cmd)
 }
 
+// stampUmask022 runs the binary as the current user under umask 022,
+// whatever the test process's own umask is.
+func stampUmask022(t *testing.T, dir string, env []string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command("/bin/sh", append([]string{"-c", `umask 022; exec "$0" "$@"`, stampBin}, args...)...)
+	cmd.Dir = dir
+	cmd.Env = append([]string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + dir}, env...)
+	return runCmd(t, cmd)
+}
+
 // stampAs65534 runs the binary as nobody with umask 077.
 func stampAs65534(t *testing.T, dir string, env []string, args ...string) result {
 	t.Helper()
