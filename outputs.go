@@ -52,6 +52,7 @@ func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, tree *ro
 		return nil, err
 	}
 	mainFile := map[string]string{}
+	known := map[string]string{} // sums the formats computed while writing
 	var files []string
 	for i := range rec.Outputs {
 		out := &rec.Outputs[i]
@@ -76,6 +77,9 @@ func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, tree *ro
 		for _, w := range res.Warnings {
 			log.Warnf("%s: %s", out.Name, w)
 		}
+		for name, h := range res.Sums {
+			known[name] = h
+		}
 		mainFile[out.Name] = res.Files[0]
 		files = append(files, res.Files...)
 		fmt.Fprintf(&manifest, "## output %s %s\n", out.Name, res.Files[0])
@@ -92,9 +96,11 @@ func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, tree *ro
 		return nil, err
 	}
 	for _, name := range sumFiles {
-		h, err := fileSHA256(filepath.Join(staging, name))
-		if err != nil {
-			return nil, err
+		h, ok := known[name]
+		if !ok {
+			if h, err = fileSHA256(filepath.Join(staging, name)); err != nil {
+				return nil, err
+			}
 		}
 		fmt.Fprintf(&sums, "%s  %s\n", h, name)
 		subjects = append(subjects, sum{name, h})

@@ -2,7 +2,10 @@ package formats
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -55,6 +58,9 @@ type Result struct {
 	Adds []string
 	// Warnings name what the format could not carry (sockets in a tar, ...).
 	Warnings []string
+	// Sums holds the hex sha256 of files the format hashed while writing
+	// them, so the conductor need not read them again for SHA256SUMS.
+	Sums map[string]string
 }
 
 // Format writes one kind of output into dir, naming its files after base.
@@ -91,13 +97,14 @@ func (tarFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base s
 	}
 	name := base + ".tar" + alg.Ext()
 	var skipped []string
+	h := sha256.New()
 	err = writeFile(filepath.Join(dir, name), func(f *os.File) error {
-		return WriteTar(ctx, src.Tree, f, TarOptions{Compression: alg, Skipped: &skipped})
+		return WriteTar(ctx, src.Tree, io.MultiWriter(f, h), TarOptions{Compression: alg, Skipped: &skipped})
 	})
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{Files: []string{name}}
+	res := &Result{Files: []string{name}, Sums: map[string]string{name: hex.EncodeToString(h.Sum(nil))}}
 	for _, p := range skipped {
 		res.Warnings = append(res.Warnings, fmt.Sprintf("%s: a socket cannot be stored in a tar; left out", p))
 	}
