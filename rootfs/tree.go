@@ -446,6 +446,15 @@ func (t *Tree) createOnDisk(full string, in *Inode, r io.Reader) error {
 			return err
 		}
 		size, digest, werr := t.writeContent(f, r)
+		if werr == nil {
+			// Through the open descriptor: another walk of the path by
+			// name per file costs more than the write of a small file.
+			werr = f.Chmod(diskMode(in))
+		}
+		var fi os.FileInfo
+		if werr == nil {
+			fi, werr = f.Stat()
+		}
 		if cerr := f.Close(); werr == nil {
 			werr = cerr
 		}
@@ -453,6 +462,8 @@ func (t *Tree) createOnDisk(full string, in *Inode, r io.Reader) error {
 			return werr
 		}
 		in.Size, in.Digest = size, digest
+		in.disk = stateOf(fi)
+		return nil
 	case TypeChar, TypeBlock, TypeFifo, TypeSocket:
 		// An unprivileged build cannot make these; an empty placeholder keeps
 		// the path visible to hooks while the index holds the truth.
