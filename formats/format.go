@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/stamp-dev/stamp/rootfs"
 	"github.com/stamp-dev/stamp/rootfs/compress"
+	"github.com/stamp-dev/stamp/rootfs/hashio"
 )
 
 // Source is the sealed tree and the build facts a format may use.
@@ -97,14 +97,22 @@ func (tarFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base s
 	}
 	name := base + ".tar" + alg.Ext()
 	var skipped []string
-	h := sha256.New()
+	var sum [sha256.Size]byte
 	err = writeFile(filepath.Join(dir, name), func(f *os.File) error {
-		return WriteTar(ctx, src.Tree, io.MultiWriter(f, h), TarOptions{Compression: alg, Skipped: &skipped})
+		// Writing and hashing happen behind the walk, which spends its own
+		// time reading the tree's files.
+		hw := hashio.NewWriter(f)
+		err := WriteTar(ctx, src.Tree, hw, TarOptions{Compression: alg, Skipped: &skipped})
+		if cerr := hw.Close(); err == nil {
+			err = cerr
+		}
+		sum = hw.Sum()
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{Files: []string{name}, Sums: map[string]string{name: hex.EncodeToString(h.Sum(nil))}}
+	res := &Result{Files: []string{name}, Sums: map[string]string{name: hex.EncodeToString(sum[:])}}
 	for _, p := range skipped {
 		res.Warnings = append(res.Warnings, fmt.Sprintf("%s: a socket cannot be stored in a tar; left out", p))
 	}

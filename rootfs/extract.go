@@ -73,13 +73,20 @@ func MemberPath(name string) (string, error) {
 // later entry replaces an earlier one, parents are created as needed, and
 // every path, hard-link target and write through a symlink is resolved inside
 // the tree. Owners, device numbers and xattrs go to the index only.
-func Extract(ctx context.Context, t *Tree, r io.Reader, o ExtractOptions) (int, error) {
+func Extract(ctx context.Context, t *Tree, r io.Reader, o ExtractOptions) (n int, err error) {
+	t.startWrites()
+	defer func() {
+		// A failed queued write names its own entry; it comes first, as the
+		// error after it may only be its consequence.
+		if werr := t.stopWrites(); werr != nil {
+			err = werr
+		}
+	}()
 	tr := tar.NewReader(r)
 	var created map[string]bool
 	if o.Whiteouts {
 		created = map[string]bool{}
 	}
-	n := 0
 	var total int64
 	for {
 		if err := ctx.Err(); err != nil {
@@ -97,6 +104,9 @@ func Extract(ctx context.Context, t *Tree, r io.Reader, o ExtractOptions) (int, 
 			return n, &EntryError{Name: hdr.Name, Err: fmt.Errorf("archive expands beyond the limit of %d bytes", o.MaxSize)}
 		}
 		if err := extractOne(t, tr, hdr, &o, created); err != nil {
+			if ee := (*EntryError)(nil); errors.As(err, &ee) {
+				return n, err
+			}
 			return n, &EntryError{Name: hdr.Name, Err: err}
 		}
 		n++
@@ -194,7 +204,12 @@ func extractOne(t *Tree, tr *tar.Reader, hdr *tar.Header, o *ExtractOptions, cre
 	default:
 		return fmt.Errorf("unsupported tar entry type %q", hdr.Typeflag)
 	}
-	e, err := t.Create(p, h, content)
+	var e *Entry
+	if h.Type == TypeRegular && t.writes != nil && hdr.Size >= 0 && hdr.Size <= asyncMax {
+		e, err = t.createQueued(p, h, content, hdr.Size, hdr.Name)
+	} else {
+		e, err = t.Create(p, h, content)
+	}
 	if err != nil {
 		return err
 	}

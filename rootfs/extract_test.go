@@ -4,6 +4,8 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
@@ -469,5 +471,73 @@ func TestSparseContentStaysSparse(t *testing.T) {
 	syscall.Stat(tr.DiskPath("/sparse"), &st)
 	if st.Blocks*512 >= int64(len(data))/2 {
 		t.Fatalf("file takes %d bytes on disk; holes were written", st.Blocks*512)
+	}
+}
+
+// Small files are written by the pool's workers while the extractor goes on;
+// every later entry that touches one of them must see it finished.
+func TestExtractQueuedWritesAgreeWithLaterEntries(t *testing.T) {
+	tr, _ := sandbox(t)
+	var ms []member
+	for i := range 200 {
+		ms = append(ms, member{name: "d" + string(rune('a'+i%7)) + "/f" + strings.Repeat("x", i%13) + string(rune('0'+i%10)), body: strings.Repeat("y", i*37)})
+	}
+	ms = append(ms,
+		member{name: "q/a", body: "first"},
+		member{name: "q/b", typ: tar.TypeLink, link: "q/a"},
+		member{name: "q/c", body: "replaced"},
+		member{name: "q/c", body: "final"},
+		member{name: "q/d", body: "becomes a dir"},
+		member{name: "q/d/", typ: tar.TypeDir, mode: 0o755},
+		member{name: "q/d/e", body: "inside"},
+	)
+	if err := extract(t, tr, ExtractOptions{}, ms...); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range tr.Paths() {
+		e := tr.Get(p)
+		if e.Type != TypeRegular {
+			continue
+		}
+		b, err := os.ReadFile(tr.DiskPath(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum := sha256.Sum256(b); e.Digest != hex.EncodeToString(sum[:]) || e.Size != int64(len(b)) {
+			t.Fatalf("%s: index says %d bytes %s, disk holds %d bytes %x", p, e.Size, e.Digest, len(b), sum)
+		}
+	}
+	if a, b := tr.Get("/q/a"), tr.Get("/q/b"); a.Inode != b.Inode || a.Nlink() != 2 {
+		t.Fatal("hard link to a queued file lost")
+	}
+	if e := tr.Get("/q/c"); e.Size != int64(len("final")) {
+		t.Fatal("later entry did not replace a queued one")
+	}
+	if tr.Get("/q/d").Type != TypeDir || tr.Get("/q/d/e") == nil {
+		t.Fatal("directory did not replace a queued file")
+	}
+}
+
+// A queued write that fails is reported with its own entry's name, even when
+// the extractor has moved past it, and leaves no index entry behind.
+func TestExtractQueuedWriteFailureNamesItsEntry(t *testing.T) {
+	tr, _ := sandbox(t)
+	if err := extract(t, tr, ExtractOptions{}, member{name: "dir/", typ: tar.TypeDir, mode: 0o755}); err != nil {
+		t.Fatal(err)
+	}
+	// Something the index does not know is in the way of the create.
+	if err := os.WriteFile(filepath.Join(tr.Dir(), "dir", "stray"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := extract(t, tr, ExtractOptions{},
+		member{name: "dir/stray", body: "content"},
+		member{name: "dir/after", body: "more"},
+	)
+	var ee *EntryError
+	if !errors.As(err, &ee) || ee.Name != "dir/stray" {
+		t.Fatalf("error %v, want one naming dir/stray", err)
+	}
+	if tr.Get("/dir/stray") != nil {
+		t.Fatal("the failed file is still in the index")
 	}
 }

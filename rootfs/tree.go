@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/stamp-dev/stamp/rootfs/hashio"
 )
 
 // Limits the kernel would apply to the same paths in the image.
@@ -46,7 +48,12 @@ type Tree struct {
 	opts    Options
 	entries map[string]*Entry
 	sorted  []string // cache of sorted paths; nil when stale
-	buf     []byte
+	// bufs are filled alternately, so one can be read into while the
+	// hasher still reads the other.
+	bufs   [2][]byte
+	hasher *hashio.Hasher
+	// writes, while an extraction runs, writes small files on workers.
+	writes *writePool
 	// adopted trees index an existing root: owners come from the disk.
 	adopted bool
 }
@@ -61,7 +68,7 @@ func New(dir string, opts Options) (*Tree, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tree %s: %w", dir, err)
 	}
-	t := &Tree{dir: dir, root: r, opts: opts, entries: map[string]*Entry{}, buf: make([]byte, 256<<10)}
+	t := &Tree{dir: dir, root: r, opts: opts, entries: map[string]*Entry{}}
 	in := &Inode{Type: TypeDir, Perm: 0o755, MTime: opts.DefaultMTime, nlink: 1}
 	t.entries["/"] = &Entry{Path: "/", Inode: in}
 	if err := t.syncDisk("/", in); err != nil {
@@ -72,7 +79,13 @@ func New(dir string, opts Options) (*Tree, error) {
 }
 
 // Close releases the directory handle. The directory itself stays.
-func (t *Tree) Close() error { return t.root.Close() }
+func (t *Tree) Close() error {
+	if t.hasher != nil {
+		t.hasher.Close()
+		t.hasher = nil
+	}
+	return t.root.Close()
+}
 
 // Dir is the directory that holds the tree's contents.
 func (t *Tree) Dir() string { return t.dir }
@@ -123,6 +136,9 @@ func (t *Tree) Walk(fn func(*Entry) error) error {
 
 // Open opens the content of the regular file at the exact path p.
 func (t *Tree) Open(p string) (*os.File, error) {
+	if err := t.settleWrites(); err != nil {
+		return nil, err
+	}
 	e := t.entries[p]
 	if e == nil {
 		return nil, &fs.PathError{Op: "open", Path: p, Err: ErrNotExist}
@@ -218,6 +234,9 @@ func (t *Tree) Create(p string, h Header, r io.Reader) (*Entry, error) {
 
 // Link makes p a hard link to the existing non-directory entry target.
 func (t *Tree) Link(p, target string, origin Origin) (*Entry, error) {
+	if err := t.settleWrites(); err != nil {
+		return nil, err
+	}
 	tp, err := t.Resolve(target, false)
 	if err != nil {
 		return nil, err
@@ -289,6 +308,9 @@ func (t *Tree) Remove(p string) error {
 // Update changes the metadata of the entry at the exact path p. fn may change
 // anything but Type, Size and Digest.
 func (t *Tree) Update(p string, fn func(in *Inode)) error {
+	if err := t.settleWrites(); err != nil {
+		return err
+	}
 	e := t.entries[p]
 	if e == nil {
 		return &fs.PathError{Op: "update", Path: p, Err: ErrNotExist}
@@ -387,6 +409,9 @@ func (t *Tree) remove(full string) error {
 	e := t.entries[full]
 	if e == nil {
 		return nil
+	}
+	if err := t.settleWrites(); err != nil {
+		return err
 	}
 	if e.Type == TypeDir {
 		for _, name := range t.Children(full) {
@@ -510,57 +535,87 @@ func stateOf(fi os.FileInfo) diskState {
 // writeContent copies r into f, hashing it and leaving runs of zero blocks as
 // holes so sparse inputs stay sparse.
 func (t *Tree) writeContent(f *os.File, r io.Reader) (int64, string, error) {
-	h := sha256.New()
 	if r == nil {
-		return 0, hex.EncodeToString(h.Sum(nil)), nil
+		sum := sha256.Sum256(nil)
+		return 0, hex.EncodeToString(sum[:]), nil
 	}
-	const block = 4096
+	if t.hasher == nil {
+		t.hasher = hashio.NewHasher()
+		t.bufs = [2][]byte{make([]byte, 256<<10), make([]byte, 256<<10)}
+	}
+	h := t.hasher
+	size, err := t.writeRuns(f, r, h)
+	sum := h.Sum()
+	if err != nil {
+		return 0, "", err
+	}
+	return size, hex.EncodeToString(sum[:]), nil
+}
+
+// writeRuns hashes each chunk on the hasher's goroutine while writing it here.
+func (t *Tree) writeRuns(f *os.File, r io.Reader, h *hashio.Hasher) (int64, error) {
 	var size int64
 	hole := false
-	for {
-		n, err := io.ReadFull(r, t.buf)
+	for i := 0; ; i ^= 1 {
+		// The hasher may still read the other buffer, never this one.
+		h.Settle(1)
+		n, err := io.ReadFull(r, t.bufs[i])
 		if n > 0 {
-			chunk := t.buf[:n]
+			chunk := t.bufs[i][:n]
 			h.Write(chunk)
-			// Write each run of data blocks in one call and seek over runs
-			// of zero blocks, so holes stay holes without 4 KiB syscalls.
-			for off := 0; off < n; {
-				end := off
-				for end < n && !isZero(chunk[end:min(end+block, n)]) {
-					end = min(end+block, n)
-				}
-				if end > off {
-					if _, err := f.Write(chunk[off:end]); err != nil {
-						return 0, "", err
-					}
-					hole = false
-					off = end
-					continue
-				}
-				for end < n && isZero(chunk[end:min(end+block, n)]) {
-					end = min(end+block, n)
-				}
-				if _, err := f.Seek(int64(end-off), io.SeekCurrent); err != nil {
-					return 0, "", err
-				}
-				hole = true
-				off = end
+			endsInHole, werr := writeChunk(f, chunk)
+			if werr != nil {
+				return 0, werr
 			}
+			hole = endsInHole
 			size += int64(n)
 		}
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
 			break
 		}
 		if err != nil {
-			return 0, "", err
+			return 0, err
 		}
 	}
 	if hole {
 		if err := f.Truncate(size); err != nil {
-			return 0, "", err
+			return 0, err
 		}
 	}
-	return size, hex.EncodeToString(h.Sum(nil)), nil
+	return size, nil
+}
+
+// writeChunk writes each run of data blocks in one call and seeks over runs of
+// zero blocks, so holes stay holes without 4 KiB syscalls. It reports whether
+// the chunk ended in a hole, which only a truncate to the full size makes part
+// of the file.
+func writeChunk(f *os.File, chunk []byte) (bool, error) {
+	const block = 4096
+	n := len(chunk)
+	hole := false
+	for off := 0; off < n; {
+		end := off
+		for end < n && !isZero(chunk[end:min(end+block, n)]) {
+			end = min(end+block, n)
+		}
+		if end > off {
+			if _, err := f.Write(chunk[off:end]); err != nil {
+				return false, err
+			}
+			hole = false
+			off = end
+			continue
+		}
+		for end < n && isZero(chunk[end:min(end+block, n)]) {
+			end = min(end+block, n)
+		}
+		if _, err := f.Seek(int64(end-off), io.SeekCurrent); err != nil {
+			return false, err
+		}
+		hole = true
+		off = end
+	}
+	return hole, nil
 }
 
 var zeroBlock [4096]byte
