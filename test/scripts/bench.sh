@@ -3,6 +3,8 @@
 # prints wall time and peak RSS side by side. Speed and memory are judged here,
 # never by timed unit tests.
 set -euo pipefail
+# Usage: bench.sh [tar|ext4|qcow2|cpio|codecs|oci|debs]...; all of them by
+# default.
 cd "$(dirname "$0")/../.."
 STAMP=${STAMP:-bin/stamp}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/stamp-bench.XXXXXX")
@@ -18,60 +20,81 @@ measure() {
 	printf '%-44s %8.2f s %8.1f MiB\n' "$label" "$wall" "$(echo "$rss / 1024" | bc -l)"
 }
 
-echo "== tar to tar: generated ~300 MB / ~10,000-entry tree"
-go run ./test/cmd/gentree -o "$WORK/in.tar"
-mkdir -p "$WORK/r"
-cat >"$WORK/r/recipe.yaml" <<YAML
-apiVersion: stamp.dev/v1alpha1
-kind: Recipe
-name: bench
-epoch: 1700000000
-base: {tarball: ../in.tar}
-seal: {cleanup: none}
-outputs: [{format: tar}]
-YAML
-# Warm the cache once so both sides start from a file on disk. The pause lets
-# the input age past the cache's racy window, so stamp remembers its digest
-# as it would for any base tarball that is not being written at that moment.
-sleep 3
-"$STAMP" build "$WORK/r/recipe.yaml" -o "$WORK/o0" --cache-dir "$WORK/cache" --work-dir "$WORK" --log-level error >/dev/null
-rm -rf "$WORK/o0"
-gnutar() { mkdir -p "$WORK/x" && tar -xf "$WORK/in.tar" -C "$WORK/x" && tar -cf "$WORK/gnu.tar" -C "$WORK/x" . ; }
-export -f gnutar; export WORK
-# Three alternating rounds; the page cache and the other load on a shared
-# machine move single runs by tens of percent.
-for round in 1 2 3; do
-	sync
-	# --keep-work: GNU tar's side leaves its extracted tree behind too, so
-	# neither side pays for deleting 10,000 files inside the timing.
-	mkdir -p "$WORK/w"
-	measure "stamp build (extract + seal + tar), round $round" "$STAMP" build "$WORK/r/recipe.yaml" -o "$WORK/o1" --cache-dir "$WORK/cache" --work-dir "$WORK/w" --keep-work --log-level error
-	rm -rf "$WORK/o1" "$WORK/w"
-	sync
-	measure "GNU tar -x + tar -c, round $round" bash -c gnutar
-	rm -rf "$WORK/x" "$WORK/gnu.tar"
+bench_tar() {
+	echo "== tar to tar: generated ~300 MB / ~10,000-entry tree"
+	go run ./test/cmd/gentree -o "$WORK/in.tar"
+	mkdir -p "$WORK/r"
+	cat >"$WORK/r/recipe.yaml" <<-YAML
+	apiVersion: stamp.dev/v1alpha1
+	kind: Recipe
+	name: bench
+	epoch: 1700000000
+	base: {tarball: ../in.tar}
+	seal: {cleanup: none}
+	outputs: [{format: tar}]
+	YAML
+	# Warm the cache once so both sides start from a file on disk. The pause lets
+	# the input age past the cache's racy window, so stamp remembers its digest
+	# as it would for any base tarball that is not being written at that moment.
+	sleep 3
+	"$STAMP" build "$WORK/r/recipe.yaml" -o "$WORK/o0" --cache-dir "$WORK/cache" --work-dir "$WORK" --log-level error >/dev/null
+	rm -rf "$WORK/o0"
+	gnutar() { mkdir -p "$WORK/x" && tar -xf "$WORK/in.tar" -C "$WORK/x" && tar -cf "$WORK/gnu.tar" -C "$WORK/x" . ; }
+	export -f gnutar; export WORK
+	# Three alternating rounds; the page cache and the other load on a shared
+	# machine move single runs by tens of percent.
+	for round in 1 2 3; do
+		sync
+		# --keep-work: GNU tar's side leaves its extracted tree behind too, so
+		# neither side pays for deleting 10,000 files inside the timing.
+		mkdir -p "$WORK/w"
+		measure "stamp build (extract + seal + tar), round $round" "$STAMP" build "$WORK/r/recipe.yaml" -o "$WORK/o1" --cache-dir "$WORK/cache" --work-dir "$WORK/w" --keep-work --log-level error
+		rm -rf "$WORK/o1" "$WORK/w"
+		sync
+		measure "GNU tar -x + tar -c, round $round" bash -c gnutar
+		rm -rf "$WORK/x" "$WORK/gnu.tar"
+	done
+	rm -rf "$WORK/x" "$WORK/gnu.tar" "$WORK/o1"
+}
+
+bench_ext4() {
+	echo
+	echo "== ext4: our writer vs mke2fs -t ext4 -d on the same ~300 MB / ~11,000-entry tree"
+	go test -run '^$' -bench '^(BenchmarkWrite|BenchmarkMke2fsD)$' -benchtime 2x -timeout 30m ./disk/ext4 | grep -E '^Benchmark' || true
+}
+
+bench_qcow2() {
+	echo
+	echo "== qcow2: our writer vs qemu-img convert on the same raw disk"
+	go test -run '^$' -bench '^BenchmarkWriteVsQemuImg$' -benchtime 2x -timeout 30m ./disk/qcow2 | grep -E '^Benchmark' || true
+}
+
+bench_cpio() {
+	echo
+	echo "== cpio: our writer vs find | sort | cpio -o -H newc --reproducible; xz and zstd throughput"
+	go test -run '^$' -bench '^(BenchmarkCpioVsGNU|BenchmarkCpioCompress)$' -benchtime 2x -timeout 30m ./formats | grep -E '^Benchmark' || true
+}
+
+bench_codecs() {
+	echo
+	echo "== stream codecs, tar writer and cache (MB/s)"
+	go test -run '^$' -bench . -benchtime 2x ./rootfs/compress ./layers/cache 2>/dev/null | grep -E '^Benchmark' || true
+	go test -run '^$' -bench '^BenchmarkWriteTar$' -benchtime 2x ./formats 2>/dev/null | grep -E '^Benchmark' || true
+}
+
+bench_oci() {
+	echo
+	bash test/scripts/bench-oci.sh
+}
+
+bench_debs() {
+	echo
+	bash test/scripts/bench-debs.sh
+}
+
+for b in "${@:-tar ext4 qcow2 cpio codecs oci debs}"; do
+	for one in $b; do
+		declare -F "bench_$one" >/dev/null || { echo "bench: no benchmark named $one" >&2; exit 2; }
+		"bench_$one"
+	done
 done
-rm -rf "$WORK/x" "$WORK/gnu.tar" "$WORK/o1"
-
-echo
-echo "== ext4: our writer vs mke2fs -t ext4 -d on the same ~300 MB / ~11,000-entry tree"
-go test -run '^$' -bench '^(BenchmarkWrite|BenchmarkMke2fsD)$' -benchtime 2x -timeout 30m ./disk/ext4 | grep -E '^Benchmark' || true
-
-echo
-echo "== qcow2: our writer vs qemu-img convert on the same raw disk"
-go test -run '^$' -bench '^BenchmarkWriteVsQemuImg$' -benchtime 2x -timeout 30m ./disk/qcow2 | grep -E '^Benchmark' || true
-
-echo
-echo "== cpio: our writer vs find | sort | cpio -o -H newc --reproducible; xz and zstd throughput"
-go test -run '^$' -bench '^(BenchmarkCpioVsGNU|BenchmarkCpioCompress)$' -benchtime 2x -timeout 30m ./formats | grep -E '^Benchmark' || true
-
-echo
-echo "== stream codecs, tar writer and cache (MB/s)"
-go test -run '^$' -bench . -benchtime 2x ./rootfs/compress ./layers/cache 2>/dev/null | grep -E '^Benchmark' || true
-go test -run '^$' -bench '^BenchmarkWriteTar$' -benchtime 2x ./formats 2>/dev/null | grep -E '^Benchmark' || true
-
-echo
-bash test/scripts/bench-oci.sh
-
-echo
-bash test/scripts/bench-debs.sh
