@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"path"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -153,6 +154,25 @@ func (l *Debs) apply(ctx context.Context, env *Env) error {
 	done()
 
 	se := l.scriptEnv(env)
+	var later [][]string
+	if l.DeferScripts {
+		se.Defer = func(pkg string, argv []string) bool {
+			// Only commands whose work nothing later in the build
+			// depends on: an initramfs is made at first boot as well as
+			// here, and stamp's own boot outputs bring theirs.
+			if !deferrable[path.Base(argv[0])] {
+				return false
+			}
+			env.Log.Warnf("%s: %s runs %q; deferred to first boot", env.Label, pkg, strings.Join(argv, " "))
+			for _, c := range later {
+				if slices.Equal(c, argv) {
+					return true
+				}
+			}
+			later = append(later, argv)
+			return true
+		}
+	}
 	// preinst install, then unpack, package by package; then configure
 	// them all, dependencies first, as dpkg does for one run. Decoding
 	// data.tar (xz, mostly) is the slow part and runs ahead in parallel;
@@ -203,8 +223,8 @@ func (l *Debs) apply(ctx context.Context, env *Env) error {
 	if err := writeTreeFile(env, dpkg.StatusPath, status.Bytes(), 0o644, env.Origin("", "dpkg status")); err != nil {
 		return err
 	}
-	if len(deferred) > 0 {
-		if err := l.firstBootUnit(ctx, env, deferred); err != nil {
+	if len(deferred) > 0 || len(later) > 0 {
+		if err := l.firstBootUnit(ctx, env, deferred, later); err != nil {
 			return err
 		}
 	}
@@ -618,20 +638,35 @@ func (l *Debs) scriptEnv(env *Env) *scripts.Env {
 
 // firstBootUnit installs and enables a unit that configures the deferred
 // packages on first boot.
-func (l *Debs) firstBootUnit(ctx context.Context, env *Env, pkgs []string) error {
+func (l *Debs) firstBootUnit(ctx context.Context, env *Env, pkgs []string, commands [][]string) error {
 	sort.Strings(pkgs)
 	const unit = "stamp-dpkg-configure.service"
-	body := "# Written by stamp: maintainer scripts of " + strings.Join(pkgs, ", ") + "\n" +
-		"# could not be applied offline; dpkg configures them on first boot.\n" +
+	var why, exec strings.Builder
+	if len(pkgs) > 0 {
+		fmt.Fprintf(&why, "# Written by stamp: maintainer scripts of %s\n# could not be applied offline; dpkg configures them on first boot.\n", strings.Join(pkgs, ", "))
+		exec.WriteString("ExecStart=/usr/bin/dpkg --configure -a\n")
+	}
+	for _, c := range commands {
+		fmt.Fprintf(&why, "# Written by stamp: %s was deferred to first boot.\n", strings.Join(c, " "))
+		fmt.Fprintf(&exec, "ExecStart=%s\n", strings.Join(c, " "))
+	}
+	body := why.String() +
 		"[Unit]\nDescription=Configure packages unpacked at image build time\n" +
 		"After=local-fs.target\nBefore=multi-user.target\n\n" +
-		"[Service]\nType=oneshot\nExecStart=/usr/bin/dpkg --configure -a\nRemainAfterExit=yes\n\n" +
+		"[Service]\nType=oneshot\n" + exec.String() + "RemainAfterExit=yes\n\n" +
 		"[Install]\nWantedBy=multi-user.target\n"
 	if err := writeTreeFile(env, "/etc/systemd/system/"+unit, []byte(body), 0o644, env.Origin("", "deferred maintainer scripts")); err != nil {
 		return err
 	}
 	return (&Systemd{Enable: []string{unit}}).Apply(ctx, env)
 }
+
+// deferrable are the commands deferScripts may postpone one by one, leaving
+// the package that runs them configured.
+// systemd-hwdb is among them because its hwdb.bin records the path of every
+// source file, which, run on a scratch copy outside a chroot, would be the
+// scratch path.
+var deferrable = map[string]bool{"update-initramfs": true, "systemd-hwdb": true}
 
 // writeTreeFile writes a root-owned file into the tree at p (parents made
 // as needed), with the build's epoch as mtime.

@@ -5,9 +5,15 @@
 // runs as written, every path it touches is resolved inside the tree, and
 // every external command it runs is one of the built-in handlers:
 // update-alternatives, deb-systemd-helper, adduser, systemd-sysusers, dpkg
-// --compare-versions, dpkg-maintscript-helper, file utilities and a few
-// more. A command no handler covers stops the script with an
-// *UnhandledError naming the package, the script and the command.
+// --compare-versions, dpkg-maintscript-helper, linux-update-symlinks,
+// run-parts, file utilities and a few more. A command no handler covers
+// stops the script with an *UnhandledError naming the package, the script
+// and the command, unless Env.Defer takes it for first boot.
+//
+// One handler runs a program: depmod's indexes are kmod's own trie formats,
+// so the image's kmod writes them, run through the image's dynamic loader
+// and libraries on a scratch copy of the module directory, never on the
+// tree and never a program of the host.
 package scripts
 
 import (
@@ -49,6 +55,11 @@ type Env struct {
 	// commands unhandled.
 	AddGroup func(ctx context.Context, g Group) error
 	AddUser  func(ctx context.Context, u User) error
+	// Defer is offered each command of the image that no handler covers,
+	// with argv[0] its path in the image, before the command counts as
+	// unhandled. Returning true means the caller runs it on first boot;
+	// the script goes on as if it had succeeded. Nil defers nothing.
+	Defer func(pkg string, argv []string) bool
 }
 
 // Group is a group a script asks for.
@@ -118,6 +129,39 @@ type run struct {
 // dpkg runs it: in the root, with DPKG_MAINTSCRIPT_* set and a fixed
 // environment.
 func Run(ctx context.Context, env *Env, s Script, args ...string) error {
+	vars := []string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"LANG=C.UTF-8", "LC_ALL=C.UTF-8", "TZ=UTC", "HOME=/root", "SHELL=/bin/sh", "PWD=/",
+		"DEBIAN_FRONTEND=noninteractive", "DPKG_ROOT=", "DPKG_ADMINDIR=/var/lib/dpkg",
+		"DPKG_MAINTSCRIPT_PACKAGE=" + s.Package, "DPKG_MAINTSCRIPT_NAME=" + s.Name,
+		"DPKG_MAINTSCRIPT_ARCH=" + env.Arch, "DPKG_MAINTSCRIPT_PACKAGE_REFCOUNT=1",
+		"DPKG_RUNNING_VERSION=1.21.22",
+		"SOURCE_DATE_EPOCH=" + strconv.FormatInt(env.Epoch.Unix(), 10),
+	}
+	r := &run{env: env, s: s, ctx: ctx}
+	err := r.interpret(ctx, vars, args, &r.output, &r.output)
+	if out := strings.TrimSpace(r.output.String()); out != "" {
+		r.logf("%s %s: %s", s.Package, s.Name, out)
+	}
+	return err
+}
+
+// nested interprets another script from the tree as a command of this one
+// (run-parts runs them), with this script's exported variables.
+func (r *run) nested(ctx context.Context, hc interp.HandlerContext, s Script, args []string) error {
+	var vars []string
+	hc.Env.Each(func(name string, v expand.Variable) bool {
+		if v.Exported && v.IsSet() {
+			vars = append(vars, name+"="+v.String())
+		}
+		return true
+	})
+	n := &run{env: r.env, s: s, ctx: ctx}
+	return n.interpret(ctx, vars, args, hc.Stdout, hc.Stderr)
+}
+
+func (r *run) interpret(ctx context.Context, vars, args []string, stdout, stderr io.Writer) error {
+	s := r.s
 	interpreter := shebang(s.Body)
 	switch path.Base(interpreter) {
 	case "sh", "bash", "dash":
@@ -128,21 +172,12 @@ func Run(ctx context.Context, env *Env, s Script, args ...string) error {
 	if err != nil {
 		return &UnhandledError{Package: s.Package, Script: s.Name, What: fmt.Sprintf("shell syntax (%v)", err)}
 	}
-	r := &run{env: env, s: s, ctx: ctx}
-	vars := []string{
-		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"LANG=C.UTF-8", "LC_ALL=C.UTF-8", "TZ=UTC", "HOME=/root", "SHELL=/bin/sh", "PWD=/",
-		"DEBIAN_FRONTEND=noninteractive", "DPKG_ROOT=", "DPKG_ADMINDIR=/var/lib/dpkg",
-		"DPKG_MAINTSCRIPT_PACKAGE=" + s.Package, "DPKG_MAINTSCRIPT_NAME=" + s.Name,
-		"DPKG_MAINTSCRIPT_ARCH=" + env.Arch, "DPKG_MAINTSCRIPT_PACKAGE_REFCOUNT=1",
-		"DPKG_RUNNING_VERSION=1.21.22",
-		"SOURCE_DATE_EPOCH=" + strconv.FormatInt(env.Epoch.Unix(), 10),
-	}
+	var output bytes.Buffer
 	runner, err := interp.New(
 		interp.Env(expand.ListEnviron(vars...)),
-		interp.Dir(env.Tree.Dir()),
+		interp.Dir(r.env.Tree.Dir()),
 		interp.Params(append([]string{"--"}, args...)...),
-		interp.StdIO(strings.NewReader(""), &r.output, &r.output),
+		interp.StdIO(strings.NewReader(""), io.MultiWriter(stdout, &output), io.MultiWriter(stderr, &output)),
 		interp.CallHandler(r.call),
 		interp.ExecHandlers(func(interp.ExecHandlerFunc) interp.ExecHandlerFunc { return r.exec }),
 		interp.OpenHandler(r.open),
@@ -153,9 +188,6 @@ func Run(ctx context.Context, env *Env, s Script, args ...string) error {
 		return err
 	}
 	err = runner.Run(ctx, f)
-	if out := strings.TrimSpace(r.output.String()); out != "" {
-		r.logf("%s %s: %s", s.Package, s.Name, out)
-	}
 	if err == nil {
 		return nil
 	}
@@ -163,7 +195,7 @@ func Run(ctx context.Context, env *Env, s Script, args ...string) error {
 		if st == 0 {
 			return nil
 		}
-		return &ScriptError{Package: s.Package, Script: s.Name, Status: st, Output: strings.TrimSpace(r.output.String())}
+		return &ScriptError{Package: s.Package, Script: s.Name, Status: st, Output: strings.TrimSpace(output.String())}
 	}
 	var ue *UnhandledError
 	if errors.As(err, &ue) {
@@ -282,6 +314,9 @@ func (r *run) open(ctx context.Context, name string, flag int, perm os.FileMode)
 	p := r.treePath(name)
 	if p == "/dev/null" {
 		return devNull{}, nil
+	}
+	if p == debconfModule && flag&(os.O_WRONLY|os.O_RDWR) == 0 {
+		return nopCloser{strings.NewReader(debconfShim)}, nil
 	}
 	t := r.env.Tree
 	if flag&(os.O_WRONLY|os.O_RDWR) == 0 {
@@ -446,3 +481,8 @@ func (i entryInfo) Mode() fs.FileMode {
 	}
 	return m
 }
+
+type nopCloser struct{ *strings.Reader }
+
+func (nopCloser) Write([]byte) (int, error) { return 0, os.ErrPermission }
+func (nopCloser) Close() error              { return nil }

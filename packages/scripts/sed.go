@@ -16,6 +16,8 @@ type sedSubst struct {
 	repl   string
 	global bool
 	print  bool
+	// del makes the command /RE/d: a matching line is dropped.
+	del bool
 }
 
 // cmdSed is the part of sed maintainer scripts use on strings: one or more
@@ -47,7 +49,7 @@ func cmdSed(r *run, hc interp.HandlerContext, args []string) error {
 			if part == "" {
 				continue
 			}
-			c, err := parseSubst(part)
+			c, err := parseCommand(part)
 			if err != nil {
 				return r.unhandled(fmt.Sprintf("sed script %q (%v)", sc, err))
 			}
@@ -69,9 +71,16 @@ func cmdSed(r *run, hc interp.HandlerContext, args []string) error {
 	}
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
+lines:
 	for sc.Scan() {
 		line := sc.Text()
 		for _, c := range cmds {
+			if c.del {
+				if c.re.MatchString(line) {
+					continue lines
+				}
+				continue
+			}
 			var matched bool
 			line, matched = c.apply(line)
 			if matched && c.print {
@@ -101,12 +110,24 @@ func (c sedSubst) apply(line string) (string, bool) {
 	return line[:m[0]] + string(out) + line[m[1]:], true
 }
 
+// parseCommand reads an s command or a /RE/d deletion.
+func parseCommand(s string) (sedSubst, error) {
+	if len(s) >= 3 && s[0] == '/' && strings.HasSuffix(s, "/d") && !strings.Contains(s[1:len(s)-2], "/") {
+		re, err := regexp.Compile(breToGo(s[1 : len(s)-2]))
+		if err != nil {
+			return sedSubst{}, err
+		}
+		return sedSubst{re: re, del: true}, nil
+	}
+	return parseSubst(s)
+}
+
 // parseSubst reads s<d>RE<d>REPL<d>FLAGS with a POSIX basic regular
 // expression, turned into Go's syntax.
 func parseSubst(s string) (sedSubst, error) {
 	var c sedSubst
 	if len(s) < 4 || s[0] != 's' {
-		return c, fmt.Errorf("only s commands are supported")
+		return c, fmt.Errorf("only s and /RE/d commands are supported")
 	}
 	d := s[1]
 	var parts []string

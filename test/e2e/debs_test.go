@@ -573,3 +573,114 @@ func matchAny(pats []string, p string) bool {
 	}
 	return false
 }
+
+// TestDebsKernel installs Debian's kernel as uid 65534. Its postinst runs
+// depmod, linux-update-symlinks and run-parts of /etc/kernel/postinst.d,
+// whose initramfs hook runs update-initramfs. The module indexes must be
+// what the image's own depmod writes when run for real in a chroot of the
+// result, the default links what linux-update-symlinks makes there, and
+// update-initramfs and systemd-hwdb, allowed by deferScripts, wait for
+// first boot while every package is configured.
+func TestDebsKernel(t *testing.T) {
+	harness.RequireSetpriv(t)
+	harness.RequireTools(t, "chroot", "tar")
+	if os.Geteuid() != 0 {
+		t.Skip("the oracle runs depmod in a chroot, which needs root")
+	}
+	repo := harness.DebRepoFor(t)
+	base := harness.DpkgBaseFor(t)
+	dir := debsDir(t, repo, base, debsRecipe(repo.FileURL(), []string{harness.KernelPackage}, "        deferScripts: true"))
+	out := filepath.Join(dir, "out")
+	build := stampAs65534(t, dir, nil, "build", "recipe.yaml", "-o", out, "--cache-dir", filepath.Join(dir, "cache"), "--work-dir", dir).mustSucceed(t)
+	for _, l := range strings.Split(build.stderr, "\n") {
+		if strings.Contains(l, "deferred") {
+			t.Log(l)
+		}
+	}
+	root := extractAsRoot(t, filepath.Join(out, "e2e-debs-rootfs.tar"))
+
+	st := readDpkgStatus(t, root)
+	var kernel string
+	for name, para := range st {
+		if strings.HasPrefix(name, "linux-image-") && name != harness.KernelPackage {
+			kernel = name
+		}
+		if got := para.Get("Status"); got != "install ok installed" {
+			t.Errorf("%s: Status %q, want install ok installed", name, got)
+		}
+	}
+	version := strings.TrimPrefix(kernel, "linux-image-")
+	if version == "" {
+		t.Fatal("no kernel image package installed")
+	}
+	modDir := filepath.Join(root, "usr/lib/modules", version)
+	ours := map[string][]byte{}
+	ents, err := os.ReadDir(modDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "modules.") && e.Type().IsRegular() {
+			b, err := os.ReadFile(filepath.Join(modDir, e.Name()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ours[e.Name()] = b
+		}
+	}
+	for _, must := range []string{"modules.dep", "modules.dep.bin", "modules.alias.bin", "modules.symbols.bin"} {
+		if len(ours[must]) == 0 {
+			t.Errorf("%s is missing or empty", must)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(modDir, ".fresh-install")); err == nil {
+		t.Error("the postinst's .fresh-install flag was left behind")
+	}
+	links := map[string]string{}
+	for _, l := range []string{"vmlinuz", "vmlinuz.old", "initrd.img", "initrd.img.old"} {
+		links[l], _ = os.Readlink(filepath.Join(root, l))
+	}
+	unit, err := os.ReadFile(filepath.Join(root, "etc/systemd/system/stamp-dpkg-configure.service"))
+	if err != nil || !strings.Contains(string(unit), "ExecStart=/usr/sbin/update-initramfs -c -k "+version) ||
+		!strings.Contains(string(unit), "ExecStart=/usr/bin/systemd-hwdb --usr update\n") ||
+		strings.Contains(string(unit), "dpkg --configure") {
+		t.Errorf("first-boot unit: %v\n%s", err, unit)
+	}
+
+	// The oracle: remove what the handlers made, and run Debian's own
+	// depmod and linux-update-symlinks in a chroot of the result.
+	for name := range ours {
+		if name != "modules.order" && name != "modules.builtin" && name != "modules.builtin.modinfo" {
+			os.Remove(filepath.Join(modDir, name))
+		}
+	}
+	for l := range links {
+		os.Remove(filepath.Join(root, l))
+	}
+	for _, argv := range [][]string{{"/sbin/depmod", version}, {"/usr/bin/linux-update-symlinks", "install", version, "/boot/vmlinuz-" + version}} {
+		cmd := exec.Command("chroot", append([]string{root}, argv...)...)
+		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"}
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("oracle: %s: %v\n%s", strings.Join(argv, " "), err, b)
+		}
+	}
+	for name, b := range ours {
+		theirs, err := os.ReadFile(filepath.Join(modDir, name))
+		if err != nil {
+			t.Errorf("%s: stamp made it, depmod did not: %v", name, err)
+		} else if !bytes.Equal(b, theirs) {
+			t.Errorf("%s differs from depmod's (%d vs %d bytes)", name, len(b), len(theirs))
+		}
+	}
+	ents, _ = os.ReadDir(modDir)
+	for _, e := range ents {
+		if _, ok := ours[e.Name()]; !ok && strings.HasPrefix(e.Name(), "modules.") {
+			t.Errorf("depmod made %s, stamp did not", e.Name())
+		}
+	}
+	for l, target := range links {
+		if theirs, _ := os.Readlink(filepath.Join(root, l)); theirs != target || target == "" {
+			t.Errorf("/%s -> %q, linux-update-symlinks makes %q", l, target, theirs)
+		}
+	}
+}

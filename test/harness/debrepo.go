@@ -29,7 +29,8 @@ var NodePackages = []string{"containerd", "runc", "conntrack", "socat", "iptable
 // alternatives whose first member is missing (logrotate's
 // "cron | anacron | ..." with anacron and no cron), virtual packages with
 // one provider (awk) and with two (netcat), an alternative of a real and a
-// virtual package (ca-certificates' "debconf | debconf-2.0"), and kmod.
+// virtual package (ca-certificates' "debconf | debconf-2.0"), kmod, and a
+// kernel (depmod, linux-update-symlinks, the initramfs hook).
 var DebRepoRequests = [][]string{
 	NodePackages,
 	{"logrotate", "anacron"},
@@ -38,7 +39,12 @@ var DebRepoRequests = [][]string{
 	{"netcat-traditional"},
 	{"ca-certificates"},
 	{"kmod"},
+	{KernelPackage},
 }
+
+// KernelPackage is Debian's kernel metapackage; it depends on the kernel
+// image of the day, which brings kmod, linux-base and initramfs-tools.
+const KernelPackage = "linux-image-amd64"
 
 // DpkgBasePackages extend DefaultPackages into a base that can run real
 // maintainer scripts: dpkg (update-alternatives, dpkg-maintscript-helper),

@@ -1,0 +1,182 @@
+package scripts
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"mvdan.cc/sh/v3/interp"
+
+	"github.com/stamp-dev/stamp/rootfs"
+)
+
+// debconfShim replaces /usr/share/debconf/confmodule when a script sources
+// it. The real one re-executes the script under debconf's Perl frontend.
+// Offline there is no frontend and no answer database: commands that only
+// set debconf up succeed, and any question is unhandled, naming it.
+const debconfShim = `# stamp: debconf offline
+db_version() { RET=2.0; return 0; }
+db_capb() { RET=""; return 0; }
+db_stop() { return 0; }
+db_title() { return 0; }
+db_settitle() { return 0; }
+db_x_loadtemplatefile() { return 0; }
+db_get() { stamp-debconf get "$@"; }
+db_set() { stamp-debconf set "$@"; }
+db_input() { stamp-debconf input "$@"; }
+db_go() { stamp-debconf go "$@"; }
+db_fget() { stamp-debconf fget "$@"; }
+db_fset() { stamp-debconf fset "$@"; }
+db_metaget() { stamp-debconf metaget "$@"; }
+db_subst() { stamp-debconf subst "$@"; }
+db_register() { stamp-debconf register "$@"; }
+db_unregister() { stamp-debconf unregister "$@"; }
+db_reset() { stamp-debconf reset "$@"; }
+db_clear() { stamp-debconf clear "$@"; }
+db_purge() { stamp-debconf purge "$@"; }
+db_beginblock() { return 0; }
+db_endblock() { return 0; }
+`
+
+const debconfModule = "/usr/share/debconf/confmodule"
+
+func cmdDebconf(r *run, hc interp.HandlerContext, args []string) error {
+	return r.unhandled("debconf question (db_" + strings.Join(args[1:], " ") + ")")
+}
+
+// cmdDpkgDivert covers what postinsts do to clean up after older versions:
+// removing a diversion that was never made, which dpkg-divert reports and
+// accepts. Adding or removing a real diversion is unhandled.
+func cmdDpkgDivert(r *run, hc interp.HandlerContext, args []string) error {
+	remove := false
+	var file string
+	for i := 1; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "--remove":
+			remove = true
+		case a == "--package" || a == "--divert" || a == "--admindir" || a == "--instdir" || a == "--root":
+			i++
+		case a == "--rename" || a == "--no-rename" || a == "--quiet" || a == "--local":
+		case strings.HasPrefix(a, "--"):
+		default:
+			file = a
+		}
+	}
+	if !remove || file == "" {
+		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+	}
+	db, err := r.readFile("/var/lib/dpkg/diversions")
+	if err == nil {
+		lines := strings.Split(string(db), "\n")
+		for i := 0; i+2 < len(lines); i += 3 {
+			if lines[i] == file {
+				return r.unhandled(fmt.Sprintf("command %q (the diversion exists)", strings.Join(args, " ")))
+			}
+		}
+	}
+	fmt.Fprintf(hc.Stdout, "No diversion '%s', none removed.\n", file)
+	return nil
+}
+
+// cmdStat answers stat -c FORMAT for paths in the tree. %d and %i are the
+// same made-up device and inode numbers whatever the build, so a script
+// comparing / with /proc/1/root concludes, rightly, that it runs in a
+// chroot: /proc is not there.
+func cmdStat(r *run, hc interp.HandlerContext, args []string) error {
+	follow := false
+	format := ""
+	var files []string
+	for i := 1; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "-L" || a == "--dereference":
+			follow = true
+		case a == "-c" || a == "--format":
+			if i+1 < len(args) {
+				format = args[i+1]
+				i++
+			}
+		case strings.HasPrefix(a, "--format="):
+			format = strings.TrimPrefix(a, "--format=")
+		case strings.HasPrefix(a, "-") && strings.HasSuffix(a, "c") && len(a) > 2:
+			// Combined short flags, as in -Lc.
+			for _, c := range a[1 : len(a)-1] {
+				if c != 'L' {
+					return r.unhandled(fmt.Sprintf("stat option %q", a))
+				}
+				follow = true
+			}
+			if i+1 < len(args) {
+				format = args[i+1]
+				i++
+			}
+		case strings.HasPrefix(a, "-"):
+			return r.unhandled(fmt.Sprintf("stat option %q", a))
+		default:
+			files = append(files, a)
+		}
+	}
+	if format == "" || len(files) == 0 {
+		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+	}
+	status := 0
+	for _, f := range files {
+		e, err := r.env.Tree.Lookup(r.treePath(f), follow)
+		if err != nil {
+			fmt.Fprintf(hc.Stderr, "stat: cannot statx '%s': No such file or directory\n", f)
+			status = 1
+			continue
+		}
+		out, err := statFormat(format, f, e)
+		if err != nil {
+			return r.unhandled(fmt.Sprintf("stat format %q", format))
+		}
+		fmt.Fprintln(hc.Stdout, out)
+	}
+	if status != 0 {
+		return exit(status)
+	}
+	return nil
+}
+
+func statFormat(format, name string, e *rootfs.Entry) (string, error) {
+	var b strings.Builder
+	for i := 0; i < len(format); i++ {
+		c := format[i]
+		if c != '%' || i+1 == len(format) {
+			b.WriteByte(c)
+			continue
+		}
+		i++
+		switch format[i] {
+		case 'd':
+			b.WriteString("2049")
+		case 'i':
+			b.WriteString(strconv.FormatUint(uint64(inodeNumber(e.Path)), 10))
+		case 'a':
+			b.WriteString(strconv.FormatUint(uint64(e.Perm), 8))
+		case 'u':
+			b.WriteString(strconv.FormatUint(uint64(e.UID), 10))
+		case 'g':
+			b.WriteString(strconv.FormatUint(uint64(e.GID), 10))
+		case 's':
+			b.WriteString(strconv.FormatInt(e.Size, 10))
+		case 'n':
+			b.WriteString(name)
+		case '%':
+			b.WriteByte('%')
+		default:
+			return "", fmt.Errorf("unknown directive %%%c", format[i])
+		}
+	}
+	return b.String(), nil
+}
+
+// inodeNumber is a stable stand-in for a path's inode number.
+func inodeNumber(p string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(p); i++ {
+		h = (h ^ uint32(p[i])) * 16777619
+	}
+	return h | 1
+}
