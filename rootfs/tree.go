@@ -471,20 +471,9 @@ func (t *Tree) createOnDisk(full string, in *Inode, r io.Reader) error {
 			return err
 		}
 		size, digest, werr := t.writeContent(f, r)
-		if werr == nil {
-			// Through the open descriptor: another walk of the path by
-			// name per file costs more than the write of a small file.
-			werr = f.Chmod(diskMode(in))
-		}
-		var fi os.FileInfo
-		if werr == nil {
-			fi, werr = f.Stat()
-		}
-		if cerr := f.Close(); werr == nil {
-			werr = cerr
-		}
-		if werr != nil {
-			return werr
+		fi, err := finishFile(f, in, werr)
+		if err != nil {
+			return err
 		}
 		in.Size, in.Digest = size, digest
 		in.disk = stateOf(fi)
@@ -503,6 +492,24 @@ func (t *Tree) createOnDisk(full string, in *Inode, r io.Reader) error {
 		return fmt.Errorf("unsupported entry type %v", in.Type)
 	}
 	return t.syncDisk(full, in)
+}
+
+// finishFile sets a freshly written file's disk mode and reads back its
+// state, both through its descriptor (another walk of the path by name per
+// file costs more than the write of a small file), and closes it. err is
+// the write's own outcome; the first failure is returned.
+func finishFile(f *os.File, in *Inode, err error) (os.FileInfo, error) {
+	if err == nil {
+		err = f.Chmod(diskMode(in))
+	}
+	var fi os.FileInfo
+	if err == nil {
+		fi, err = f.Stat()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return fi, err
 }
 
 // syncDisk sets the on-disk mode of a non-symlink and records its state.

@@ -92,16 +92,7 @@ func (p *writePool) write(j *writeJob) error {
 	if werr == nil && hole {
 		werr = f.Truncate(int64(len(j.data)))
 	}
-	if werr == nil {
-		werr = f.Chmod(diskMode(j.in))
-	}
-	var fi os.FileInfo
-	if werr == nil {
-		fi, werr = f.Stat()
-	}
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
+	fi, werr := finishFile(f, j.in, werr)
 	if werr != nil {
 		p.root.Remove(name)
 		return werr
