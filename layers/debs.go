@@ -46,6 +46,10 @@ type Debs struct {
 	// first boot instead: their packages stay unpacked and a unit runs
 	// dpkg --configure -a. Without it such a script fails the build.
 	DeferScripts bool
+	// Chroot runs the maintainer scripts for real, chrooted into the tree
+	// (root builds only), instead of through the offline handlers: the
+	// preinsts one by one before each unpack, then dpkg --configure -a.
+	Chroot bool
 
 	// Keyring is the OpenPGP keyring InRelease is verified with (kind
 	// "file"); unused when Trusted.
@@ -112,6 +116,14 @@ func (l *Debs) apply(ctx context.Context, env *Env) error {
 	for _, pat := range l.Exclude {
 		if !rootfs.ValidPattern(pat) {
 			return fmt.Errorf("exclude %q: not an absolute glob", pat)
+		}
+	}
+	var ch *scripts.Chroot
+	if l.Chroot {
+		ch = &scripts.Chroot{Dir: env.Tree.Dir(), Epoch: env.Epoch,
+			Logf: func(format string, args ...any) { env.Log.Debugf(env.Label+": "+format, args...) }}
+		if err := ch.Available(); err != nil {
+			return fmt.Errorf("scripts: chroot: %w", err)
 		}
 	}
 	available, err := l.load(ctx, env)
@@ -189,12 +201,17 @@ func (l *Debs) apply(ctx context.Context, env *Env) error {
 		if d.err != nil {
 			return d.err
 		}
-		if err := l.unpack(ctx, env, se, p, d); err != nil {
+		if err := l.unpack(ctx, env, se, ch, p, d); err != nil {
 			return err
 		}
 	}
 	var deferred []string
 	for _, p := range pkgs {
+		if ch != nil {
+			// dpkg configures them all below, in its own order.
+			p.state = "install ok unpacked"
+			continue
+		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -222,6 +239,14 @@ func (l *Debs) apply(ctx context.Context, env *Env) error {
 	}
 	if err := writeTreeFile(env, dpkg.StatusPath, status.Bytes(), 0o644, env.Origin("", "dpkg status")); err != nil {
 		return err
+	}
+	if ch != nil {
+		if err := ch.Run(ctx, "dpkg", "--configure", nil, "/usr/bin/dpkg", "--configure", "-a"); err != nil {
+			return err
+		}
+		if err := l.chrootRescan(ctx, env, "dpkg --configure -a"); err != nil {
+			return err
+		}
 	}
 	if len(deferred) > 0 || len(later) > 0 {
 		if err := l.firstBootUnit(ctx, env, deferred, later); err != nil {
@@ -369,7 +394,7 @@ func decodeDeb(env *Env, p *debPackage) decoded {
 }
 
 // unpack runs the preinst and extracts data.tar.
-func (l *Debs) unpack(ctx context.Context, env *Env, se *scripts.Env, p *debPackage, d decoded) error {
+func (l *Debs) unpack(ctx context.Context, env *Env, se *scripts.Env, ch *scripts.Chroot, p *debPackage, d decoded) error {
 	p.control = d.control
 	if got := p.control.Paragraph.Get("Package"); got != p.pkg.Name || p.control.Paragraph.Get("Version") != p.pkg.Version {
 		return fmt.Errorf("%s: the .deb holds %s %s, the index says %s %s", p.pkg.URL(), got, p.control.Paragraph.Get("Version"), p.pkg.Name, p.pkg.Version)
@@ -377,7 +402,7 @@ func (l *Debs) unpack(ctx context.Context, env *Env, se *scripts.Env, p *debPack
 	// A preinst (and on an upgrade the old prerm and postrm) cannot wait
 	// for first boot: the files they prepare for are about to change.
 	if p.old != "" {
-		if err := l.oldScript(ctx, env, se, p, "prerm", "upgrade", p.pkg.Version); err != nil {
+		if err := l.oldScript(ctx, env, se, ch, p, "prerm", "upgrade", p.pkg.Version); err != nil {
 			return err
 		}
 	}
@@ -387,7 +412,13 @@ func (l *Debs) unpack(ctx context.Context, env *Env, se *scripts.Env, p *debPack
 		if p.old != "" {
 			args = []string{"upgrade", p.old}
 		}
-		if err := scripts.Run(ctx, se, scripts.Script{Package: p.pkg.Name, Version: p.pkg.Version, Name: "preinst", Body: body}, args...); err != nil {
+		var err error
+		if ch != nil {
+			err = l.chrootPreinst(ctx, env, ch, p, body, args)
+		} else {
+			err = scripts.Run(ctx, se, scripts.Script{Package: p.pkg.Name, Version: p.pkg.Version, Name: "preinst", Body: body}, args...)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -419,7 +450,7 @@ func (l *Debs) unpack(ctx context.Context, env *Env, se *scripts.Env, p *debPack
 		return fmt.Errorf("%s: %w", p.pkg.URL(), err)
 	}
 	if p.old != "" {
-		if err := l.oldScript(ctx, env, se, p, "postrm", "upgrade", p.pkg.Version); err != nil {
+		if err := l.oldScript(ctx, env, se, ch, p, "postrm", "upgrade", p.pkg.Version); err != nil {
 			return err
 		}
 		if err := removeObsolete(env, p, oldList); err != nil {
@@ -533,13 +564,55 @@ func (l *Debs) configure(ctx context.Context, env *Env, se *scripts.Env, p *debP
 
 // oldScript runs a maintainer script of the installed version being
 // upgraded, from the info directory, as dpkg does.
-func (l *Debs) oldScript(ctx context.Context, env *Env, se *scripts.Env, p *debPackage, name string, args ...string) error {
-	b, e, err := readTreeContent(env.Tree, dpkg.InfoFile(p.pkg.Name, p.oldArch, p.oldMA, name))
+func (l *Debs) oldScript(ctx context.Context, env *Env, se *scripts.Env, ch *scripts.Chroot, p *debPackage, name string, args ...string) error {
+	info := dpkg.InfoFile(p.pkg.Name, p.oldArch, p.oldMA, name)
+	b, e, err := readTreeContent(env.Tree, info)
 	if err != nil || e == nil {
 		return err
 	}
+	if ch != nil {
+		if err := ch.Run(ctx, p.pkg.Name, name, scripts.MaintainerEnv(p.pkg.Name, name, env.Arch), append([]string{info}, args...)...); err != nil {
+			return err
+		}
+		return l.chrootRescan(ctx, env, p.pkg.Name+"_"+p.old+":"+name)
+	}
 	se.Origin = env.Origin("", p.pkg.Name+"_"+p.old+":"+name)
 	return scripts.Run(ctx, se, scripts.Script{Package: p.pkg.Name, Version: p.old, Name: name, Body: b}, args...)
+}
+
+// chrootScratch is where a preinst waits to run, as dpkg keeps the control
+// area of the package it is unpacking.
+const chrootScratch = "/var/lib/dpkg/tmp.ci"
+
+// chrootPreinst runs a new package's preinst in the chroot from dpkg's
+// scratch directory, then folds what it did into the index.
+func (l *Debs) chrootPreinst(ctx context.Context, env *Env, ch *scripts.Chroot, p *debPackage, body []byte, args []string) error {
+	origin := env.Origin(p.digest, p.id()+":preinst")
+	if _, err := env.Tree.MkdirAll(chrootScratch, rootfs.Header{Perm: 0o755, MTime: env.Epoch, Origin: origin}); err != nil {
+		return err
+	}
+	if err := writeTreeFile(env, chrootScratch+"/preinst", body, 0o755, origin); err != nil {
+		return err
+	}
+	err := ch.Run(ctx, p.pkg.Name, "preinst", scripts.MaintainerEnv(p.pkg.Name, "preinst", env.Arch), append([]string{chrootScratch + "/preinst"}, args...)...)
+	if rerr := env.Tree.Remove(chrootScratch); err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return err
+	}
+	return l.chrootRescan(ctx, env, p.id()+":preinst")
+}
+
+// chrootRescan folds what chrooted scripts did into the index, with the
+// owners they gave.
+func (l *Debs) chrootRescan(ctx context.Context, env *Env, what string) error {
+	c, err := env.Tree.RescanAsRoot(ctx, env.Origin("", what))
+	if err != nil {
+		return err
+	}
+	env.Log.Debugf("%s: %s: %d added, %d changed, %d removed", env.Label, what, len(c.Added), len(c.Modified), len(c.Removed))
+	return nil
 }
 
 // removeObsolete deletes what the old version listed and the new one does

@@ -362,6 +362,12 @@ func (d *decoder) debs(n *yaml.Node, field string) Debs {
 		"recommends":   func(v *yaml.Node, f string) { b.Recommends = d.boolean(v, f) },
 		"exclude":      func(v *yaml.Node, f string) { b.Exclude = d.strList(v, f) },
 		"deferScripts": func(v *yaml.Node, f string) { b.DeferScripts = d.boolean(v, f) },
+		"scripts": func(v *yaml.Node, f string) {
+			b.Scripts = d.str(v, f)
+			if !d.failed(v) && b.Scripts != ScriptsOffline && b.Scripts != ScriptsChroot {
+				d.fail(d.resolveQuiet(v), f, "scripts %q must be %q or %q", b.Scripts, ScriptsOffline, ScriptsChroot)
+			}
+		},
 	})
 	if seen == nil {
 		return b
@@ -379,6 +385,12 @@ func (d *decoder) debs(n *yaml.Node, field string) Debs {
 	}
 	if len(b.Components) == 0 {
 		b.Components = []string{"main"}
+	}
+	if b.Scripts == "" {
+		b.Scripts = ScriptsOffline
+	}
+	if b.Scripts == ScriptsChroot && b.DeferScripts {
+		d.fail(seen["deferScripts"], child(field, "deferScripts"), "deferScripts has no effect with scripts: chroot, where every script runs")
 	}
 	return b
 }

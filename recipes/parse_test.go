@@ -79,7 +79,7 @@ func TestParseDesignExample(t *testing.T) {
 		Provision: Phase{Layers: []Layer{
 			{Line: 25, Field: "provision.layers[0]", OCI: &OCI{Ref: "127.0.0.1:5000/k8s/bins:v1.31.4", Dest: "/usr/bin/", Mode: ptr(Mode(0755))}},
 			{Line: 26, Field: "provision.layers[1]", OCI: &OCI{Ref: "registry.example/img@sha256:" + hex64, Paths: []string{"/usr/local/bin/crictl"}, Dest: "/usr/bin/"}},
-			{Line: 27, Field: "provision.layers[2]", Debs: &Debs{Repo: "file:///srv/debian", Suite: "bookworm", Components: []string{"main"}, Packages: []string{"socat"}}},
+			{Line: 27, Field: "provision.layers[2]", Debs: &Debs{Repo: "file:///srv/debian", Suite: "bookworm", Components: []string{"main"}, Packages: []string{"socat"}, Scripts: ScriptsOffline}},
 			{Line: 28, Field: "provision.layers[3]", Images: []Image{{Ref: "registry.k8s.io/pause:3.10@sha256:" + hex64}}},
 			{Line: 29, Field: "provision.layers[4]", Systemd: &Systemd{Enable: []string{"containerd.service"}, Default: "multi-user.target"}},
 		}},
@@ -196,7 +196,7 @@ outputs:
 		{"hook long", *l[10].Hook, Hook{Run: "./h.sh", Args: []string{"a", "1"}, Env: map[string]string{"A": "x", "B": "2"}}},
 		{"images string", l[11].Images, []Image{{Ref: "r.example/a:1@sha256:" + hex64}}},
 		{"images mapping", l[12].Images, []Image{{Ref: "r.example/b:2@sha256:" + hex64}}},
-		{"debs", *l[13].Debs, Debs{Repo: "https://deb.debian.org/debian", Suites: []string{"bookworm", "bookworm-updates"}, Components: []string{"main"}, Packages: []string{"socat"}, Recommends: true}},
+		{"debs", *l[13].Debs, Debs{Repo: "https://deb.debian.org/debian", Suites: []string{"bookworm", "bookworm-updates"}, Components: []string{"main"}, Packages: []string{"socat"}, Recommends: true, Scripts: ScriptsOffline}},
 		{"cleanup list", r.Seal.Cleanup, Cleanup{Default: true, Globs: []string{"/var/cache/**", "/root/.bash_history"}}},
 		{"raw defaults", r.Outputs[0].Partitions, []Partition{
 			{Name: "esp", Type: "esp", Size: "256MiB", Filesystem: "vfat"},

@@ -214,7 +214,19 @@ type Debs struct {
 	// DeferScripts lets maintainer scripts no built-in handler covers wait
 	// for a first-boot "dpkg --configure -a" instead of failing the build.
 	DeferScripts bool
+	// Scripts is how maintainer scripts run: "offline" (the default), by
+	// the built-in handlers, identical for every builder; or "chroot", for
+	// real in a chroot of the tree, which needs a root build. Real scripts
+	// leave what handlers do not (ld.so.cache, debconf's database), so a
+	// chroot build is reproducible only against other chroot builds.
+	Scripts string
 }
+
+// Debs script modes.
+const (
+	ScriptsOffline = "offline"
+	ScriptsChroot  = "chroot"
+)
 
 // Image is a container image to preload into the tree's image store.
 type Image struct {

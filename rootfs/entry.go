@@ -99,6 +99,9 @@ type diskState struct {
 	ino   uint64
 	ctime int64 // nanoseconds; ctime cannot be set by a user, so any change shows
 	mode  uint32
+	// uid and gid on disk: what a root process (a chrooted maintainer
+	// script) may change.
+	uid, gid uint32
 }
 
 // Entry is one path in the tree. Hard links are entries sharing one *Inode.

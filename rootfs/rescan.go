@@ -23,6 +23,18 @@ type Changes struct {
 // and mtime; entries gone from disk leave the index. A new name for an inode
 // that still has its old name is a hard link.
 func (t *Tree) Rescan(ctx context.Context, origin Origin) (*Changes, error) {
+	return t.rescan(ctx, origin, t.adopted)
+}
+
+// RescanAsRoot is Rescan after a process that ran as root on the directory,
+// such as maintainer scripts in a chroot, whose chown(2)s are real: new
+// entries take their owners from the disk, and an entry whose owner on disk
+// changed takes the new one.
+func (t *Tree) RescanAsRoot(ctx context.Context, origin Origin) (*Changes, error) {
+	return t.rescan(ctx, origin, true)
+}
+
+func (t *Tree) rescan(ctx context.Context, origin Origin, diskOwners bool) (*Changes, error) {
 	ch := &Changes{}
 	seen := map[string]bool{}
 	byIno := map[uint64]*Entry{}
@@ -76,7 +88,7 @@ func (t *Tree) Rescan(ctx context.Context, origin Origin) (*Changes, error) {
 				ch.Added = append(ch.Added, p)
 				return nil
 			}
-			in, err := t.inodeFromDisk(hp, fi, typ)
+			in, err := t.inodeFromDisk(hp, fi, typ, diskOwners)
 			if err != nil {
 				return fmt.Errorf("%s: %w", p, err)
 			}
@@ -100,6 +112,9 @@ func (t *Tree) Rescan(ctx context.Context, origin Origin) (*Changes, error) {
 		changed := false
 		if mode := st.mode & 07777; mode != e.disk.mode&07777 {
 			e.Perm, changed = mode, true
+		}
+		if diskOwners && (st.uid != e.disk.uid || st.gid != e.disk.gid) {
+			e.UID, e.GID, changed = st.uid, st.gid, true
 		}
 		switch typ {
 		case TypeRegular:
@@ -196,14 +211,14 @@ func sameType(e *Entry, disk Type, fi os.FileInfo) bool {
 	return disk == e.Type
 }
 
-func (t *Tree) inodeFromDisk(hp string, fi os.FileInfo, typ Type) (*Inode, error) {
+func (t *Tree) inodeFromDisk(hp string, fi os.FileInfo, typ Type, diskOwners bool) (*Inode, error) {
 	st, _ := fi.Sys().(*syscall.Stat_t)
 	perm := uint32(fi.Mode().Perm())
 	if st != nil {
 		perm = st.Mode & 07777
 	}
 	in := &Inode{Type: typ, Perm: perm, MTime: fi.ModTime()}
-	if t.adopted && st != nil {
+	if diskOwners && st != nil {
 		in.UID, in.GID = st.Uid, st.Gid
 	}
 	switch typ {

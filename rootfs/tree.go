@@ -536,7 +536,7 @@ func stateOf(fi os.FileInfo) diskState {
 	if !ok {
 		return diskState{}
 	}
-	return diskState{ino: st.Ino, ctime: st.Ctim.Nano(), mode: st.Mode}
+	return diskState{ino: st.Ino, ctime: st.Ctim.Nano(), mode: st.Mode, uid: st.Uid, gid: st.Gid}
 }
 
 // writeContent copies r into f, hashing it and leaving runs of zero blocks as

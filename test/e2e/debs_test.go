@@ -140,34 +140,8 @@ func TestDebsMatchDebianTools(t *testing.T) {
 	}
 
 	oracle := oracleInstall(t, repo, base, pkgs)
-	ours, theirs := treeState(t, root), treeState(t, oracle)
-	cleanup := []string{"/usr/lib/stamp", "/usr/lib/stamp/**", "/etc/machine-id", "/etc/ssh/ssh_host_*", "/var/lib/systemd/random-seed",
-		"/var/lib/apt/lists/**", "/var/cache/apt/**", "/tmp/**", "/var/lib/dpkg/*-old"}
-	var diffs []string
-	for p, want := range theirs {
-		if matchAny(oracleOnly, p) || matchAny(cleanup, p) {
-			continue
-		}
-		if got, ok := ours[p]; !ok {
-			diffs = append(diffs, "missing "+p+" ("+want+")")
-		} else if got != want {
-			d := fmt.Sprintf("%s: ours %s, dpkg's %s", p, got, want)
-			if out, _ := exec.Command("diff", "-u", filepath.Join(oracle, p), filepath.Join(root, p)).Output(); len(out) > 0 {
-				if len(out) > 6000 {
-					out = out[:6000]
-				}
-				d += "\n" + string(out)
-			}
-			diffs = append(diffs, d)
-		}
-	}
-	for p, got := range ours {
-		if _, ok := theirs[p]; !ok && !matchAny(cleanup, p) {
-			diffs = append(diffs, "extra "+p+" ("+got+")")
-		}
-	}
-	sort.Strings(diffs)
-	if len(diffs) > 0 {
+	theirs := treeState(t, oracle)
+	if diffs := diffOracle(t, root, oracle, theirs, oracleOnly); len(diffs) > 0 {
 		t.Errorf("%d differences from apt-get/dpkg:\n%s", len(diffs), strings.Join(diffs, "\n"))
 	}
 	for _, p := range []string{"/etc/systemd/system/multi-user.target.wants/containerd.service", "/etc/alternatives/ebtables",
@@ -438,6 +412,41 @@ func checkDebFiles(t *testing.T, root, debPath string) {
 	}
 }
 
+// diffOracle lists how the tree at root differs from the oracle's tree
+// (theirs is its treeState), leaving out the skip patterns and what Seal
+// cleans.
+func diffOracle(t *testing.T, root, oracle string, theirs map[string]string, skip []string) []string {
+	t.Helper()
+	ours := treeState(t, root)
+	cleanup := []string{"/usr/lib/stamp", "/usr/lib/stamp/**", "/etc/machine-id", "/etc/ssh/ssh_host_*", "/var/lib/systemd/random-seed",
+		"/var/lib/apt/lists/**", "/var/cache/apt/**", "/tmp/**", "/var/lib/dpkg/*-old", "/var/log/**"}
+	var diffs []string
+	for p, want := range theirs {
+		if matchAny(skip, p) || matchAny(cleanup, p) {
+			continue
+		}
+		if got, ok := ours[p]; !ok {
+			diffs = append(diffs, "missing "+p+" ("+want+")")
+		} else if got != want {
+			d := fmt.Sprintf("%s: ours %s, dpkg's %s", p, got, want)
+			if out, _ := exec.Command("diff", "-u", filepath.Join(oracle, p), filepath.Join(root, p)).Output(); len(out) > 0 {
+				if len(out) > 6000 {
+					out = out[:6000]
+				}
+				d += "\n" + string(out)
+			}
+			diffs = append(diffs, d)
+		}
+	}
+	for p, got := range ours {
+		if _, ok := theirs[p]; !ok && !matchAny(cleanup, p) && !matchAny(skip, p) {
+			diffs = append(diffs, "extra "+p+" ("+got+")")
+		}
+	}
+	sort.Strings(diffs)
+	return diffs
+}
+
 // oracleInstall extracts the dpkg base as root and has Debian's own tools
 // install pkgs into it: the host's apt-get resolves and downloads from the
 // repository over HTTP, and dpkg runs chrooted into the tree (apt's
@@ -681,6 +690,76 @@ func TestDebsKernel(t *testing.T) {
 	for l, target := range links {
 		if theirs, _ := os.Readlink(filepath.Join(root, l)); theirs != target || target == "" {
 			t.Errorf("/%s -> %q, linux-update-symlinks makes %q", l, target, theirs)
+		}
+	}
+}
+
+// TestDebsChroot: with scripts: chroot a root build runs the maintainer
+// scripts for real, so the result equals what apt-get and dpkg make in a
+// chroot of the same base, every file the scripts write included; and it
+// is reproducible against another chroot build.
+func TestDebsChroot(t *testing.T) {
+	harness.RequireTools(t, "unshare", "chroot", "dpkg", "tar")
+	if os.Geteuid() != 0 {
+		t.Skip("scripts: chroot needs a root build")
+	}
+	repo := harness.DebRepoFor(t)
+	base := harness.DpkgBaseFor(t)
+	pkgs := append(append([]string{}, harness.NodePackages...), "kmod", "logrotate", "anacron", "netcat-openbsd")
+	var outs []string
+	for range 2 {
+		dir := debsDir(t, repo, base, debsRecipe(repo.FileURL(), pkgs, "        scripts: chroot"))
+		out := filepath.Join(dir, "out")
+		stamp(t, dir, []string{"TZ=UTC", "LANG=C.UTF-8"}, "build", "recipe.yaml", "-o", out,
+			"--cache-dir", filepath.Join(dir, "cache"), "--work-dir", dir).mustSucceed(t)
+		outs = append(outs, filepath.Join(out, "e2e-debs-rootfs.tar"))
+	}
+	a, errA := os.ReadFile(outs[0])
+	b, errB := os.ReadFile(outs[1])
+	if errA != nil || errB != nil || !bytes.Equal(a, b) {
+		t.Errorf("two chroot builds differ (%v, %v)", errA, errB)
+	}
+	root := extractAsRoot(t, outs[0])
+	st := readDpkgStatus(t, root)
+	for _, p := range pkgs {
+		if got := st[p].Get("Status"); got != "install ok installed" {
+			t.Errorf("%s: Status %q, want install ok installed", p, got)
+		}
+	}
+	if out, err := exec.Command("dpkg", "--root", root, "--verify").CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("dpkg --verify: %v\n%s", err, out)
+	}
+	oracle := oracleInstall(t, repo, base, pkgs)
+	theirs := treeState(t, oracle)
+	// Only the bookkeeping of one dpkg run is left out, and debconf's
+	// cache, which Seal cleans; maintainer scripts' own files, the
+	// postinsts included, must match.
+	skip := []string{"/var/cache/apt/**", "/var/lib/dpkg/status-old", "/var/lib/dpkg/available-old", "/var/lib/dpkg/lock*",
+		"/var/lib/dpkg/triggers/**", "/var/log/**", "/var/lib/dpkg/diversions*", "/var/lib/dpkg/statoverride*",
+		"/var/cache/debconf/**"}
+	if diffs := diffOracle(t, root, oracle, theirs, skip); len(diffs) > 0 {
+		t.Errorf("%d differences from apt-get/dpkg:\n%s", len(diffs), strings.Join(diffs, "\n"))
+	}
+	for _, p := range []string{"/etc/systemd/system/multi-user.target.wants/containerd.service", "/etc/alternatives/iptables", "/etc/rc2.d/S01anacron"} {
+		if _, ok := theirs[p]; !ok {
+			t.Errorf("the oracle has no %s: the comparison would prove little", p)
+		}
+	}
+}
+
+// TestDebsChrootRefusedUnprivileged: asking for real scripts in a build that
+// cannot chroot fails before anything is fetched, naming the setting.
+func TestDebsChrootRefusedUnprivileged(t *testing.T) {
+	harness.RequireSetpriv(t)
+	repo := harness.DebRepoFor(t)
+	base := harness.DpkgBaseFor(t)
+	dir := debsDir(t, repo, base, debsRecipe(repo.FileURL(), []string{"socat"}, "        scripts: chroot"))
+	out := filepath.Join(dir, "out")
+	stampAs65534(t, dir, nil, "build", "recipe.yaml", "-o", out, "--cache-dir", filepath.Join(dir, "cache"), "--work-dir", dir).
+		mustFail(t, 1, "scripts: chroot", "needs a root build")
+	if _, err := os.Stat(out); err == nil {
+		if ents, _ := os.ReadDir(out); len(ents) > 0 {
+			t.Errorf("a failed build left %d entries in its output directory", len(ents))
 		}
 	}
 }
