@@ -332,6 +332,25 @@ func samePlatform(a, b string) bool {
 	return len(pa) < 3 || len(pb) < 3 || pa[2] == pb[2]
 }
 
+// pinDebs hands each debs layer the .deb digests of the lock, so a build
+// checks every package it installs against the lock as well as against the
+// index the lock pins.
+func pinDebs(phases []phase, lk *lock.Lock) {
+	if lk == nil {
+		return
+	}
+	for _, ph := range phases {
+		for _, st := range ph.steps {
+			if d, ok := st.layer.(*layers.Debs); ok {
+				d.Pinned = func(url string) (string, bool) {
+					in, ok := lk.Get("deb", url)
+					return in.Digest, ok
+				}
+			}
+		}
+	}
+}
+
 // lockPackages adds the .deb files of every debs layer to the lock (kind
 // "deb", the .deb URL and its digest), so the exact versions are on record.
 func lockPackages(ctx context.Context, c *cache.Cache, rec *recipes.Recipe, o *Options, phases []phase, lk *lock.Lock) error {

@@ -123,6 +123,7 @@ func Build(ctx context.Context, rec *recipes.Recipe, o Options) (*Result, error)
 	if err := resolveInputs(ctx, c, lk, inputs, &o); err != nil {
 		return nil, err
 	}
+	pinDebs(phases, lk)
 	att, err := newAttestation(rec, phases, inputs)
 	if err != nil {
 		return nil, err

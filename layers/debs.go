@@ -46,6 +46,10 @@ type Debs struct {
 	// first boot instead: their packages stay unpacked and a unit runs
 	// dpkg --configure -a. Without it such a script fails the build.
 	DeferScripts bool
+	// Pinned, when set, gives the digest stamp.lock holds for a .deb URL.
+	// Every package is checked against it before anything is fetched,
+	// on top of the pinned index's SHA256.
+	Pinned func(url string) (digest string, ok bool)
 	// Chroot runs the maintainer scripts for real, chrooted into the tree
 	// (root builds only), instead of through the offline handlers: the
 	// preinsts one by one before each unpack, then dpkg --configure -a.
@@ -143,6 +147,14 @@ func (l *Debs) apply(ctx context.Context, env *Env) error {
 		return err
 	}
 	env.Log.Infof("%s: installing %d packages: %s", env.Label, len(res.Install), strings.Join(res.Names(), " "))
+	if l.Pinned != nil {
+		for _, p := range res.Install {
+			if want, ok := l.Pinned(p.URL()); ok && want != "sha256:"+p.SHA256 {
+				return fmt.Errorf("%s %s: stamp.lock pins %s at %s, the repository's index says sha256:%s (run stamp lock to accept it)",
+					p.Name, p.Version, p.URL(), want, p.SHA256)
+			}
+		}
+	}
 
 	// Every .deb is fetched and verified before the tree changes.
 	pkgs := make([]*debPackage, len(res.Install))

@@ -316,6 +316,33 @@ func TestDebsLock(t *testing.T) {
 		t.Errorf("stamp.lock does not pin the InRelease:\n%s", lockText)
 	}
 	stampAs65534(t, dir, nil, "build", "recipe.yaml", "-o", filepath.Join(dir, "out"), "--cache-dir", cacheDir, "--work-dir", dir).mustSucceed(t)
+	// A lock whose .deb pin disagrees with the pinned index is refused,
+	// naming the package, before anything is installed.
+	socat := filepath.Base(repo.Debs["socat"])
+	var edited []string
+	lines := strings.Split(string(lockText), "\n")
+	for i, l := range lines {
+		if strings.Contains(l, socat) {
+			for j := i; j < len(lines) && j < i+4; j++ {
+				if strings.Contains(lines[j], "digest: sha256:") {
+					lines[j] = lines[j][:strings.Index(lines[j], "sha256:")] + "sha256:" + strings.Repeat("0", 64)
+					edited = append(edited, lines[j])
+					break
+				}
+			}
+		}
+	}
+	if len(edited) != 1 {
+		t.Fatalf("could not find socat's digest in stamp.lock:\n%s", lockText)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "stamp.lock"), []byte(strings.Join(lines, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stampAs65534(t, dir, nil, "build", "recipe.yaml", "-o", filepath.Join(dir, "out3"), "--cache-dir", cacheDir, "--work-dir", dir).
+		mustFail(t, 1, "socat", "stamp.lock pins")
+	if err := os.WriteFile(filepath.Join(dir, "stamp.lock"), lockText, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	// A re-signed repository with other content no longer matches.
 	p := filepath.Join(repo.Dir, "dists/stamp/InRelease")
 	b, _ := os.ReadFile(p)
