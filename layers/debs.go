@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"path"
 	"runtime"
 	"slices"
@@ -51,8 +52,9 @@ type Debs struct {
 	// on top of the pinned index's SHA256.
 	Pinned func(url string) (digest string, ok bool)
 	// Chroot runs the maintainer scripts for real, chrooted into the tree
-	// (root builds only), instead of through the offline handlers: the
-	// preinsts one by one before each unpack, then dpkg --configure -a.
+	// (as root, or as root of a user namespace), instead of through the
+	// offline handlers: the preinsts one by one before each unpack, then
+	// dpkg --configure -a.
 	Chroot bool
 
 	// Keyring is the OpenPGP keyring InRelease is verified with (kind
@@ -619,7 +621,8 @@ func (l *Debs) chrootPreinst(ctx context.Context, env *Env, ch *scripts.Chroot, 
 // chrootRescan folds what chrooted scripts did into the index, with the
 // owners they gave.
 func (l *Debs) chrootRescan(ctx context.Context, env *Env, what string) error {
-	c, err := env.Tree.RescanAsRoot(ctx, env.Origin("", what))
+	// In a user namespace the build user was root; a real root is 0 anyway.
+	c, err := env.Tree.RescanAsRoot(ctx, env.Origin("", what), uint32(os.Getuid()), uint32(os.Getgid()))
 	if err != nil {
 		return err
 	}

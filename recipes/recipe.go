@@ -216,9 +216,10 @@ type Debs struct {
 	DeferScripts bool
 	// Scripts is how maintainer scripts run: "offline" (the default), by
 	// the built-in handlers, identical for every builder; or "chroot", for
-	// real in a chroot of the tree, which needs a root build. Real scripts
-	// leave what handlers do not (ld.so.cache, debconf's database), so a
-	// chroot build is reproducible only against other chroot builds.
+	// real in a chroot of the tree, which needs a root build or user
+	// namespaces. Real scripts leave what handlers do not (debconf's
+	// database, ldconfig's cache), so a chroot build is reproducible only
+	// against other chroot builds.
 	Scripts string
 }
 

@@ -23,18 +23,42 @@ type Changes struct {
 // and mtime; entries gone from disk leave the index. A new name for an inode
 // that still has its old name is a hard link.
 func (t *Tree) Rescan(ctx context.Context, origin Origin) (*Changes, error) {
-	return t.rescan(ctx, origin, t.adopted)
+	var owners *diskOwners
+	if t.adopted {
+		owners = &diskOwners{}
+	}
+	return t.rescan(ctx, origin, owners)
+}
+
+// diskOwners says how owners on disk map to the image's: the build user's
+// own ids stand for root when it ran the process in a user namespace.
+type diskOwners struct {
+	mapped           bool
+	rootUID, rootGID uint32
+}
+
+func (o *diskOwners) image(uid, gid uint32) (uint32, uint32) {
+	if o.mapped {
+		if uid == o.rootUID {
+			uid = 0
+		}
+		if gid == o.rootGID {
+			gid = 0
+		}
+	}
+	return uid, gid
 }
 
 // RescanAsRoot is Rescan after a process that ran as root on the directory,
 // such as maintainer scripts in a chroot, whose chown(2)s are real: new
 // entries take their owners from the disk, and an entry whose owner on disk
-// changed takes the new one.
-func (t *Tree) RescanAsRoot(ctx context.Context, origin Origin) (*Changes, error) {
-	return t.rescan(ctx, origin, true)
+// changed takes the new one. On disk, rootUID:rootGID stand for 0:0: a user
+// namespace maps the build user to root (pass 0, 0 for a real root).
+func (t *Tree) RescanAsRoot(ctx context.Context, origin Origin, rootUID, rootGID uint32) (*Changes, error) {
+	return t.rescan(ctx, origin, &diskOwners{mapped: true, rootUID: rootUID, rootGID: rootGID})
 }
 
-func (t *Tree) rescan(ctx context.Context, origin Origin, diskOwners bool) (*Changes, error) {
+func (t *Tree) rescan(ctx context.Context, origin Origin, owners *diskOwners) (*Changes, error) {
 	ch := &Changes{}
 	seen := map[string]bool{}
 	byIno := map[uint64]*Entry{}
@@ -88,7 +112,7 @@ func (t *Tree) rescan(ctx context.Context, origin Origin, diskOwners bool) (*Cha
 				ch.Added = append(ch.Added, p)
 				return nil
 			}
-			in, err := t.inodeFromDisk(hp, fi, typ, diskOwners)
+			in, err := t.inodeFromDisk(hp, fi, typ, owners)
 			if err != nil {
 				return fmt.Errorf("%s: %w", p, err)
 			}
@@ -113,8 +137,9 @@ func (t *Tree) rescan(ctx context.Context, origin Origin, diskOwners bool) (*Cha
 		if mode := st.mode & 07777; mode != e.disk.mode&07777 {
 			e.Perm, changed = mode, true
 		}
-		if diskOwners && (st.uid != e.disk.uid || st.gid != e.disk.gid) {
-			e.UID, e.GID, changed = st.uid, st.gid, true
+		if owners != nil && (st.uid != e.disk.uid || st.gid != e.disk.gid) {
+			e.UID, e.GID = owners.image(st.uid, st.gid)
+			changed = true
 		}
 		switch typ {
 		case TypeRegular:
@@ -211,15 +236,15 @@ func sameType(e *Entry, disk Type, fi os.FileInfo) bool {
 	return disk == e.Type
 }
 
-func (t *Tree) inodeFromDisk(hp string, fi os.FileInfo, typ Type, diskOwners bool) (*Inode, error) {
+func (t *Tree) inodeFromDisk(hp string, fi os.FileInfo, typ Type, owners *diskOwners) (*Inode, error) {
 	st, _ := fi.Sys().(*syscall.Stat_t)
 	perm := uint32(fi.Mode().Perm())
 	if st != nil {
 		perm = st.Mode & 07777
 	}
 	in := &Inode{Type: typ, Perm: perm, MTime: fi.ModTime()}
-	if diskOwners && st != nil {
-		in.UID, in.GID = st.Uid, st.Gid
+	if owners != nil && st != nil {
+		in.UID, in.GID = owners.image(st.Uid, st.Gid)
 	}
 	switch typ {
 	case TypeRegular:

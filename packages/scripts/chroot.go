@@ -17,12 +17,16 @@ import (
 // namespace of their own, with /proc mounted and a minimal /dev on a tmpfs,
 // and a policy-rc.d that forbids starting services. The namespace holds
 // every mount, so nothing is left mounted on the host when the program
-// ends, however it ends. It needs root.
+// ends, however it ends. It needs root, or a kernel that lets this user
+// make a user namespace; there the build user is root, and only its own ids
+// are mapped, so a chown to another user fails.
 type Chroot struct {
 	Dir   string // the tree's directory
 	Epoch time.Time
 	// Logf receives what the programs print; nil discards it.
 	Logf func(format string, args ...any)
+
+	userns bool // set by Available for a build that is not root
 }
 
 // chrootSetup runs in the new namespaces, as root, before chroot(2). The
@@ -31,11 +35,10 @@ const chrootSetup = `set -e
 root=$1; shift
 mount -t proc proc "$root/proc"
 mount -t tmpfs -o mode=0755,size=1m stamp-dev "$root/dev"
-for n in null:1:3 zero:1:5 full:1:7 random:1:8 urandom:1:9 tty:5:0; do
-	IFS=: read -r name major minor <<EOF
-$n
-EOF
-	mknod -m 0666 "$root/dev/$name" c "$major" "$minor"
+# The host's nodes, bound: a user namespace may not mknod.
+for name in null zero full random urandom tty; do
+	: >"$root/dev/$name"
+	mount --bind "/dev/$name" "$root/dev/$name"
 done
 ln -s /proc/self/fd "$root/dev/fd"
 ln -s /proc/self/fd/0 "$root/dev/stdin"
@@ -60,13 +63,19 @@ const policyRcd = "/usr/sbin/policy-rc.d"
 
 // Available says why Run cannot work here, or nil.
 func (c *Chroot) Available() error {
-	if os.Geteuid() != 0 {
-		return fmt.Errorf("running maintainer scripts in a chroot needs a root build (this one runs as uid %d)", os.Geteuid())
-	}
-	for _, tool := range []string{"unshare", "chroot", "mount", "mknod"} {
+	for _, tool := range []string{"unshare", "chroot", "mount"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			return fmt.Errorf("running maintainer scripts in a chroot needs %s on the build machine: %w", tool, err)
 		}
+	}
+	if os.Geteuid() != 0 {
+		probe := exec.Command("unshare", "--user", "--map-root-user", "--mount", "--pid", "--fork", "true")
+		probe.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+		if out, err := probe.CombinedOutput(); err != nil {
+			return fmt.Errorf("running maintainer scripts in a chroot needs a root build or user namespaces, and this build (uid %d) may not make one: %v: %s",
+				os.Geteuid(), err, bytes.TrimSpace(out))
+		}
+		c.userns = true
 	}
 	for _, d := range []string{"proc", "dev"} {
 		fi, err := os.Lstat(c.Dir + "/" + d)
@@ -98,12 +107,17 @@ func (c *Chroot) Run(ctx context.Context, pkg, name string, env []string, argv .
 		}
 		defer os.Remove(policy)
 	}
-	args := append([]string{"--mount", "--pid", "--fork", "--kill-child", "--propagation", "private",
+	var args []string
+	if c.userns {
+		args = []string{"--user", "--map-root-user"}
+	}
+	args = append(args, "--mount", "--pid", "--fork", "--kill-child", "--propagation", "private",
 		"/bin/sh", "-c", chrootSetup, "stamp-chroot", c.Dir, "/usr/bin/env", "-i",
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"LANG=C.UTF-8", "LC_ALL=C.UTF-8", "TZ=UTC", "HOME=/root", "SHELL=/bin/sh",
 		"DEBIAN_FRONTEND=noninteractive", "DEBCONF_NONINTERACTIVE_SEEN=true",
-		"SOURCE_DATE_EPOCH=" + strconv.FormatInt(c.Epoch.Unix(), 10)}, env...)
+		"SOURCE_DATE_EPOCH="+strconv.FormatInt(c.Epoch.Unix(), 10))
+	args = append(args, env...)
 	args = append(args, argv...)
 	cmd := exec.CommandContext(ctx, "unshare", args...)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
@@ -122,7 +136,11 @@ func (c *Chroot) Run(ctx context.Context, pkg, name string, env []string, argv .
 		}
 		var ee *exec.ExitError
 		if errors.As(err, &ee) && ee.ExitCode() > 0 {
-			return &ScriptError{Package: pkg, Script: name, Status: uint8(ee.ExitCode()), Output: string(bytes.TrimSpace(out.Bytes()))}
+			msg := string(bytes.TrimSpace(out.Bytes()))
+			if c.userns && bytes.Contains(out.Bytes(), []byte("Invalid argument")) {
+				msg += "\n(in a user namespace only the build user's own ids are mapped to root: a chown to another user fails; build as root)"
+			}
+			return &ScriptError{Package: pkg, Script: name, Status: uint8(ee.ExitCode()), Output: msg}
 		}
 		return fmt.Errorf("%s %s: chroot: %w", pkg, name, err)
 	}
