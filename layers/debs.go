@@ -244,6 +244,11 @@ func (l *Debs) apply(ctx context.Context, env *Env) error {
 			return err
 		}
 	}
+	if ch == nil {
+		if err := l.processTriggers(env, pkgs); err != nil {
+			return err
+		}
+	}
 	for _, p := range pkgs {
 		para, err := statusEntry(env.Tree, p)
 		if err != nil {

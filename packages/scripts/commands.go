@@ -20,10 +20,8 @@ import (
 type command func(r *run, hc interp.HandlerContext, args []string) error
 
 // commands maps a command's base name to its handler. What is not here
-// stops the script as unhandled. ldconfig and dpkg-trigger do nothing: the
-// image's dynamic linker cache is left to the first ldconfig run on the
-// system (ld.so works without /etc/ld.so.cache, and Seal would drop
-// ldconfig's aux-cache anyway), and trigger processing is limited to that.
+// stops the script as unhandled. dpkg-trigger does nothing: the debs layer
+// processes the one trigger that matters offline, ldconfig, itself.
 var commands = map[string]command{
 	"stamp-command-v":         cmdCommandV,
 	"which":                   cmdWhich,
@@ -35,7 +33,7 @@ var commands = map[string]command{
 	"dpkg":                    cmdDpkg,
 	"dpkg-maintscript-helper": cmdMaintscriptHelper,
 	"dpkg-trigger":            cmdTrue,
-	"ldconfig":                cmdTrue,
+	"ldconfig":                cmdLdconfig,
 	"depmod":                  cmdDepmod,
 	"linux-update-symlinks":   cmdLinuxUpdateSymlinks,
 	"stamp-debconf":           cmdDebconf,

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -460,7 +461,7 @@ func DpkgBaseFor(t testing.TB) *DpkgBase {
 	if err != nil {
 		t.Fatalf("dpkg base: %v", err)
 	}
-	db := strings.TrimSuffix(tarball, ".tar.zst") + ".dpkgdb2.tar"
+	db := strings.TrimSuffix(tarball, ".tar.zst") + ".dpkgdb6.tar"
 	status := strings.TrimSuffix(tarball, ".tar.zst") + ".status"
 	if _, err := os.Stat(db); err != nil {
 		st, err := statusFor(ctx, debs)
@@ -517,8 +518,9 @@ func statusFor(ctx context.Context, debs []string) ([]byte, error) {
 }
 
 // infoFor makes the info files dpkg keeps for each package: PKG.list (the
-// data.tar members) and PKG.md5sums (from the control archive), named
-// PKG:ARCH for Multi-Arch: same packages.
+// data.tar members) and every control file but control itself, named
+// PKG:ARCH for Multi-Arch: same packages; and the trigger interests dpkg
+// records when it configures them.
 func infoFor(ctx context.Context, debs []string) (map[string][]byte, error) {
 	out := map[string][]byte{}
 	for _, d := range debs {
@@ -559,8 +561,42 @@ func infoFor(ctx context.Context, debs []string) (map[string][]byte, error) {
 		}
 		err = exec.CommandContext(ctx, "dpkg-deb", "-e", d, tmp).Run()
 		if err == nil {
-			if b, rerr := os.ReadFile(filepath.Join(tmp, "md5sums")); rerr == nil {
-				out["var/lib/dpkg/info/"+name+".md5sums"] = b
+			// dpkg keeps every control file but control itself: the
+			// maintainer scripts (libc-bin's postinst runs ldconfig when
+			// its trigger fires), conffiles, shlibs, symbols, triggers.
+			ents, _ := os.ReadDir(tmp)
+			for _, e := range ents {
+				if e.Name() == "control" || !e.Type().IsRegular() {
+					continue
+				}
+				if b, rerr := os.ReadFile(filepath.Join(tmp, e.Name())); rerr == nil {
+					out["var/lib/dpkg/info/"+name+"."+e.Name()] = b
+				}
+			}
+			// dpkg records the triggers a configured package is
+			// interested in: named ones (libc-bin's ldconfig) in a file
+			// each, file triggers in File. Without them dpkg would take
+			// every interest for new and fire it, as on a first install.
+			if b, rerr := os.ReadFile(filepath.Join(tmp, "triggers")); rerr == nil {
+				for _, line := range strings.Split(string(b), "\n") {
+					f := strings.Fields(line)
+					if len(f) < 2 {
+						continue
+					}
+					who := strings.SplitN(name, ":", 2)[0]
+					switch f[0] {
+					case "interest", "interest-await":
+					case "interest-noawait":
+						who += "/noawait"
+					default:
+						continue
+					}
+					if strings.HasPrefix(f[1], "/") {
+						out["var/lib/dpkg/triggers/File"] = append(out["var/lib/dpkg/triggers/File"], f[1]+" "+who+"\n"...)
+					} else {
+						out["var/lib/dpkg/triggers/"+f[1]] = append(out["var/lib/dpkg/triggers/"+f[1]], who+"\n"...)
+					}
+				}
 			}
 		}
 		os.RemoveAll(tmp)
@@ -603,7 +639,12 @@ func writeDpkgDB(w io.Writer, status []byte, info map[string][]byte) error {
 		}{n, info[n]})
 	}
 	for _, f := range files {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f.name, Mode: 0o644, Size: int64(len(f.data)), ModTime: mt, Format: tar.FormatPAX}); err != nil {
+		mode := int64(0o644)
+		switch path.Ext(f.name) {
+		case ".preinst", ".postinst", ".prerm", ".postrm", ".config":
+			mode = 0o755
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f.name, Mode: mode, Size: int64(len(f.data)), ModTime: mt, Format: tar.FormatPAX}); err != nil {
 			return err
 		}
 		if _, err := tw.Write(f.data); err != nil {
