@@ -26,7 +26,8 @@ type Chroot struct {
 	// Logf receives what the programs print; nil discards it.
 	Logf func(format string, args ...any)
 
-	userns bool // set by Available for a build that is not root
+	userns  bool // set by Available for a build that is not root
+	checked bool // the tools and the namespace probe passed once
 }
 
 // chrootSetup runs in the new namespaces, as root, before chroot(2). The
@@ -63,6 +64,25 @@ const policyRcd = "/usr/sbin/policy-rc.d"
 
 // Available says why Run cannot work here, or nil.
 func (c *Chroot) Available() error {
+	if err := c.probe(); err != nil {
+		return err
+	}
+	// Checked on every run: a script of the last one may have replaced
+	// /proc or /dev with a symlink out of the tree.
+	for _, d := range []string{"proc", "dev"} {
+		fi, err := os.Lstat(c.Dir + "/" + d)
+		if err != nil || !fi.IsDir() {
+			return fmt.Errorf("the tree's /%s is not a directory; a chroot needs it as a mount point", d)
+		}
+	}
+	return nil
+}
+
+// probe checks once for the tools and for root or a user namespace.
+func (c *Chroot) probe() error {
+	if c.checked {
+		return nil
+	}
 	for _, tool := range []string{"unshare", "chroot", "mount"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			return fmt.Errorf("running maintainer scripts in a chroot needs %s on the build machine: %w", tool, err)
@@ -77,12 +97,7 @@ func (c *Chroot) Available() error {
 		}
 		c.userns = true
 	}
-	for _, d := range []string{"proc", "dev"} {
-		fi, err := os.Lstat(c.Dir + "/" + d)
-		if err != nil || !fi.IsDir() {
-			return fmt.Errorf("the tree's /%s is not a directory; a chroot needs it as a mount point", d)
-		}
-	}
+	c.checked = true
 	return nil
 }
 

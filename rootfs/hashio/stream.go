@@ -129,7 +129,6 @@ type Writer struct {
 	cur    []byte
 	err    error
 	closed bool
-	n      int64
 	sum    [sha256.Size]byte
 }
 
@@ -208,7 +207,6 @@ func (wr *Writer) Write(p []byte) (int, error) {
 			wr.cur = <-wr.free
 		}
 	}
-	wr.n += int64(n)
 	return n, nil
 }
 
@@ -235,6 +233,3 @@ func (wr *Writer) Close() error {
 // Sum is the SHA-256 of everything written. It is valid after a Close that
 // returned nil.
 func (wr *Writer) Sum() [sha256.Size]byte { return wr.sum }
-
-// Written is the number of bytes accepted by Write.
-func (wr *Writer) Written() int64 { return wr.n }
