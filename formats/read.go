@@ -642,16 +642,16 @@ func readContainerDisk(ctx context.Context, oi *OCIImage, im *Image) error {
 		return fmt.Errorf("%s: %w", oi.Disk.Path, err)
 	}
 	var diskImage Image
+	var r io.ReaderAt = dr
+	size := dr.Size()
 	if string(magic[:]) == "QFI\xfb" {
 		q, err := qcow2.Open(dr)
 		if err != nil {
 			return fmt.Errorf("%s: %w", oi.Disk.Path, err)
 		}
-		err = readDisk(ctx, q, q.Size(), &diskImage)
-	} else {
-		err = readDisk(ctx, dr, dr.Size(), &diskImage)
+		r, size = q, q.Size()
 	}
-	if err != nil {
+	if err := readDisk(ctx, r, size, &diskImage); err != nil {
 		return fmt.Errorf("%s: %w", oi.Disk.Path, err)
 	}
 	for _, e := range oi.Entries {
