@@ -21,5 +21,11 @@
 //     numbers (the conductor resolves names against the tree's /etc/passwd);
 //     tags stay tags (stamp.lock pins them). SOURCE_DATE_EPOCH, when set,
 //     overrides Epoch; the conductor applies that, not this package.
+//   - Parameters: params declares names with defaults; ${name} in any string
+//     value is replaced before anything else is decoded, so every check sees
+//     the value the build uses, and the error for a bad value names the field
+//     that used it. $${ is a literal ${. Options.Set overrides defaults, and
+//     the one default read from the host, the Debian mirror its apt sources
+//     name, comes through Options.HostApt, an fs.FS the caller hands in.
 //   - This is the only package (with recipes/lock) that imports a YAML library.
 package recipes

@@ -22,6 +22,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(head + "outputs:\n  - {format: raw}\n  - {format: qcow2}\n  - {format: oci, kind: containerdisk}\n"))
 	f.Add([]byte("a: &a [*a]\n"))
 	f.Add([]byte(head + "customize: &c {layers: [{hook: ./x}], pre: *c}\n"))
+	f.Add([]byte(head + "params: {a: &p x, b: {default: {fromHostApt: true}}}\nseed: *p\ncustomize: {layers: [{hook: \"./${a}$${b}\"}]}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, err := Parse(data, "fuzz.yaml")
 		if err != nil {

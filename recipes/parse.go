@@ -18,12 +18,15 @@ import (
 
 // Load reads and parses the recipe at file. Recipe.Path is file as given;
 // Recipe.Dir is the absolute directory holding it.
-func Load(file string) (*Recipe, error) {
+func Load(file string) (*Recipe, error) { return LoadWith(file, Options{}) }
+
+// LoadWith is Load with parameter values and the host's apt sources.
+func LoadWith(file string, o Options) (*Recipe, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return nil, fmt.Errorf("read recipe: %w", err)
 	}
-	r, err := Parse(data, file)
+	r, err := ParseWith(data, file, o)
 	if err != nil {
 		return nil, err
 	}
@@ -38,7 +41,14 @@ func Load(file string) (*Recipe, error) {
 // Parse decodes, defaults and validates a recipe. filename is used in errors
 // and becomes Recipe.Path; Recipe.Dir stays empty. On any problem it returns
 // nil and every *Error found, in document order.
-func Parse(data []byte, filename string) (r *Recipe, err error) {
+func Parse(data []byte, filename string) (*Recipe, error) {
+	return ParseWith(data, filename, Options{})
+}
+
+// ParseWith is Parse with parameter values and the host's apt sources:
+// ${name} in every string value is replaced before anything is decoded, so
+// every check sees the value the build will use.
+func ParseWith(data []byte, filename string, o Options) (r *Recipe, err error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
@@ -61,7 +71,16 @@ func Parse(data []byte, filename string) (r *Recipe, err error) {
 	} else {
 		root = &doc
 	}
-	r = d.recipe(root)
+	ps := d.declareParams(root, o)
+	if len(d.errs) == 0 {
+		d.substitute(root, "", ps, map[*yaml.Node]bool{})
+		d.checkSet(ps)
+	}
+	// A value that failed to substitute would only fail again as a path or
+	// a mode; the parameter errors say what to fix.
+	if len(d.errs) == 0 {
+		r = d.recipe(root)
+	}
 	if len(d.errs) > 0 {
 		sort.SliceStable(d.errs, func(i, j int) bool {
 			a, b := d.errs[i], d.errs[j]
@@ -76,6 +95,9 @@ func Parse(data []byte, filename string) (r *Recipe, err error) {
 		return nil, join(d.errs)
 	}
 	r.Path = filename
+	for _, p := range ps.list {
+		r.Params = append(r.Params, *p)
+	}
 	return r, nil
 }
 
@@ -119,6 +141,7 @@ func (d *decoder) recipe(n *yaml.Node) *Recipe {
 				d.fail(v, f, "seed must not be empty; leave it out to derive IDs from the name")
 			}
 		},
+		"params":    func(*yaml.Node, string) {}, // declared and substituted before the rest
 		"base":      func(v *yaml.Node, f string) { r.Base = d.base(v, f) },
 		"customize": func(v *yaml.Node, f string) { r.Customize = d.phase(v, f) },
 		"provision": func(v *yaml.Node, f string) { r.Provision = d.phase(v, f) },

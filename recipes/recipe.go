@@ -27,6 +27,9 @@ type Recipe struct {
 	Provision Phase
 	Seal      Seal
 	Outputs   []Output
+	// Params are the declared parameters in declaration order, each with
+	// the value ${name} became where it is used.
+	Params []Param
 
 	// Dir is the absolute directory of the recipe file (set by Load): relative
 	// host paths in the recipe start here.
