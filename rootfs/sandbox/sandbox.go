@@ -1,0 +1,279 @@
+// Package sandbox runs programs of the image for real, with the tree's
+// directory as their root, and folds what they did back into the tree's
+// index. The debs layer's `scripts: chroot` and the `run` layer both go
+// through it, so they share one set of namespaces, one environment and one
+// fold-back.
+//
+// It sits under rootfs rather than packages: nothing in it is Debian's (the
+// debs layer adds dpkg's variables and policy-rc.d through its options),
+// packages may not import layers, and as a part of rootfs it may hand the
+// tree its own rescan. It knows no recipe and no layer.
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/stamp-dev/stamp/rootfs"
+)
+
+// Sandbox runs programs chrooted into a tree, as mmdebstrap's root mode
+// runs maintainer scripts: in a mount and PID namespace of their own, with
+// /proc mounted, a minimal /dev on a tmpfs, a fresh tmpfs /tmp, and unless
+// Network is set a network namespace of their own whose only interface is
+// a loopback that is down. The namespaces hold every mount and process, so
+// nothing is left mounted or running on the host when the program ends,
+// however it ends.
+//
+// It needs root, or a kernel that lets the build user make a user
+// namespace. There the build user is root and only its own ids are
+// mapped: a chown to another user fails, and files the index gives to
+// other owners look root's to the program.
+type Sandbox struct {
+	Tree  *rootfs.Tree
+	Epoch time.Time
+	// Network shares the build machine's network with the program.
+	Network bool
+	// DenyServices puts a policy-rc.d that answers 101 ("action
+	// forbidden") in the tree while a program runs, so invoke-rc.d starts
+	// no service; one the tree holds already is left as it is.
+	DenyServices bool
+	// Logf receives what the programs print; nil discards it.
+	Logf func(format string, args ...any)
+
+	userns  bool // the build is not root: the program runs in a user namespace
+	checked bool // the tools and the namespace probe passed once
+}
+
+// Path is the PATH programs run with.
+const Path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// ExitError is a program that ran and exited non-zero, with what it printed.
+type ExitError struct {
+	Name   string
+	Status int
+	Output string
+}
+
+func (e *ExitError) Error() string {
+	s := fmt.Sprintf("%s exited with status %d", e.Name, e.Status)
+	if e.Output != "" {
+		s += ":\n" + e.Output
+	}
+	return s
+}
+
+// setup runs in the new namespaces, as root, before chroot(2). Available
+// checked the mount points to be directories, not symlinks.
+const setup = `set -e
+root=$1; shift
+mount -t proc proc "$root/proc"
+mount -t tmpfs -o mode=0755,size=1m stamp-dev "$root/dev"
+# The host's nodes, bound: a user namespace may not mknod.
+for name in null zero full random urandom tty; do
+	: >"$root/dev/$name"
+	mount --bind "/dev/$name" "$root/dev/$name"
+done
+ln -s /proc/self/fd "$root/dev/fd"
+ln -s /proc/self/fd/0 "$root/dev/stdin"
+ln -s /proc/self/fd/1 "$root/dev/stdout"
+ln -s /proc/self/fd/2 "$root/dev/stderr"
+mkdir "$root/dev/pts" "$root/dev/shm"
+if [ -d "$root/tmp" ]; then mount -t tmpfs -o mode=1777 stamp-tmp "$root/tmp"; fi
+umask 022
+exec chroot "$root" "$@"
+`
+
+// policyRcd is where invoke-rc.d asks whether it may start a service.
+const policyRcd = "/usr/sbin/policy-rc.d"
+
+// hostEnv is the environment of the helpers (unshare, mount, chroot) on the
+// host side, whatever the caller's.
+var hostEnv = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+
+// namespaces are unshare's flags for a run: a user namespace for a build
+// that is not root, and a network namespace unless network is shared.
+func namespaces(userns, network bool) []string {
+	var args []string
+	if userns {
+		args = append(args, "--user", "--map-root-user")
+	}
+	args = append(args, "--mount", "--pid", "--fork")
+	if !network {
+		args = append(args, "--net")
+	}
+	return args
+}
+
+// Check says why a sandbox cannot run on this machine, or nil. It needs
+// no tree, so the conductor calls it before a build writes anything.
+func Check(network bool) error {
+	_, err := probe(network)
+	return err
+}
+
+// probe looks for the tools and makes the namespaces a run needs once,
+// running true in them. It reports whether a user namespace is needed.
+func probe(network bool) (userns bool, err error) {
+	for _, tool := range []string{"unshare", "chroot", "mount"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return false, fmt.Errorf("a sandbox needs %s on the build machine: %w", tool, err)
+		}
+	}
+	userns = os.Geteuid() != 0
+	cmd := exec.Command("unshare", append(namespaces(userns, network), "true")...)
+	cmd.Env = hostEnv
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		return userns, nil
+	}
+	msg := strings.TrimSpace(string(out))
+	if userns {
+		return userns, fmt.Errorf("a sandbox needs a root build or user namespaces, and this build (uid %d) may not make a user namespace: %v: %s",
+			os.Geteuid(), err, msg)
+	}
+	return userns, fmt.Errorf("a sandbox needs mount, PID and network namespaces, and this root build may not make them: %v: %s", err, msg)
+}
+
+// Available says why Run cannot work on this tree, or nil.
+func (s *Sandbox) Available() error {
+	if !s.checked {
+		userns, err := probe(s.Network)
+		if err != nil {
+			return err
+		}
+		s.userns, s.checked = userns, true
+	}
+	// Checked on every run: the last program may have replaced a mount
+	// point with a symlink out of the tree.
+	for _, d := range []string{"/proc", "/dev"} {
+		fi, err := os.Lstat(s.Tree.Dir() + d)
+		if err != nil || !fi.IsDir() {
+			return fmt.Errorf("the tree's %s is not a directory; a sandbox needs it as a mount point", d)
+		}
+	}
+	if fi, err := os.Lstat(s.Tree.Dir() + "/tmp"); err == nil && !fi.IsDir() {
+		return errors.New("the tree's /tmp is not a directory; a sandbox mounts a fresh one there")
+	}
+	return nil
+}
+
+// Environ is the whole environment of a run: PATH, LANG=C.UTF-8, TZ=UTC
+// and SOURCE_DATE_EPOCH, then extra ("KEY=value", a later key replacing an
+// earlier one), sorted by key.
+func (s *Sandbox) Environ(extra []string) []string {
+	vars := map[string]string{
+		"PATH":              Path,
+		"LANG":              "C.UTF-8",
+		"TZ":                "UTC",
+		"SOURCE_DATE_EPOCH": strconv.FormatInt(s.Epoch.Unix(), 10),
+	}
+	for _, kv := range extra {
+		k, v, _ := strings.Cut(kv, "=")
+		vars[k] = v
+	}
+	keys := make([]string, 0, len(vars))
+	for k := range vars {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make([]string, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, k+"="+vars[k])
+	}
+	return out
+}
+
+// Run runs argv (a program of the image, found through PATH inside it, and
+// its arguments) in the sandbox, in / with umask 022 and exactly the
+// environment Environ(env). name labels its output and errors. A non-zero
+// exit is an *ExitError. Run changes the directory only: FoldBack brings
+// the changes into the index.
+func (s *Sandbox) Run(ctx context.Context, name string, env []string, argv ...string) error {
+	if len(argv) == 0 {
+		return fmt.Errorf("%s: no command", name)
+	}
+	if err := s.Available(); err != nil {
+		return err
+	}
+	if s.DenyServices {
+		undo, err := s.denyServices()
+		if err != nil {
+			return err
+		}
+		defer undo()
+	}
+	args := namespaces(s.userns, s.Network)
+	args = append(args, "--kill-child", "--propagation", "private",
+		"/bin/sh", "-c", setup, "stamp-sandbox", s.Tree.Dir(), "/usr/bin/env", "-i")
+	args = append(args, s.Environ(env)...)
+	args = append(args, argv...)
+	cmd := exec.CommandContext(ctx, "unshare", args...)
+	cmd.Env = hostEnv
+	cmd.Dir = "/"
+	// A process group of its own, so that cancelling the build stops
+	// everything the program started, not only unshare.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if s.Logf != nil && out.Len() > 0 {
+		s.Logf("%s: %s", name, bytes.TrimSpace(out.Bytes()))
+	}
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ExitCode() > 0 {
+		msg := string(bytes.TrimSpace(out.Bytes()))
+		if s.userns && bytes.Contains(out.Bytes(), []byte("Invalid argument")) {
+			msg += "\n(in a user namespace only the build user's own ids are mapped to root: a chown to another user fails; build as root)"
+		}
+		return &ExitError{Name: name, Status: ee.ExitCode(), Output: msg}
+	}
+	return fmt.Errorf("%s: sandbox: %w", name, err)
+}
+
+// denyServices writes policy-rc.d straight to the directory (it never
+// enters the index) and returns what removes it again.
+func (s *Sandbox) denyServices() (func(), error) {
+	// Every directory on the way must be a real one: a symlink there
+	// could lead the write out of the tree.
+	for _, d := range []string{"/usr", "/usr/sbin"} {
+		if fi, err := os.Lstat(s.Tree.Dir() + d); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("sandbox: the tree's %s is not a directory", d)
+		}
+	}
+	p := s.Tree.Dir() + policyRcd
+	if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+		return func() {}, nil
+	}
+	if err := os.WriteFile(p, []byte("#!/bin/sh\nexit 101\n"), 0o755); err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	return func() { os.Remove(p) }, nil
+}
+
+// FoldBack brings what the programs did to the directory into the index,
+// with the owners they gave: in a user namespace the build user's own ids
+// were root's.
+func (s *Sandbox) FoldBack(ctx context.Context, origin rootfs.Origin) (*rootfs.Changes, error) {
+	uid, gid := uint32(0), uint32(0)
+	if os.Geteuid() != 0 {
+		uid, gid = uint32(os.Geteuid()), uint32(os.Getegid())
+	}
+	return s.Tree.RescanAsRoot(ctx, origin, uid, gid)
+}
