@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path"
 	"runtime"
 	"slices"
@@ -23,6 +22,7 @@ import (
 	"github.com/stamp-dev/stamp/packages/resolve"
 	"github.com/stamp-dev/stamp/packages/scripts"
 	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/rootfs/sandbox"
 )
 
 // Debs installs packages from a Debian repository the way apt-get install
@@ -124,9 +124,9 @@ func (l *Debs) apply(ctx context.Context, env *Env) error {
 			return fmt.Errorf("exclude %q: not an absolute glob", pat)
 		}
 	}
-	var ch *scripts.Chroot
+	var ch *sandbox.Sandbox
 	if l.Chroot {
-		ch = &scripts.Chroot{Dir: env.Tree.Dir(), Epoch: env.Epoch,
+		ch = &sandbox.Sandbox{Tree: env.Tree, Epoch: env.Epoch, DenyServices: true,
 			Logf: func(format string, args ...any) { env.Log.Debugf(env.Label+": "+format, args...) }}
 		if err := ch.Available(); err != nil {
 			return fmt.Errorf("scripts: chroot: %w", err)
@@ -260,10 +260,10 @@ func (l *Debs) apply(ctx context.Context, env *Env) error {
 		return err
 	}
 	if ch != nil {
-		if err := ch.Run(ctx, "dpkg", "--configure", nil, "/usr/bin/dpkg", "--configure", "-a"); err != nil {
+		if err := chrootRun(ctx, ch, "dpkg", "--configure", nil, "/usr/bin/dpkg", "--configure", "-a"); err != nil {
 			return err
 		}
-		if err := l.chrootRescan(ctx, env, "dpkg --configure -a"); err != nil {
+		if err := l.chrootRescan(ctx, env, ch, "dpkg --configure -a"); err != nil {
 			return err
 		}
 	}
@@ -413,7 +413,7 @@ func decodeDeb(env *Env, p *debPackage) decoded {
 }
 
 // unpack runs the preinst and extracts data.tar.
-func (l *Debs) unpack(ctx context.Context, env *Env, se *scripts.Env, ch *scripts.Chroot, p *debPackage, d decoded) error {
+func (l *Debs) unpack(ctx context.Context, env *Env, se *scripts.Env, ch *sandbox.Sandbox, p *debPackage, d decoded) error {
 	p.control = d.control
 	if got := p.control.Paragraph.Get("Package"); got != p.pkg.Name || p.control.Paragraph.Get("Version") != p.pkg.Version {
 		return fmt.Errorf("%s: the .deb holds %s %s, the index says %s %s", p.pkg.URL(), got, p.control.Paragraph.Get("Version"), p.pkg.Name, p.pkg.Version)
@@ -583,17 +583,17 @@ func (l *Debs) configure(ctx context.Context, env *Env, se *scripts.Env, p *debP
 
 // oldScript runs a maintainer script of the installed version being
 // upgraded, from the info directory, as dpkg does.
-func (l *Debs) oldScript(ctx context.Context, env *Env, se *scripts.Env, ch *scripts.Chroot, p *debPackage, name string, args ...string) error {
+func (l *Debs) oldScript(ctx context.Context, env *Env, se *scripts.Env, ch *sandbox.Sandbox, p *debPackage, name string, args ...string) error {
 	info := dpkg.InfoFile(p.pkg.Name, p.oldArch, p.oldMA, name)
 	b, e, err := readTreeContent(env.Tree, info)
 	if err != nil || e == nil {
 		return err
 	}
 	if ch != nil {
-		if err := ch.Run(ctx, p.pkg.Name, name, scripts.MaintainerEnv(p.pkg.Name, name, env.Arch), append([]string{info}, args...)...); err != nil {
+		if err := chrootRun(ctx, ch, p.pkg.Name, name, scripts.MaintainerEnv(p.pkg.Name, name, env.Arch), append([]string{info}, args...)...); err != nil {
 			return err
 		}
-		return l.chrootRescan(ctx, env, p.pkg.Name+"_"+p.old+":"+name)
+		return l.chrootRescan(ctx, env, ch, p.pkg.Name+"_"+p.old+":"+name)
 	}
 	se.Origin = env.Origin("", p.pkg.Name+"_"+p.old+":"+name)
 	return scripts.Run(ctx, se, scripts.Script{Package: p.pkg.Name, Version: p.old, Name: name, Body: b}, args...)
@@ -605,7 +605,7 @@ const chrootScratch = "/var/lib/dpkg/tmp.ci"
 
 // chrootPreinst runs a new package's preinst in the chroot from dpkg's
 // scratch directory, then folds what it did into the index.
-func (l *Debs) chrootPreinst(ctx context.Context, env *Env, ch *scripts.Chroot, p *debPackage, body []byte, args []string) error {
+func (l *Debs) chrootPreinst(ctx context.Context, env *Env, ch *sandbox.Sandbox, p *debPackage, body []byte, args []string) error {
 	origin := env.Origin(p.digest, p.id()+":preinst")
 	if _, err := env.Tree.MkdirAll(chrootScratch, rootfs.Header{Perm: 0o755, MTime: env.Epoch, Origin: origin}); err != nil {
 		return err
@@ -613,21 +613,31 @@ func (l *Debs) chrootPreinst(ctx context.Context, env *Env, ch *scripts.Chroot, 
 	if err := writeTreeFile(env, chrootScratch+"/preinst", body, 0o755, origin); err != nil {
 		return err
 	}
-	err := ch.Run(ctx, p.pkg.Name, "preinst", scripts.MaintainerEnv(p.pkg.Name, "preinst", env.Arch), append([]string{chrootScratch + "/preinst"}, args...)...)
+	err := chrootRun(ctx, ch, p.pkg.Name, "preinst", scripts.MaintainerEnv(p.pkg.Name, "preinst", env.Arch), append([]string{chrootScratch + "/preinst"}, args...)...)
 	if rerr := env.Tree.Remove(chrootScratch); err == nil {
 		err = rerr
 	}
 	if err != nil {
 		return err
 	}
-	return l.chrootRescan(ctx, env, p.id()+":preinst")
+	return l.chrootRescan(ctx, env, ch, p.id()+":preinst")
+}
+
+// chrootRun runs a maintainer script (or dpkg) in the sandbox with what apt
+// would give it, and reports a failure as dpkg would.
+func chrootRun(ctx context.Context, ch *sandbox.Sandbox, pkg, script string, env []string, argv ...string) error {
+	err := ch.Run(ctx, pkg+" "+script, append(scripts.ChrootEnv(), env...), argv...)
+	var ee *sandbox.ExitError
+	if errors.As(err, &ee) {
+		return &scripts.ScriptError{Package: pkg, Script: script, Status: uint8(ee.Status), Output: ee.Output}
+	}
+	return err
 }
 
 // chrootRescan folds what chrooted scripts did into the index, with the
 // owners they gave.
-func (l *Debs) chrootRescan(ctx context.Context, env *Env, what string) error {
-	// In a user namespace the build user was root; a real root is 0 anyway.
-	c, err := env.Tree.RescanAsRoot(ctx, env.Origin("", what), uint32(os.Getuid()), uint32(os.Getgid()))
+func (l *Debs) chrootRescan(ctx context.Context, env *Env, ch *sandbox.Sandbox, what string) error {
+	c, err := ch.FoldBack(ctx, env.Origin("", what))
 	if err != nil {
 		return err
 	}
