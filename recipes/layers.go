@@ -75,6 +75,9 @@ func (d *decoder) layer(n *yaml.Node, field string) (Layer, bool) {
 	case "images":
 		l.Images = []Image{}
 		d.oneOrList(v, f, func(v *yaml.Node, f string) { l.Images = append(l.Images, d.image(v, f)) })
+	case "run":
+		r := d.run(v, f)
+		l.Run = &r
 	default:
 		d.fail(k, f, "unknown layer kind %q; use one of: %s", k.Value, strings.Join(LayerKinds, ", "))
 		return l, false
@@ -393,6 +396,69 @@ func (d *decoder) debs(n *yaml.Node, field string) Debs {
 		d.fail(seen["deferScripts"], child(field, "deferScripts"), "deferScripts has no effect with scripts: chroot, where every script runs")
 	}
 	return b
+}
+
+func (d *decoder) run(n *yaml.Node, field string) Run {
+	var r Run
+	seen := d.mapping(n, field, map[string]handler{
+		"command": func(v *yaml.Node, f string) {
+			rv := d.resolveQuiet(v)
+			if rv != nil && rv.Kind != yaml.SequenceNode {
+				d.fail(rv, f, "command is a list: the program and its arguments, e.g. [/bin/sh, -c, \"...\"]; got %s", describe(rv))
+				return
+			}
+			r.Command = d.strList(v, f)
+			switch {
+			case len(r.Command) == 0 && !d.failed(v):
+				d.fail(rv, f, "command must name a program")
+			case len(r.Command) > 0 && r.Command[0] == "":
+				d.fail(rv, f, "the program (command[0]) must not be empty")
+			}
+			for i, a := range r.Command {
+				if strings.ContainsRune(a, 0) {
+					d.fail(rv, index(f, i), "contains a NUL byte")
+				}
+			}
+		},
+		"env": func(v *yaml.Node, f string) {
+			r.Env = d.strMap(v, f)
+			if rv := d.resolveQuiet(v); rv != nil && rv.Kind == yaml.MappingNode {
+				for i := 0; i+1 < len(rv.Content); i += 2 {
+					if k := rv.Content[i].Value; !envRE.MatchString(k) {
+						d.fail(rv.Content[i], child(f, k), "%q is not an environment variable name", k)
+					}
+				}
+			}
+			for k, val := range r.Env {
+				if strings.ContainsRune(val, 0) {
+					d.fail(d.resolveQuiet(v), child(f, k), "contains a NUL byte")
+				}
+			}
+		},
+		"network": func(v *yaml.Node, f string) { r.Network = d.boolean(v, f) },
+	})
+	d.required(n, field, seen, "command")
+	return r
+}
+
+// offlineOnly refuses, in a recipe that asks for offline-only, every step
+// that would run a program of the image.
+func (d *decoder) offlineOnly(r *Recipe) {
+	if !r.OfflineOnly {
+		return
+	}
+	for _, ph := range []*Phase{&r.Customize, &r.Provision} {
+		for _, l := range ph.Layers {
+			switch {
+			case l.Run != nil:
+				d.errs = append(d.errs, &Error{File: d.file, Line: l.Line, Field: child(l.Field, "run"),
+					Msg: "offline-only: true forbids run steps, which run a program of the image; drop the step or offline-only"})
+			case l.Debs != nil && l.Debs.Scripts == ScriptsChroot:
+				d.errs = append(d.errs, &Error{File: d.file, Line: l.Line, Field: child(l.Field, "debs.scripts"),
+					Msg: "offline-only: true forbids scripts: chroot, which runs maintainer scripts in the image; use scripts: offline"})
+			}
+		}
+	}
 }
 
 func (d *decoder) image(n *yaml.Node, field string) Image {

@@ -151,6 +151,7 @@ func (d *decoder) recipe(n *yaml.Node) *Recipe {
 				outputs = append(outputs, d.output(item, f))
 			})
 		},
+		"offline-only": func(v *yaml.Node, f string) { r.OfflineOnly = d.boolean(v, f) },
 	})
 	if seen == nil {
 		return r
@@ -161,6 +162,7 @@ func (d *decoder) recipe(n *yaml.Node) *Recipe {
 		}
 	}
 	r.Outputs = d.linkOutputs(outputs)
+	d.offlineOnly(r)
 	return r
 }
 

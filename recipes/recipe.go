@@ -22,6 +22,11 @@ type Recipe struct {
 	// keeps every ID.
 	Seed string
 
+	// OfflineOnly forbids every step that runs a program of the image
+	// (run layers, debs with scripts: chroot), so the build needs no
+	// namespaces and gives the same bytes on any builder.
+	OfflineOnly bool
+
 	Base      Base
 	Customize Phase
 	Provision Phase
@@ -82,10 +87,11 @@ type Layer struct {
 	OCI     *OCI
 	Debs    *Debs
 	Images  []Image
+	Run     *Run
 }
 
 // LayerKinds lists every layer kind key, in the order the schema documents them.
-var LayerKinds = []string{"tarball", "files", "symlink", "mkdir", "remove", "users", "groups", "systemd", "hook", "oci", "debs", "images"}
+var LayerKinds = []string{"tarball", "files", "symlink", "mkdir", "remove", "users", "groups", "systemd", "hook", "oci", "debs", "images", "run"}
 
 // Kind is the YAML key that selects the layer, e.g. "files".
 func (l *Layer) Kind() string {
@@ -114,6 +120,8 @@ func (l *Layer) Kind() string {
 		return "debs"
 	case l.Images != nil:
 		return "images"
+	case l.Run != nil:
+		return "run"
 	}
 	return ""
 }
@@ -201,6 +209,18 @@ type OCI struct {
 	Mode     *Mode
 	Owner    Owner
 	Platform string // os/arch[/variant]; empty = linux/<recipe arch>
+}
+
+// Run runs a program of the image with the tree as its root.
+type Run struct {
+	// Command is the program (absolute, or found through PATH inside the
+	// image) and its arguments; there is no shell unless it names one.
+	Command []string
+	// Env is added to the fixed environment. Sort the keys before use.
+	Env map[string]string
+	// Network shares the build machine's network; by default the program
+	// has none.
+	Network bool
 }
 
 // Debs installs Debian packages from a repository, resolved offline.
