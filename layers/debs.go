@@ -94,6 +94,17 @@ func (l *Debs) Inputs() []*Input {
 	return out
 }
 
+// Precheck implements Prechecker: scripts: chroot needs a sandbox.
+func (l *Debs) Precheck() error {
+	if !l.Chroot {
+		return nil
+	}
+	if err := sandbox.Check(false); err != nil {
+		return fmt.Errorf("scripts: chroot: %w", err)
+	}
+	return nil
+}
+
 // debPackage is one package on its way into the tree.
 type debPackage struct {
 	pkg     *repo.Package

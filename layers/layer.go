@@ -20,6 +20,13 @@ type Layer interface {
 	Apply(ctx context.Context, env *Env) error
 }
 
+// Prechecker is a layer that needs something of the build machine, such as
+// namespaces, and can tell before the build starts whether it is there, so
+// a build that could not finish fails before it writes anything.
+type Prechecker interface {
+	Precheck() error
+}
+
 // Env is what a layer may use while it applies.
 type Env struct {
 	Tree  *rootfs.Tree

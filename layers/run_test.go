@@ -1,0 +1,113 @@
+package layers
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/stamp-dev/stamp/layers/cache"
+	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/test/harness"
+)
+
+// runEnv is a tree holding the test base (a real Debian minbase).
+func runEnv(t *testing.T) *Env {
+	t.Helper()
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	c, err := cache.Open(t.TempDir(), cache.Options{Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := time.Unix(1700000000, 0).UTC()
+	tree, err := rootfs.New(filepath.Join(harness.TempDirFor65534(t), "root"), rootfs.Options{DefaultMTime: ep})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tree.Close() })
+	env := &Env{Tree: tree, Cache: c, Log: log, Epoch: ep, Arch: "amd64", Label: "provision.layers[2].run"}
+	base := harness.Base(t)
+	d, err := c.Import(context.Background(), base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (&Tarball{Input: Input{Kind: "tarball", URI: base, Digest: d}}).Apply(context.Background(), env); err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+// A run step's additions, removals, modes and chowns reach the index. As
+// root it may chown to anyone; in a user namespace (a build that is not
+// root) only to root, the one id mapped there.
+func TestRunFoldsBackWithOwners(t *testing.T) {
+	harness.RequireTools(t, "unshare", "chroot", "mount")
+	env := runEnv(t)
+	if err := (&Files{Items: []File{{Path: "/etc/doomed", Content: ptrTo("x")}}}).Apply(context.Background(), env); err != nil {
+		t.Fatal(err)
+	}
+	owner := "1000:1001"
+	if os.Geteuid() != 0 {
+		owner = "0:0"
+	}
+	l := &Run{Command: []string{"/bin/sh", "-c", `set -e
+mkdir -p /opt/app
+printf '%s %s\n' "$GREETING" "$SOURCE_DATE_EPOCH" > /opt/app/greeting
+chmod 0640 /opt/app/greeting
+chown ` + owner + ` /opt/app/greeting
+rm /etc/doomed`}, Env: map[string]string{"GREETING": "hello"}}
+	if err := l.Precheck(); err != nil {
+		t.Fatalf("Precheck on a machine that can run it: %v", err)
+	}
+	if err := l.Apply(context.Background(), env); err != nil {
+		t.Fatal(err)
+	}
+	e := env.Tree.Get("/opt/app/greeting")
+	if e == nil {
+		t.Fatal("/opt/app/greeting not in the index")
+	}
+	wantUID, wantGID := uint32(1000), uint32(1001)
+	if os.Geteuid() != 0 {
+		wantUID, wantGID = 0, 0
+	}
+	if e.UID != wantUID || e.GID != wantGID || e.Perm != 0o640 {
+		t.Errorf("greeting: %d:%d %o, want %d:%d 640", e.UID, e.GID, e.Perm, wantUID, wantGID)
+	}
+	if e.Origin.Layer != env.Label || !strings.HasPrefix(e.Origin.Member, "/bin/sh -c") {
+		t.Errorf("origin %+v", e.Origin)
+	}
+	b, _, err := readTreeContent(env.Tree, "/opt/app/greeting")
+	if err != nil || string(b) != "hello 1700000000\n" {
+		t.Errorf("greeting %q (%v)", b, err)
+	}
+	if d := env.Tree.Get("/opt/app"); d == nil || d.Perm != 0o755 || d.UID != 0 {
+		t.Errorf("/opt/app: %+v", d)
+	}
+	if env.Tree.Get("/etc/doomed") != nil {
+		t.Error("/etc/doomed is still in the index")
+	}
+}
+
+// A failing program fails the step, naming it, with the program's status
+// and output.
+func TestRunFailureNamesStep(t *testing.T) {
+	harness.RequireTools(t, "unshare", "chroot", "mount")
+	env := runEnv(t)
+	err := (&Run{Command: []string{"/bin/sh", "-c", "echo cannot >&2; exit 7"}}).Apply(context.Background(), env)
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{"provision.layers[2].run", "/bin/sh exited with status 7", "cannot"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
