@@ -20,6 +20,9 @@ func Apply(ctx context.Context, rec *recipes.Recipe, root string, o Options) err
 	if err != nil {
 		return err
 	}
+	if err := precheck(phases); err != nil {
+		return err
+	}
 	// The base tarball is not applied, so it is not resolved either.
 	var needed []plannedInput
 	for _, pi := range inputs {

@@ -104,6 +104,22 @@ func plan(rec *recipes.Recipe) ([]phase, []plannedInput, error) {
 	return phases, inputs, nil
 }
 
+// precheck asks every step that needs something of the build machine (a
+// sandbox's namespaces) whether it is there, so that a build which could
+// not finish fails before it writes anything, naming the step.
+func precheck(phases []phase) error {
+	for _, ph := range phases {
+		for _, st := range ph.steps {
+			if pc, ok := st.layer.(layers.Prechecker); ok {
+				if err := pc.Precheck(); err != nil {
+					return fmt.Errorf("%s: %w", st.label, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
 func isURL(s string) bool {
 	return strings.HasPrefix(s, "https://") || strings.HasPrefix(s, "http://") || strings.HasPrefix(s, "file://")
 }
@@ -178,6 +194,8 @@ func convert(l *recipes.Layer, hostPath func(string) string, tarballInput func(f
 			in.Digest, in.Pinned = d, true
 		}
 		return &layers.OCI{Input: in, Dest: o.Dest, Paths: o.Paths, Mode: mode(o.Mode), Owner: owner(o.Owner), Platform: o.Platform}, nil
+	case "run":
+		return &layers.Run{Command: l.Run.Command, Env: l.Run.Env, Network: l.Run.Network}, nil
 	case "images":
 		im := &layers.Images{}
 		for _, i := range l.Images {

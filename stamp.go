@@ -115,6 +115,9 @@ func Build(ctx context.Context, rec *recipes.Recipe, o Options) (*Result, error)
 	if err != nil {
 		return nil, err
 	}
+	if err := precheck(phases); err != nil {
+		return nil, err
+	}
 	c, lk, err := o.openStores(rec)
 	if err != nil {
 		return nil, err
