@@ -147,7 +147,7 @@ func extractOne(t *Tree, tr *tar.Reader, hdr *tar.Header, o *ExtractOptions, cre
 	h.Origin.Member = strings.TrimPrefix(hdr.Name, "./")
 	var content io.Reader
 	switch hdr.Typeflag {
-	case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse, tar.TypeCont:
+	case tar.TypeReg, tar.TypeGNUSparse, tar.TypeCont:
 		h.Type = TypeRegular
 		content = tr
 		if o.Progress != nil {

@@ -193,7 +193,7 @@ func readControl(name string, r io.Reader) (*Control, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		if h.Typeflag != tar.TypeReg && h.Typeflag != tar.TypeRegA {
+		if h.Typeflag != tar.TypeReg {
 			continue
 		}
 		base := path.Base(path.Clean("/" + h.Name))

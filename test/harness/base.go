@@ -394,8 +394,7 @@ func (m *merge) addTar(r io.Reader) error {
 		}
 		var data []byte
 		switch h.Typeflag {
-		case tar.TypeReg, tar.TypeRegA:
-			nh.Typeflag = tar.TypeReg
+		case tar.TypeReg:
 			if data, err = io.ReadAll(tr); err != nil {
 				return fmt.Errorf("%s: %w", h.Name, err)
 			}

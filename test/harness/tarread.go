@@ -114,10 +114,7 @@ func ReadTarStream(r io.Reader) ([]TarEntry, error) {
 			DevMinor: h.Devminor,
 			ModTime:  h.ModTime,
 		}
-		switch h.Typeflag {
-		case tar.TypeRegA:
-			e.Type = tar.TypeReg
-		case tar.TypeLink:
+		if h.Typeflag == tar.TypeLink {
 			e.Linkname = CleanTarName(h.Linkname)
 		}
 		if e.Type == tar.TypeReg {
