@@ -126,10 +126,7 @@ func TestBootInitramfs(t *testing.T) {
 			t.Errorf("%s: owner %d:%d mtime %v, want 0:0 and the kernel's %v", e.Path, e.UID, e.GID, e.MTime, kernel.MTime)
 		}
 	}
-	var want []string
-	for _, p := range []string{"/", "/bin", "/bin/busybox", "/dev", "/init", "/lib", "/lib/modules", modDir, "/proc", "/sys", "/sysroot"} {
-		want = append(want, p)
-	}
+	want := []string{"/", "/bin", "/bin/busybox", "/dev", "/init", "/lib", "/lib/modules", modDir, "/proc", "/sys", "/sysroot"}
 	for _, m := range bootWantOrder {
 		want = append(want, modDir+"/"+m+".ko")
 	}

@@ -381,7 +381,7 @@ func espFiles(ctx context.Context, src *Source, rootPartUUID, cmdline string) ([
 		return nil, fmt.Errorf("boot.loader: systemd-boot needs a kernel in /boot: %w", err)
 	}
 	kernel := t.Get(kpath)
-	initrd := bytesFATFile(espInitrd, nil)
+	var initrd espFile
 	if e, err := treeFile(t, "/boot/initrd.img-"+ver); err == nil {
 		initrd = treeFATFile(espInitrd, t, e)
 	} else {

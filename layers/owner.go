@@ -29,7 +29,7 @@ func ResolveOwner(t *rootfs.Tree, o Owner) (uid, gid uint32, err error) {
 			if err != nil {
 				return 0, 0, err
 			}
-			if rec == nil || len(rec) < 4 {
+			if len(rec) < 4 {
 				return 0, 0, fmt.Errorf("user %q is not in the tree's %s", o.User, passwdPath)
 			}
 			u, err1 := strconv.ParseUint(rec[2], 10, 32)
@@ -54,7 +54,7 @@ func ResolveOwner(t *rootfs.Tree, o Owner) (uid, gid uint32, err error) {
 		if err != nil {
 			return 0, 0, err
 		}
-		if rec == nil || len(rec) < 3 {
+		if len(rec) < 3 {
 			return 0, 0, fmt.Errorf("group %q is not in the tree's %s", o.Group, groupPath)
 		}
 		g, err := strconv.ParseUint(rec[2], 10, 32)

@@ -172,7 +172,7 @@ func (d *dbFile) save(env *Env, perm, uid, gid uint32) error {
 		buf.WriteString(l)
 		buf.WriteByte('\n')
 	}
-	target := d.path
+	var target string
 	if d.entry != nil {
 		target = d.entry.Path
 		perm, uid, gid = d.entry.Perm, d.entry.UID, d.entry.GID

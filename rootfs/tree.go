@@ -352,7 +352,7 @@ func (t *Tree) prepare(p string) (string, error) {
 	}
 	name := comps[len(comps)-1]
 	if name == ".." {
-		return "", &fs.PathError{Op: "create", Path: p, Err: errors.New("last component is ..")}
+		return "", &fs.PathError{Op: "create", Path: p, Err: errors.New(`last component is ".."`)}
 	}
 	if len(name) > NameMax {
 		return "", &fs.PathError{Op: "create", Path: p, Err: fmt.Errorf("name longer than NAME_MAX (%d bytes)", NameMax)}

@@ -54,15 +54,6 @@ func (f *fileView) u64(off uint64) (uint64, error) {
 	return f.a.order.Uint64(b), nil
 }
 
-// word reads an ElfW(Addr)/ElfW(Off)-sized field of the given class.
-func (f *fileView) word(off uint64, is64 bool) (uint64, error) {
-	if is64 {
-		return f.u64(off)
-	}
-	v, err := f.u32(off)
-	return uint64(v), err
-}
-
 // cstring reads a NUL-terminated string at off.
 func (f *fileView) cstring(off uint64) (string, error) {
 	if off > uint64(f.size) {
