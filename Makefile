@@ -46,6 +46,8 @@ bench: deps build
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	@GO=$(GO) sh test/scripts/tools.sh
+	.tools/staticcheck ./...
 
 clean:
 	rm -rf bin out
