@@ -30,7 +30,22 @@ func (o *Options) openStores(rec *recipes.Recipe) (*cache.Cache, *lock.Lock, err
 	if err != nil {
 		return nil, nil, err
 	}
+	if len(lk.Inputs) > 0 {
+		if diff := lk.ParamsDiffer(rec.ParamValues()); len(diff) > 0 {
+			o.log().WithField("lock", o.LockPath).Warnf("the lock was resolved under other parameter values (%s): its pins name the URIs "+
+				"those values gave, so they pin nothing these values changed", strings.Join(diff, "; "))
+		}
+	}
 	return c, lk, nil
+}
+
+// lockParams is what a lock records of the parameters: nil without any, so
+// the lock of a recipe without parameters keeps its bytes.
+func lockParams(rec *recipes.Recipe) map[string]string {
+	if pv := rec.ParamValues(); len(pv) > 0 {
+		return pv
+	}
+	return nil
 }
 
 func loadLock(p string) (*lock.Lock, error) {
@@ -131,7 +146,7 @@ func Lock(ctx context.Context, rec *recipes.Recipe, o Options) (string, error) {
 	if err := resolveAll(ctx, c, old, inputs, &o); err != nil {
 		return "", err
 	}
-	lk := &lock.Lock{}
+	lk := &lock.Lock{Params: lockParams(rec)}
 	for _, pi := range inputs {
 		lk.Set(lockPin(filepath.Dir(o.LockPath), pi))
 	}
@@ -190,6 +205,9 @@ func Fetch(ctx context.Context, rec *recipes.Recipe, o Options) (string, error) 
 	for _, pi := range inputs {
 		lk.Set(lockPin(filepath.Dir(o.LockPath), pi))
 	}
+	// The pins just added are this set's; older pins of other values stay,
+	// under URIs these values do not name.
+	lk.Params = lockParams(rec)
 	if err := writeLockIfChanged(o.LockPath, lk); err != nil {
 		return "", err
 	}

@@ -221,6 +221,11 @@ func provenanceJSON(rec *recipes.Recipe, ep time.Time, recipeSum, treeDigest str
 		ExternalParameters: map[string]any{"recipe": recipe, "epoch": ep.Unix()},
 		InternalParameters: map[string]any{"arch": rec.Arch, "seed": seed(rec)},
 	}
+	// The recipe's digest is of the file as written; the values its
+	// ${name}s took are what else the caller chose.
+	if pv := rec.ParamValues(); len(pv) > 0 {
+		bd.ExternalParameters["parameters"] = pv
+	}
 	for _, d := range deps {
 		bd.ResolvedDependencies = append(bd.ResolvedDependencies, ResourceDescriptor{
 			Name: d.field, URI: d.uri, Digest: digestSet(d.digest), Annotations: map[string]string{"kind": d.kind}})

@@ -20,9 +20,11 @@ type record struct {
 	Arch       string        `json:"arch"`
 	Epoch      int64         `json:"epoch"`
 	Recipe     *recordRecipe `json:"recipe,omitempty"`
-	TreeDigest string        `json:"treeDigest"`
-	Inputs     []recordInput `json:"inputs"`
-	Entries    []recordEntry `json:"entries"`
+	// Params are the values of the recipe's parameters the build used.
+	Params     map[string]string `json:"params,omitempty"`
+	TreeDigest string            `json:"treeDigest"`
+	Inputs     []recordInput     `json:"inputs"`
+	Entries    []recordEntry     `json:"entries"`
 }
 
 // recordRecipe names the recipe file and its digest, so an image says which
@@ -53,6 +55,9 @@ func writeRecord(t *rootfs.Tree, rec *recipes.Recipe, ep time.Time, treeDigest s
 		Inputs: []recordInput{}, Entries: []recordEntry{}}
 	if recipeSum != "" {
 		r.Recipe = &recordRecipe{File: path.Base(filepath.ToSlash(rec.Path)), Digest: recipeSum}
+	}
+	if pv := rec.ParamValues(); len(pv) > 0 {
+		r.Params = pv
 	}
 	for _, pi := range inputs {
 		r.Inputs = append(r.Inputs, recordInput{Field: pi.field, Kind: pi.in.Kind, URI: lockKey(rec.Dir, pi.in.URI), Digest: pi.in.Digest})

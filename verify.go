@@ -42,6 +42,10 @@ type VerifyOptions struct {
 	// Against is an earlier build's SHA256SUMS: build once, as the caller
 	// (the earlier build ran elsewhere), and compare with it.
 	Against string
+
+	// setArgs pass the recipe's parameter values to both builds, so that
+	// neither reads a default from its own environment.
+	setArgs []string
 }
 
 // BuildRun describes the environment one build of Verify ran in.
@@ -182,6 +186,7 @@ func Verify(ctx context.Context, rec *recipes.Recipe, o VerifyOptions) (res *Ver
 	if o.Exe == "" {
 		return nil, &UsageError{Msg: "verify: no stamp binary to run the builds with"}
 	}
+	o.setArgs = rec.SetArgs()
 	recipePath, err := filepath.Abs(rec.Path)
 	if err != nil {
 		return nil, err
@@ -310,6 +315,9 @@ func (o *VerifyOptions) runBuild(ctx context.Context, b BuildRun, recipePath, ca
 	}
 	if o.KeepWork {
 		args = append(args, "--keep-work")
+	}
+	for _, a := range o.setArgs {
+		args = append(args, "--set", a)
 	}
 	cmd := exec.CommandContext(ctx, "/bin/sh", args...)
 	cmd.Dir = filepath.Dir(recipePath)

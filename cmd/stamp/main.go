@@ -60,12 +60,15 @@ func newApp(getenv func(string) string, code *int) *cli.App {
 	updateLock := func() cli.Flag {
 		return &cli.BoolFlag{Name: "update-lock", Usage: "accept inputs that no longer match stamp.lock"}
 	}
+	set := func() cli.Flag {
+		return &cli.GenericFlag{Name: "set", Value: &setFlag{}, Usage: "give recipe parameter NAME the value VALUE (NAME=VALUE, repeatable)"}
+	}
 	buildFlags := append([]cli.Flag{
 		&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "out", Usage: "directory for the outputs"},
 		&cli.Int64Flag{Name: "epoch", Usage: "SOURCE_DATE_EPOCH for the build (overrides the environment and the recipe)"},
 		&cli.StringFlag{Name: "work-dir", Usage: "where the tree is built (default the system temp dir)"},
 		&cli.BoolFlag{Name: "offline", Usage: "use only the cache; fail naming any missing input"},
-		updateLock(), insecure(),
+		updateLock(), insecure(), set(),
 		&cli.BoolFlag{Name: "keep-work", Usage: "keep the work directory for debugging"},
 	}, common...)
 	app := &cli.App{
@@ -96,7 +99,7 @@ func newApp(getenv func(string) string, code *int) *cli.App {
 				Name:      "lock",
 				Usage:     "resolve every input of RECIPE and pin it in stamp.lock",
 				ArgsUsage: "RECIPE",
-				Flags:     append([]cli.Flag{&cli.BoolFlag{Name: "offline"}, updateLock(), insecure()}, common...),
+				Flags:     append([]cli.Flag{&cli.BoolFlag{Name: "offline"}, updateLock(), insecure(), set()}, common...),
 				Action: func(c *cli.Context) error {
 					return act(c, code, getenv, func(rec *recipes.Recipe, o stamp.Options) error {
 						p, err := stamp.Lock(c.Context, rec, o)
@@ -151,7 +154,7 @@ func newApp(getenv func(string) string, code *int) *cli.App {
 				Name:      "fetch",
 				Usage:     "fill the cache with every input stamp.lock pins, for build --offline",
 				ArgsUsage: "RECIPE",
-				Flags:     append([]cli.Flag{updateLock(), insecure()}, common...),
+				Flags:     append([]cli.Flag{updateLock(), insecure(), set()}, common...),
 				Action: func(c *cli.Context) error {
 					return act(c, code, getenv, func(rec *recipes.Recipe, o stamp.Options) error {
 						p, err := stamp.Fetch(c.Context, rec, o)
@@ -172,7 +175,7 @@ func newApp(getenv func(string) string, code *int) *cli.App {
 					&cli.BoolFlag{Name: "same-user", Usage: "run the second build as the caller even when that is root (default: as uid 65534)"},
 					&cli.Int64Flag{Name: "epoch", Usage: "SOURCE_DATE_EPOCH for both builds"},
 					&cli.BoolFlag{Name: "offline", Usage: "use only the cache"},
-					updateLock(), insecure(),
+					updateLock(), insecure(), set(),
 					&cli.BoolFlag{Name: "keep-work", Usage: "keep the builds' directories"},
 				}, common...),
 				Action: func(c *cli.Context) error {
@@ -266,6 +269,7 @@ func newApp(getenv func(string) string, code *int) *cli.App {
 					&cli.StringFlag{Name: "root", Required: true, Usage: "the root directory to change"},
 					&cli.Int64Flag{Name: "epoch", Usage: "SOURCE_DATE_EPOCH (overrides the environment and the recipe)"},
 					&cli.BoolFlag{Name: "offline", Usage: "use only the cache"},
+					set(),
 				}, common...),
 				Action: func(c *cli.Context) error {
 					return act(c, code, getenv, func(rec *recipes.Recipe, o stamp.Options) error {
@@ -303,7 +307,18 @@ func act(c *cli.Context, code *int, getenv func(string) string, fn func(*recipes
 		*code = exitUsage
 		return err
 	}
-	rec, err := recipes.Load(c.Args().First())
+	lo := recipes.Options{Set: map[string]string{}, HostApt: os.DirFS("/etc/apt")}
+	if sf, ok := c.Generic("set").(*setFlag); ok {
+		for _, arg := range *sf {
+			name, value, err := recipes.ParseSet(arg)
+			if err != nil {
+				*code = exitUsage
+				return err
+			}
+			lo.Set[name] = value // a later --set of the same name wins
+		}
+	}
+	rec, err := recipes.LoadWith(c.Args().First(), lo)
 	if err != nil {
 		*code = exitUsage
 		return err
@@ -351,6 +366,13 @@ func act(c *cli.Context, code *int, getenv func(string) string, fn func(*recipes
 	}
 	return nil
 }
+
+// setFlag collects --set NAME=VALUE. A string slice flag would split a
+// value at its commas.
+type setFlag []string
+
+func (s *setFlag) Set(v string) error { *s = append(*s, v); return nil }
+func (s *setFlag) String() string     { return strings.Join(*s, " ") }
 
 func newLogger(c *cli.Context) (*logrus.Logger, error) {
 	log := logrus.New()

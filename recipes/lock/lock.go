@@ -25,7 +25,12 @@ var Kinds = []string{"tarball", "file", "oci", "deb", "image"}
 
 // Lock is the set of pinned inputs.
 type Lock struct {
-	Inputs []Input `yaml:"inputs"`
+	// Params are the recipe's parameter values the inputs were resolved
+	// under. Inputs are named by their resolved URIs, so a pin made under
+	// one mirror never serves another; Params lets a build say so when its
+	// values differ.
+	Params map[string]string `yaml:"params,omitempty"`
+	Inputs []Input           `yaml:"inputs"`
 }
 
 // Input pins one input. Kind and URI identify it; URI is the input as the
@@ -134,6 +139,40 @@ func oneOf(s string, set []string) bool {
 	return false
 }
 
+// ParamsDiffer lists, in name order, the parameters whose values differ
+// between the lock and a build, as "name: lock -> build"; a parameter one
+// side lacks shows as (none).
+func (l *Lock) ParamsDiffer(build map[string]string) []string {
+	names := map[string]bool{}
+	for k := range l.Params {
+		names[k] = true
+	}
+	for k := range build {
+		names[k] = true
+	}
+	sorted := make([]string, 0, len(names))
+	for k := range names {
+		sorted = append(sorted, k)
+	}
+	sort.Strings(sorted)
+	var out []string
+	for _, k := range sorted {
+		a, inLock := l.Params[k]
+		b, inBuild := build[k]
+		if a == b && inLock == inBuild {
+			continue
+		}
+		if !inLock {
+			a = "(none)"
+		}
+		if !inBuild {
+			b = "(none)"
+		}
+		out = append(out, fmt.Sprintf("%s: %s -> %s", k, a, b))
+	}
+	return out
+}
+
 // Get returns the pin for an input.
 func (l *Lock) Get(kind, uri string) (Input, bool) {
 	for _, in := range l.Inputs {
@@ -158,7 +197,7 @@ func (l *Lock) Set(in Input) {
 // Marshal encodes the lock: the header line, then inputs sorted by kind and
 // URI. Extra keys are sorted by the encoder.
 func (l *Lock) Marshal() []byte {
-	sorted := Lock{Inputs: append([]Input(nil), l.Inputs...)}
+	sorted := Lock{Params: l.Params, Inputs: append([]Input(nil), l.Inputs...)}
 	sort.SliceStable(sorted.Inputs, func(i, j int) bool {
 		a, b := sorted.Inputs[i], sorted.Inputs[j]
 		if a.Kind != b.Kind {

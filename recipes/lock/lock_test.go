@@ -147,3 +147,43 @@ func TestParseErrors(t *testing.T) {
 		}
 	}
 }
+
+// A lock records the parameter values it was made under, sorted, and reads
+// them back; a lock without parameters is written as before.
+func TestParamsRoundTrip(t *testing.T) {
+	l := sample()
+	l.Params = map[string]string{"suite": "bookworm", "mirror": "file:///srv/debian"}
+	data := l.Marshal()
+	want := Header + "params:\n  mirror: file:///srv/debian\n  suite: bookworm\ninputs:\n"
+	if !strings.HasPrefix(string(data), want) {
+		t.Fatalf("Marshal:\n%s\nwant a start of\n%s", data, want)
+	}
+	back, err := Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back.Params, l.Params) || string(back.Marshal()) != string(data) {
+		t.Errorf("round trip: %+v", back)
+	}
+	if got := string(sample().Marshal()); got != sampleWant {
+		t.Errorf("a lock without params changed:\n%s", got)
+	}
+	if _, err := Parse([]byte("params: [a]\ninputs: []\n")); err == nil {
+		t.Error("params as a list accepted")
+	}
+}
+
+func TestParamsDiffer(t *testing.T) {
+	l := &Lock{Params: map[string]string{"mirror": "file:///a", "suite": "bookworm", "old": "x"}}
+	got := l.ParamsDiffer(map[string]string{"mirror": "file:///b", "suite": "bookworm", "new": ""})
+	want := []string{"mirror: file:///a -> file:///b", "new: (none) -> ", "old: x -> (none)"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("ParamsDiffer = %q, want %q", got, want)
+	}
+	if got := l.ParamsDiffer(l.Params); got != nil {
+		t.Errorf("same values differ: %q", got)
+	}
+	if got := (&Lock{}).ParamsDiffer(nil); got != nil {
+		t.Errorf("no params differ: %q", got)
+	}
+}
