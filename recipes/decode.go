@@ -15,6 +15,17 @@ type decoder struct {
 	file   string
 	errs   []*Error
 	budget int // nodes left to visit; aliases can multiply a small document
+	// substituted holds the scalars ${name} was replaced in, so a type
+	// error there can say why a parameter cannot give a number.
+	substituted map[*yaml.Node]bool
+}
+
+// notString explains a type error on a scalar a parameter filled.
+func (d *decoder) notString(n *yaml.Node) string {
+	if d.substituted[n] {
+		return "; a parameter's value is always a string, so it cannot give a number or a boolean"
+	}
+	return ""
 }
 
 // nodeBudget bounds the work on a document whose aliases expand it enormously.
@@ -175,7 +186,7 @@ func (d *decoder) boolean(n *yaml.Node, field string) bool {
 		return false
 	}
 	if n.ShortTag() != "!!bool" {
-		d.fail(n, field, "expected true or false, got %s", describe(n))
+		d.fail(n, field, "expected true or false, got %s%s", describe(n), d.notString(n))
 		return false
 	}
 	var b bool
@@ -191,7 +202,7 @@ func (d *decoder) integer(n *yaml.Node, field string, lo, hi int64) (int64, bool
 		return 0, false
 	}
 	if n.ShortTag() != "!!int" {
-		d.fail(n, field, "expected an integer, got %s", describe(n))
+		d.fail(n, field, "expected an integer, got %s%s", describe(n), d.notString(n))
 		return 0, false
 	}
 	var v int64

@@ -257,6 +257,10 @@ func (d *decoder) substitute(n *yaml.Node, field string, ps *params, seen map[*y
 		}
 		if v, ok := d.expand(n, field, ps); ok && v != n.Value {
 			n.Value, n.Tag = v, "!!str"
+			if d.substituted == nil {
+				d.substituted = map[*yaml.Node]bool{}
+			}
+			d.substituted[n] = true
 		}
 	}
 }

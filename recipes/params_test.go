@@ -152,6 +152,8 @@ func TestParamsErrors(t *testing.T) {
 		// Substituted values are checked like written ones.
 		{"value checked", head + "params: {m: x}\ncustomize:\n  layers:\n    - files: [{path: /a, content: x, mode: \"${m}\"}]\n",
 			map[string]string{"m": "0999"}, 8, "customize.layers[0].files[0].mode", `mode "0999" is not an octal number`},
+		{"value in an integer field", head + "params: {e: x}\nepoch: ${e}\n", map[string]string{"e": "1700000000"}, 6, "epoch",
+			`expected an integer, got the string "1700000000"; a parameter's value is always a string`},
 		{"value made a relative path", head + "params: {p: x}\ncustomize:\n  layers:\n    - mkdir: [{path: \"${p}/x\"}]\n",
 			nil, 8, "customize.layers[0].mkdir[0].path", `path "x/x" must be absolute`},
 	}
