@@ -263,17 +263,37 @@ func newApp(getenv func(string) string, code *int) *cli.App {
 			},
 			{
 				Name:      "apply",
-				Usage:     "apply RECIPE's customize and provision phases to the existing root directory --root DIR, in place",
+				Usage:     "apply RECIPE's customize and provision phases to the existing root directory --root DIR, in place, and print every change",
 				ArgsUsage: "RECIPE",
 				Flags: append([]cli.Flag{
 					&cli.StringFlag{Name: "root", Required: true, Usage: "the root directory to change"},
 					&cli.Int64Flag{Name: "epoch", Usage: "SOURCE_DATE_EPOCH (overrides the environment and the recipe)"},
 					&cli.BoolFlag{Name: "offline", Usage: "use only the cache"},
+					&cli.BoolFlag{Name: "dry-run", Usage: "print every change apply would make and change nothing"},
+					&cli.BoolFlag{Name: "json", Usage: "print the changes as JSON (the default with --log-format json)"},
+					&cli.BoolFlag{Name: "undo", Usage: "put the root back as it was before the last apply (takes no RECIPE)"},
+					&cli.BoolFlag{Name: "force", Usage: "with --undo: undo paths changed since apply too, losing those changes"},
+					&cli.StringFlag{Name: "work-dir", Usage: "where the scratch copy of the root is made (default the system temp dir; on the root's file system reflinks make it cheap)"},
+					&cli.BoolFlag{Name: "keep-work", Usage: "keep the scratch copy for debugging"},
 					set(),
 				}, common...),
 				Action: func(c *cli.Context) error {
+					if c.Bool("undo") {
+						return undo(c, code)
+					}
+					if c.Bool("force") {
+						*code = exitUsage
+						return errors.New("--force goes with --undo")
+					}
 					return act(c, code, getenv, func(rec *recipes.Recipe, o stamp.Options) error {
-						return stamp.Apply(c.Context, rec, c.String("root"), o)
+						p, err := stamp.Apply(c.Context, rec, c.String("root"), stamp.ApplyOptions{Options: o, DryRun: c.Bool("dry-run")})
+						if err != nil {
+							return err
+						}
+						if c.Bool("json") || c.String("log-format") == "json" {
+							return p.WriteJSON(c.App.Writer)
+						}
+						return p.WriteText(c.App.Writer)
 					})
 				},
 			},
@@ -293,6 +313,26 @@ func newApp(getenv func(string) string, code *int) *cli.App {
 		},
 	}
 	return app
+}
+
+// undo is stamp apply --undo: no recipe, only the root's own record.
+func undo(c *cli.Context, code *int) error {
+	if c.NArg() != 0 || c.Bool("dry-run") {
+		*code = exitUsage
+		return errors.New("apply --undo takes no RECIPE and no --dry-run")
+	}
+	log, err := newLogger(c)
+	if err != nil {
+		*code = exitUsage
+		return err
+	}
+	res, err := stamp.Undo(c.Context, c.String("root"), stamp.UndoOptions{Force: c.Bool("force"), Log: log})
+	if err != nil {
+		*code = exitFailed
+		return err
+	}
+	fmt.Fprintf(c.App.Writer, "undid %s: %d removed, %d restored, %d reset\n", res.Recipe, res.Removed, res.Restored, res.Changed)
+	return nil
 }
 
 // act loads the recipe, sets up logging and progress, runs fn and turns its
