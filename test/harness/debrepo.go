@@ -31,7 +31,8 @@ var NodePackages = []string{"containerd", "runc", "conntrack", "socat", "iptable
 // "cron | anacron | ..." with anacron and no cron), virtual packages with
 // one provider (awk) and with two (netcat), an alternative of a real and a
 // virtual package (ca-certificates' "debconf | debconf-2.0"), kmod, and a
-// kernel (depmod, linux-update-symlinks, the initramfs hook).
+// kernel (depmod, linux-update-symlinks, the initramfs hook), and Python
+// (py3compile in python3-minimal's and python3-six's postinsts).
 var DebRepoRequests = [][]string{
 	NodePackages,
 	{"logrotate", "anacron"},
@@ -41,6 +42,7 @@ var DebRepoRequests = [][]string{
 	{"ca-certificates"},
 	{"kmod"},
 	{KernelPackage},
+	{"python3-six"},
 }
 
 // KernelPackage is Debian's kernel metapackage; it depends on the kernel
