@@ -6,7 +6,7 @@ DEMO    := out/demo
 # "context deadline exceeded" when a -fuzztime duration ends (go.dev/issue/75804).
 FUZZTIME ?= 50000x
 
-.PHONY: all build deps demo test unit fuzz bench lint clean
+.PHONY: all build deps demo test unit fuzz bench lint clean k8s-inputs
 
 all: build
 
@@ -39,6 +39,11 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzReadOCI$$' -fuzztime $(FUZZTIME) ./formats
 	$(GO) test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) ./disk/fat
 	$(GO) test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) ./disk/qcow2
+
+# Kubernetes test inputs built from the Go module proxy, packaged and made into
+# images by stamp; cached per machine (the first run compiles Kubernetes).
+k8s-inputs: build
+	$(GO) run ./test/cmd/k8sinputs -stamp $(BIN)
 
 bench: deps build
 	bash test/scripts/bench.sh $(BENCH)
