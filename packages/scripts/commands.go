@@ -24,6 +24,21 @@ type command func(r *run, hc interp.HandlerContext, args []string) error
 // processes the one trigger that matters offline, ldconfig, itself.
 var commands = map[string]command{
 	"stamp-command-v":         cmdCommandV,
+	"stamp-umask":             cmdUmask,
+	"grep":                    cmdGrep,
+	"egrep":                   cmdGrep,
+	"fgrep":                   cmdGrep,
+	"tr":                      cmdTr,
+	"sort":                    cmdSort,
+	"uniq":                    cmdUniq,
+	"cmp":                     cmdCmp,
+	"mv":                      cmdMv,
+	"cp":                      cmdCp,
+	"install":                 cmdInstall,
+	"head":                    cmdHead,
+	"wc":                      cmdWc,
+	"seq":                     cmdSeq,
+	"mktemp":                  cmdMktemp,
 	"which":                   cmdWhich,
 	"update-alternatives":     cmdUpdateAlternatives,
 	"deb-systemd-helper":      cmdDebSystemdHelper,
@@ -36,7 +51,6 @@ var commands = map[string]command{
 	"ldconfig":                cmdLdconfig,
 	"depmod":                  cmdDepmod,
 	"linux-update-symlinks":   cmdLinuxUpdateSymlinks,
-	"stamp-debconf":           cmdDebconf,
 	"dpkg-divert":             cmdDpkgDivert,
 	"stat":                    cmdStat,
 	"update-rc.d":             cmdUpdateRcd,
@@ -71,10 +85,13 @@ func (r *run) exec(ctx context.Context, args []string) error {
 	hc := interp.HandlerCtx(ctx)
 	name := path.Base(args[0])
 	h, ok := commands[name]
-	if name == "run-parts" {
-		// Not in the table: it runs scripts, which run commands through
-		// the table, and Go refuses a table that refers to itself.
+	// Not in the table: these run scripts, which run commands through
+	// the table, and Go refuses a table that refers to itself.
+	switch name {
+	case "run-parts":
 		h, ok = cmdRunParts, true
+	case "stamp-debconf":
+		h, ok = cmdDebconf, true
 	}
 	if !ok {
 		where, found := r.lookPath(args[0])

@@ -11,40 +11,6 @@ import (
 	"github.com/stamp-dev/stamp/rootfs"
 )
 
-// debconfShim replaces /usr/share/debconf/confmodule when a script sources
-// it. The real one re-executes the script under debconf's Perl frontend.
-// Offline there is no frontend and no answer database: commands that only
-// set debconf up succeed, and any question is unhandled, naming it.
-const debconfShim = `# stamp: debconf offline
-db_version() { RET=2.0; return 0; }
-db_capb() { RET=""; return 0; }
-db_stop() { return 0; }
-db_title() { return 0; }
-db_settitle() { return 0; }
-db_x_loadtemplatefile() { return 0; }
-db_get() { stamp-debconf get "$@"; }
-db_set() { stamp-debconf set "$@"; }
-db_input() { stamp-debconf input "$@"; }
-db_go() { stamp-debconf go "$@"; }
-db_fget() { stamp-debconf fget "$@"; }
-db_fset() { stamp-debconf fset "$@"; }
-db_metaget() { stamp-debconf metaget "$@"; }
-db_subst() { stamp-debconf subst "$@"; }
-db_register() { stamp-debconf register "$@"; }
-db_unregister() { stamp-debconf unregister "$@"; }
-db_reset() { stamp-debconf reset "$@"; }
-db_clear() { stamp-debconf clear "$@"; }
-db_purge() { stamp-debconf purge "$@"; }
-db_beginblock() { return 0; }
-db_endblock() { return 0; }
-`
-
-const debconfModule = "/usr/share/debconf/confmodule"
-
-func cmdDebconf(r *run, hc interp.HandlerContext, args []string) error {
-	return r.unhandled("debconf question (db_" + strings.Join(args[1:], " ") + ")")
-}
-
 // cmdDpkgDivert covers what postinsts do to clean up after older versions:
 // removing a diversion that was never made, which dpkg-divert reports and
 // accepts. Adding or removing a real diversion is unhandled.

@@ -60,6 +60,10 @@ type Env struct {
 	// unhandled. Returning true means the caller runs it on first boot;
 	// the script goes on as if it had succeeded. Nil defers nothing.
 	Defer func(pkg string, argv []string) bool
+
+	// debconf is the question database the scripts share, made when the
+	// first one sources debconf's confmodule.
+	debconf *debconfDB
 }
 
 // Group is a group a script asks for.
@@ -123,6 +127,8 @@ type run struct {
 	s      Script
 	ctx    context.Context
 	output bytes.Buffer
+	// umask is the script's file creation mask; dpkg runs scripts with 022.
+	umask uint32
 }
 
 // Run interprets the script with args ($1, $2...) against the tree, as
@@ -138,7 +144,7 @@ func Run(ctx context.Context, env *Env, s Script, args ...string) error {
 		"DPKG_RUNNING_VERSION=1.21.22",
 		"SOURCE_DATE_EPOCH=" + strconv.FormatInt(env.Epoch.Unix(), 10),
 	}
-	r := &run{env: env, s: s, ctx: ctx}
+	r := &run{env: env, s: s, ctx: ctx, umask: 0o022}
 	err := r.interpret(ctx, vars, args, &r.output, &r.output)
 	if out := strings.TrimSpace(r.output.String()); out != "" {
 		r.logf("%s %s: %s", s.Package, s.Name, out)
@@ -156,7 +162,7 @@ func (r *run) nested(ctx context.Context, hc interp.HandlerContext, s Script, ar
 		}
 		return true
 	})
-	n := &run{env: r.env, s: s, ctx: ctx}
+	n := &run{env: r.env, s: s, ctx: ctx, umask: r.umask}
 	return n.interpret(ctx, vars, args, hc.Stdout, hc.Stderr)
 }
 
@@ -282,6 +288,10 @@ func (r *run) call(ctx context.Context, args []string) ([]string, error) {
 		}
 	case "type":
 		return append([]string{"stamp-command-v"}, args[1:]...), nil
+	case "umask":
+		// The interpreter has no umask of its own; the handler keeps the
+		// script's, which the files it creates are made with.
+		return append([]string{"stamp-umask"}, args[1:]...), nil
 	}
 	return args, nil
 }
@@ -330,7 +340,7 @@ func (r *run) open(ctx context.Context, name string, flag int, perm os.FileMode)
 		}
 		return f, nil
 	}
-	w := &treeWriter{r: r, path: p, perm: uint32(perm) &^ 0o022}
+	w := &treeWriter{r: r, path: p, perm: uint32(perm) &^ r.umask}
 	if flag&os.O_APPEND != 0 || flag&os.O_TRUNC == 0 {
 		if b, err := r.readFile(p); err == nil {
 			w.buf.Write(b)
@@ -366,6 +376,9 @@ func (w *treeWriter) Write(b []byte) (int, error) { return w.buf.Write(b) }
 func (w *treeWriter) Close() error                { return w.r.writeFile(w.path, w.buf.Bytes(), w.perm) }
 
 func (r *run) readFile(p string) ([]byte, error) {
+	if p == "/dev/null" {
+		return nil, nil
+	}
 	e, err := r.env.Tree.Lookup(p, true)
 	if err != nil {
 		return nil, err

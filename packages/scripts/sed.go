@@ -1,40 +1,92 @@
 package scripts
 
 import (
-	"bufio"
 	"fmt"
-	"io"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"mvdan.cc/sh/v3/interp"
 )
 
-// sedSubst is one s/RE/REPLACEMENT/FLAGS command.
-type sedSubst struct {
+// sedAddr is one address: a line number (0 only as GNU's 0,/RE/), the
+// last line ($) or a regular expression.
+type sedAddr struct {
+	line int
+	last bool
+	re   *regexp.Regexp
+}
+
+func (a *sedAddr) match(line string, n int, last bool) bool {
+	switch {
+	case a.re != nil:
+		return a.re.MatchString(line)
+	case a.last:
+		return last
+	}
+	return n == a.line
+}
+
+// sedCmd is one command with its addresses.
+type sedCmd struct {
+	a1, a2 *sedAddr
+	negate bool
+	op     byte // s d p q a i c =
+	// s
 	re     *regexp.Regexp
 	repl   string
 	global bool
+	nth    int
 	print  bool
-	// del makes the command /RE/d: a matching line is dropped.
-	del bool
+	text   string // a i c
+	// range state
+	active bool
 }
 
-// cmdSed is the part of sed maintainer scripts use on strings: one or more
-// s commands (-e or a single script), on stdin or files, -n with p. In-place
-// editing and other commands are unhandled.
+// cmdSed is sed as maintainer scripts use it: addresses (N, $, /RE/,
+// ranges, GNU's 0,/RE/, !), the s, d, p, q, a, i, c and = commands, -n,
+// -e, -E and -i, on stdin or files of the tree. Anything else (blocks,
+// hold space) is unhandled.
 func cmdSed(r *run, hc interp.HandlerContext, args []string) error {
 	var scripts, files []string
-	quiet := false
+	quiet, inPlace, ere := false, false, false
 	for i := 1; i < len(args); i++ {
 		a := args[i]
 		switch {
-		case a == "-n" || a == "--quiet" || a == "--silent":
+		case a == "--quiet" || a == "--silent":
 			quiet = true
-		case a == "-e" && i+1 < len(args):
+		case a == "--in-place":
+			inPlace = true
+		case a == "--regexp-extended":
+			ere = true
+		case a == "--expression" && i+1 < len(args):
 			scripts = append(scripts, args[i+1])
 			i++
-		case strings.HasPrefix(a, "-") && a != "-":
+		case strings.HasPrefix(a, "--expression="):
+			scripts = append(scripts, strings.TrimPrefix(a, "--expression="))
+		case strings.HasPrefix(a, "-") && len(a) > 1 && !strings.HasPrefix(a, "--"):
+			for j := 1; j < len(a); j++ {
+				switch a[j] {
+				case 'n':
+					quiet = true
+				case 'i':
+					if j != len(a)-1 {
+						return r.unhandled(fmt.Sprintf("sed option %s (a backup suffix)", a))
+					}
+					inPlace = true
+				case 'E', 'r':
+					ere = true
+				case 'e':
+					if j != len(a)-1 || i+1 >= len(args) {
+						return r.unhandled(fmt.Sprintf("sed option %s", a))
+					}
+					scripts = append(scripts, args[i+1])
+					i++
+				default:
+					return r.unhandled(fmt.Sprintf("sed option %s", a))
+				}
+			}
+		case strings.HasPrefix(a, "--"):
 			return r.unhandled(fmt.Sprintf("sed option %s", a))
 		case len(scripts) == 0:
 			scripts = append(scripts, a)
@@ -42,141 +94,383 @@ func cmdSed(r *run, hc interp.HandlerContext, args []string) error {
 			files = append(files, a)
 		}
 	}
-	var cmds []sedSubst
-	for _, sc := range scripts {
-		for _, part := range strings.Split(sc, ";") {
-			part = strings.TrimSpace(part)
-			if part == "" {
-				continue
-			}
-			c, err := parseCommand(part)
-			if err != nil {
-				return r.unhandled(fmt.Sprintf("sed script %q (%v)", sc, err))
-			}
-			cmds = append(cmds, c)
-		}
+	cmds, err := parseSed(strings.Join(scripts, "\n"), ere)
+	if err != nil {
+		return r.unhandled(fmt.Sprintf("sed script %q (%v)", strings.Join(scripts, "; "), err))
 	}
-	in := hc.Stdin
-	if len(files) > 0 {
-		var rs []io.Reader
+	if inPlace {
+		if len(files) == 0 {
+			fmt.Fprintln(hc.Stderr, "sed: no input files")
+			return exit(1)
+		}
 		for _, f := range files {
-			b, err := r.readFile(r.treePath(f))
+			p := r.treePath(f)
+			b, err := r.readFile(p)
 			if err != nil {
-				fmt.Fprintf(hc.Stderr, "sed: can't read %s: %v\n", f, err)
+				fmt.Fprintf(hc.Stderr, "sed: can't read %s: No such file or directory\n", f)
 				return exit(2)
 			}
-			rs = append(rs, strings.NewReader(string(b)))
+			var out strings.Builder
+			runSed(cmds, string(b), quiet, &out, hc)
+			if err := r.writeFile(p, []byte(out.String()), 0o644); err != nil {
+				return err
+			}
+			for _, c := range cmds {
+				c.active = false
+			}
 		}
-		in = io.MultiReader(rs...)
+		return nil
 	}
-	sc := bufio.NewScanner(in)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-lines:
-	for sc.Scan() {
-		line := sc.Text()
+	var in []byte
+	if len(files) == 0 {
+		in, _ = r.inputs(hc, "sed", nil, false)
+	} else {
+		for _, f := range files {
+			b, err := r.readFile(r.treePath(f))
+			if err != nil && f != "-" {
+				fmt.Fprintf(hc.Stderr, "sed: can't read %s: No such file or directory\n", f)
+				return exit(2)
+			}
+			in = append(in, b...)
+		}
+	}
+	var out strings.Builder
+	runSed(cmds, string(in), quiet, &out, hc)
+	_, err = fmt.Fprint(hc.Stdout, out.String())
+	return err
+}
+
+// runSed runs the commands over text, as sed does line by line.
+func runSed(cmds []*sedCmd, text string, quiet bool, out *strings.Builder, hc interp.HandlerContext) {
+	if text == "" {
+		return
+	}
+	noEOL := !strings.HasSuffix(text, "\n")
+	ls := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
+	for i, line := range ls {
+		n, last := i+1, i == len(ls)-1
+		eol := "\n"
+		if last && noEOL {
+			eol = ""
+		}
+		var appended, inserted []string
+		deleted, quit := false, false
+	cmds:
 		for _, c := range cmds {
-			if c.del {
-				if c.re.MatchString(line) {
-					continue lines
-				}
+			if !c.selects(line, n, last) {
 				continue
 			}
-			var matched bool
-			line, matched = c.apply(line)
-			if matched && c.print {
-				fmt.Fprintln(hc.Stdout, line)
+			switch c.op {
+			case 's':
+				var ok bool
+				line, ok = c.subst(line)
+				if ok && c.print {
+					out.WriteString(line + "\n")
+				}
+			case 'd':
+				deleted = true
+				break cmds
+			case 'p':
+				out.WriteString(line + "\n")
+			case 'q':
+				quit = true
+				break cmds
+			case 'a':
+				appended = append(appended, c.text)
+			case 'i':
+				inserted = append(inserted, c.text)
+			case 'c':
+				if c.a2 == nil || !c.active {
+					inserted = append(inserted, c.text)
+				}
+				deleted = true
+				break cmds
+			case '=':
+				fmt.Fprintf(out, "%d\n", n)
 			}
 		}
-		if !quiet {
-			fmt.Fprintln(hc.Stdout, line)
+		for _, t := range inserted {
+			out.WriteString(t + "\n")
+		}
+		if !deleted && !quiet {
+			out.WriteString(line)
+			if len(appended) > 0 {
+				out.WriteString("\n")
+			} else {
+				out.WriteString(eol)
+			}
+		}
+		for _, t := range appended {
+			// GNU's "$a\" with no text only ends the last line.
+			if t != "" {
+				out.WriteString(t + "\n")
+			}
+		}
+		if quit {
+			return
 		}
 	}
-	return sc.Err()
 }
 
-// apply substitutes the first match (every match with g) in line.
-func (c sedSubst) apply(line string) (string, bool) {
-	if c.global {
-		if !c.re.MatchString(line) {
-			return line, false
+// selects reports whether the command applies to this line, keeping a
+// range's state.
+func (c *sedCmd) selects(line string, n int, last bool) bool {
+	sel := true
+	switch {
+	case c.a1 == nil:
+	case c.a2 == nil:
+		sel = c.a1.match(line, n, last)
+	case c.active:
+		if c.a2.re != nil {
+			if c.a2.re.MatchString(line) {
+				c.active = false
+			}
+		} else if c.a2.last {
+			c.active = !last
+		} else if n >= c.a2.line {
+			c.active = false
 		}
-		return c.re.ReplaceAllString(line, c.repl), true
+	default:
+		start := c.a1.match(line, n, last)
+		if c.a1.re == nil && !c.a1.last && c.a1.line == 0 {
+			// 0,/RE/: the range is open from the first line, and RE may
+			// end it on that very line.
+			start = n == 1
+			if start && c.a2.re != nil && c.a2.re.MatchString(line) {
+				return !c.negate
+			}
+		}
+		sel = start
+		if start {
+			switch {
+			case c.a2.re != nil:
+				c.active = true
+			case c.a2.last:
+				c.active = !last
+			default:
+				c.active = c.a2.line > n
+			}
+		}
 	}
-	m := c.re.FindStringSubmatchIndex(line)
-	if m == nil {
+	return sel != c.negate
+}
+
+// subst applies an s command.
+func (c *sedCmd) subst(line string) (string, bool) {
+	ms := c.re.FindAllStringSubmatchIndex(line, -1)
+	if len(ms) == 0 {
 		return line, false
 	}
-	out := c.re.ExpandString(nil, c.repl, line, m)
-	return line[:m[0]] + string(out) + line[m[1]:], true
-}
-
-// parseCommand reads an s command or a /RE/d deletion.
-func parseCommand(s string) (sedSubst, error) {
-	if len(s) >= 3 && s[0] == '/' && strings.HasSuffix(s, "/d") && !strings.Contains(s[1:len(s)-2], "/") {
-		re, err := regexp.Compile(breToGo(s[1 : len(s)-2]))
-		if err != nil {
-			return sedSubst{}, err
+	target := max(c.nth, 1)
+	var b strings.Builder
+	prev, replaced := 0, false
+	for k, m := range ms {
+		if k+1 < target || replaced && !c.global {
+			continue
 		}
-		return sedSubst{re: re, del: true}, nil
+		b.WriteString(line[prev:m[0]])
+		b.Write(c.re.ExpandString(nil, c.repl, line, m))
+		prev, replaced = m[1], true
 	}
-	return parseSubst(s)
+	if !replaced {
+		return line, false
+	}
+	b.WriteString(line[prev:])
+	return b.String(), true
 }
 
-// parseSubst reads s<d>RE<d>REPL<d>FLAGS with a POSIX basic regular
-// expression, turned into Go's syntax.
-func parseSubst(s string) (sedSubst, error) {
-	var c sedSubst
-	if len(s) < 4 || s[0] != 's' {
-		return c, fmt.Errorf("only s and /RE/d commands are supported")
+// parseSed reads a sed script: commands separated by newlines or ;.
+func parseSed(s string, ere bool) ([]*sedCmd, error) {
+	var cmds []*sedCmd
+	i := 0
+	compile := func(re string) (*regexp.Regexp, error) {
+		if !ere {
+			re = breToGo(re)
+		}
+		return regexp.Compile(re)
 	}
-	d := s[1]
-	var parts []string
-	var cur strings.Builder
-	for i := 2; i < len(s); i++ {
+	skip := func() {
+		for i < len(s) && (s[i] == ' ' || s[i] == '\t') {
+			i++
+		}
+	}
+	// delimited reads up to the unescaped delimiter d, keeping other
+	// escapes; i ends after the delimiter.
+	delimited := func(d byte) (string, error) {
+		var b strings.Builder
+		for ; i < len(s); i++ {
+			switch {
+			case s[i] == '\\' && i+1 < len(s) && s[i+1] == d:
+				b.WriteByte(d)
+				i++
+			case s[i] == '\\' && i+1 < len(s):
+				b.WriteByte('\\')
+				b.WriteByte(s[i+1])
+				i++
+			case s[i] == d:
+				i++
+				return b.String(), nil
+			default:
+				b.WriteByte(s[i])
+			}
+		}
+		return "", fmt.Errorf("unterminated %q", string(d))
+	}
+	addr := func() (*sedAddr, error) {
 		switch {
-		case s[i] == '\\' && i+1 < len(s) && s[i+1] == d:
-			cur.WriteByte(d)
+		case i < len(s) && s[i] == '$':
 			i++
-		case s[i] == '\\' && i+1 < len(s):
-			cur.WriteByte('\\')
-			cur.WriteByte(s[i+1])
+			return &sedAddr{last: true}, nil
+		case i < len(s) && s[i] >= '0' && s[i] <= '9':
+			j := i
+			for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+				i++
+			}
+			n, _ := strconv.Atoi(s[j:i])
+			return &sedAddr{line: n}, nil
+		case i < len(s) && (s[i] == '/' || s[i] == '\\' && i+1 < len(s)):
+			d := byte('/')
+			if s[i] == '\\' {
+				i++
+				d = s[i]
+			}
 			i++
-		case s[i] == d:
-			parts = append(parts, cur.String())
-			cur.Reset()
-		default:
-			cur.WriteByte(s[i])
+			re, err := delimited(d)
+			if err != nil {
+				return nil, err
+			}
+			c, err := compile(re)
+			if err != nil {
+				return nil, err
+			}
+			return &sedAddr{re: c}, nil
 		}
+		return nil, nil
 	}
-	parts = append(parts, cur.String())
-	if len(parts) != 3 {
-		return c, fmt.Errorf("malformed s command")
-	}
-	for _, f := range parts[2] {
-		switch f {
-		case 'g':
-			c.global = true
-		case 'p':
-			c.print = true
-		default:
-			return c, fmt.Errorf("flag %q", f)
+	for i < len(s) {
+		for i < len(s) && strings.IndexByte(" \t\n;", s[i]) >= 0 {
+			i++
 		}
+		if i >= len(s) {
+			break
+		}
+		c := &sedCmd{}
+		var err error
+		if c.a1, err = addr(); err != nil {
+			return nil, err
+		}
+		if c.a1 != nil && i < len(s) && s[i] == ',' {
+			i++
+			if c.a2, err = addr(); err != nil {
+				return nil, err
+			}
+			if c.a2 == nil {
+				return nil, fmt.Errorf("missing second address")
+			}
+		}
+		if c.a1 != nil && c.a2 == nil && c.a1.line == 0 && c.a1.re == nil && !c.a1.last {
+			return nil, fmt.Errorf("invalid usage of line address 0")
+		}
+		skip()
+		if i < len(s) && s[i] == '!' {
+			c.negate = true
+			i++
+			skip()
+		}
+		if i >= len(s) {
+			return nil, fmt.Errorf("missing command")
+		}
+		c.op = s[i]
+		i++
+		switch c.op {
+		case 's':
+			if i >= len(s) {
+				return nil, fmt.Errorf("unterminated s command")
+			}
+			d := s[i]
+			i++
+			re, err := delimited(d)
+			if err != nil {
+				return nil, err
+			}
+			repl, err := delimited(d)
+			if err != nil {
+				return nil, err
+			}
+			if c.re, err = compile(re); err != nil {
+				return nil, err
+			}
+			c.repl = replToGo(repl)
+			for i < len(s) && strings.IndexByte("gpI0123456789", s[i]) >= 0 {
+				switch f := s[i]; {
+				case f == 'g':
+					c.global = true
+				case f == 'p':
+					c.print = true
+				case f == 'I':
+					c.re = regexp.MustCompile("(?i)" + c.re.String())
+				default:
+					c.nth = c.nth*10 + int(f-'0')
+				}
+				i++
+			}
+		case 'd', 'p', 'q', '=':
+		case 'a', 'i', 'c':
+			// GNU's one-line form ("a text", "a\text") and the POSIX
+			// form with the text on the next line.
+			skip()
+			if i < len(s) && s[i] == '\\' {
+				i++
+				if i < len(s) && s[i] == '\n' {
+					i++
+				}
+			}
+			j := strings.IndexByte(s[i:], '\n')
+			if j < 0 {
+				j = len(s) - i
+			}
+			c.text = s[i : i+j]
+			i += j
+		default:
+			return nil, fmt.Errorf("command %q", string(c.op))
+		}
+		skip()
+		if i < len(s) && s[i] != ';' && s[i] != '\n' && s[i] != '}' {
+			return nil, fmt.Errorf("extra characters after command")
+		}
+		cmds = append(cmds, c)
 	}
-	re, err := regexp.Compile(breToGo(parts[0]))
-	if err != nil {
-		return c, err
-	}
-	c.re = re
-	c.repl = replToGo(parts[1])
-	return c, nil
+	return cmds, nil
 }
 
 // breToGo converts a POSIX basic regular expression: \( \) \{ \} \+ \?
 // are operators, bare ( ) { } + ? | are literal.
 func breToGo(bre string) string {
 	var b strings.Builder
+	inBracket := false
 	for i := 0; i < len(bre); i++ {
 		c := bre[i]
+		if inBracket {
+			// Inside a bracket expression a backslash is literal.
+			switch {
+			case c == '[' && i+1 < len(bre) && (bre[i+1] == ':' || bre[i+1] == '.' || bre[i+1] == '='):
+				end := strings.Index(bre[i+2:], string(bre[i+1])+"]")
+				if end >= 0 {
+					b.WriteString(bre[i : i+2+end+2])
+					i += 2 + end + 1
+					continue
+				}
+				b.WriteString(`\[`)
+			case c == ']':
+				inBracket = false
+				b.WriteByte(c)
+			case c == '\\':
+				b.WriteString(`\\`)
+			default:
+				b.WriteByte(c)
+			}
+			continue
+		}
 		if c == '\\' && i+1 < len(bre) {
 			n := bre[i+1]
 			i++
@@ -185,6 +479,8 @@ func breToGo(bre string) string {
 				b.WriteByte(n)
 			case 'n':
 				b.WriteString(`\n`)
+			case 't':
+				b.WriteString(`\t`)
 			default:
 				b.WriteByte('\\')
 				b.WriteByte(n)
@@ -192,9 +488,28 @@ func breToGo(bre string) string {
 			continue
 		}
 		switch c {
+		case '[':
+			inBracket = true
+			b.WriteByte(c)
+			if i+1 < len(bre) && bre[i+1] == '^' {
+				b.WriteByte('^')
+				i++
+			}
+			if i+1 < len(bre) && bre[i+1] == ']' {
+				b.WriteString(`\]`)
+				i++
+			}
 		case '(', ')', '{', '}', '+', '?', '|':
 			b.WriteByte('\\')
 			b.WriteByte(c)
+		case '*':
+			// A leading * (or one after \( or ^) is literal.
+			s := b.String()
+			if s == "" || strings.HasSuffix(s, "(") || s == "^" {
+				b.WriteString(`\*`)
+			} else {
+				b.WriteByte(c)
+			}
 		default:
 			b.WriteByte(c)
 		}
@@ -213,11 +528,14 @@ func replToGo(s string) string {
 			b.WriteString("${" + string(s[i+1]) + "}")
 			i++
 		case c == '\\' && i+1 < len(s):
-			if s[i+1] == 'n' {
+			switch s[i+1] {
+			case 'n':
 				b.WriteByte('\n')
-			} else if s[i+1] == '$' {
+			case 't':
+				b.WriteByte('\t')
+			case '$':
 				b.WriteString("$$")
-			} else {
+			default:
 				b.WriteByte(s[i+1])
 			}
 			i++
