@@ -251,9 +251,14 @@ func (s *Sandbox) Run(ctx context.Context, name string, env []string, argv ...st
 // enters the index) and returns what removes it again.
 func (s *Sandbox) denyServices() (func(), error) {
 	// Every directory on the way must be a real one: a symlink there
-	// could lead the write out of the tree.
+	// could lead the write out of the tree. Without them there is no
+	// invoke-rc.d to ask either.
 	for _, d := range []string{"/usr", "/usr/sbin"} {
-		if fi, err := os.Lstat(s.Tree.Dir() + d); err != nil || !fi.IsDir() {
+		fi, err := os.Lstat(s.Tree.Dir() + d)
+		if errors.Is(err, os.ErrNotExist) {
+			return func() {}, nil
+		}
+		if err != nil || !fi.IsDir() {
 			return nil, fmt.Errorf("sandbox: the tree's %s is not a directory", d)
 		}
 	}
