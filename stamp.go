@@ -22,7 +22,7 @@ import (
 
 // Progress starts a progress display for one long step. The CLI draws bars on
 // a terminal; nil shows nothing.
-type Progress func(name string, total int64) (add func(n int64), done func())
+type Progress = rootfs.Progress
 
 // Options configure Build and the other entry points.
 type Options struct {

@@ -28,7 +28,7 @@ type Source struct {
 	From string
 	Log  logrus.FieldLogger
 	// Progress starts a progress display; nil shows nothing.
-	Progress func(name string, total int64) (add func(n int64), done func())
+	Progress rootfs.Progress
 }
 
 // Spec is one output as the recipe asks for it, in the formats' own terms.

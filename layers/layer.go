@@ -40,7 +40,7 @@ type Env struct {
 	// RecipeDir is where relative host paths in the recipe start.
 	RecipeDir string
 	// Progress starts a progress display for long work; nil shows nothing.
-	Progress func(name string, total int64) (add func(n int64), done func())
+	Progress rootfs.Progress
 }
 
 // progress is Env.Progress made nil-safe.

@@ -30,6 +30,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/stamp-dev/stamp/rootfs"
 	"github.com/stamp-dev/stamp/rootfs/hashio"
 )
 
@@ -67,11 +68,9 @@ type Options struct {
 	Offline bool
 	// Log receives debug and warning messages; nil discards them.
 	Log logrus.FieldLogger
-	// Progress, when set, is called once per transfer with a name and the
-	// expected size in bytes (negative when unknown). add is called with each
-	// chunk's length and done once at the end, whether it succeeded or not.
-	// Either returned function may be nil.
-	Progress func(name string, total int64) (add func(n int64), done func())
+	// Progress, when set, is called once per transfer. Either function it
+	// returns may be nil.
+	Progress rootfs.Progress
 	// HTTPClient is used for http(s) fetches; nil means a plain http.Client,
 	// which follows redirects. Cancellation comes from the context, so it
 	// needs no timeout.

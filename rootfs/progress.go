@@ -1,0 +1,9 @@
+package rootfs
+
+// Progress starts a progress display for one long step: name says what the
+// step is and total its size in bytes (negative when unknown). add is told
+// the length of each chunk as it is done, and done is called once at the
+// end, whether the step succeeded or not. It is declared here, the one
+// package the conductor, the layers, the cache and the formats all import,
+// so the conductor hands the same value to each of them; nil shows nothing.
+type Progress func(name string, total int64) (add func(n int64), done func())
