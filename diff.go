@@ -10,12 +10,15 @@ import (
 	"github.com/stamp-dev/stamp/rootfs"
 )
 
-// Change kinds, as diff prints them.
+// ChangeKind says what a Change is: a path added, removed or changed, or a
+// structural fact of the format. diff prints it as the change's first word.
+type ChangeKind string
+
 const (
-	Added     = "added"
-	Removed   = "removed"
-	Changed   = "changed"
-	Structure = "structure"
+	Added     ChangeKind = "added"
+	Removed   ChangeKind = "removed"
+	Changed   ChangeKind = "changed"
+	Structure ChangeKind = "structure"
 )
 
 // Fields a change can name. They are the words verify and diff print.
@@ -34,7 +37,7 @@ const (
 // Change is one difference between two images: a path added, removed or
 // changed, or a structural fact of the format (a GUID, a superblock field).
 type Change struct {
-	Kind   string
+	Kind   ChangeKind
 	Path   string // the tree path, or the fact's key for Structure
 	Fields []FieldChange
 }
@@ -47,13 +50,13 @@ type FieldChange struct {
 
 func (c Change) String() string {
 	if len(c.Fields) == 0 {
-		return c.Kind + " " + c.Path
+		return string(c.Kind) + " " + c.Path
 	}
 	var parts []string
 	for _, f := range c.Fields {
 		parts = append(parts, fmt.Sprintf("%s (%s -> %s)", f.Field, f.A, f.B))
 	}
-	return c.Kind + " " + c.Path + ": " + strings.Join(parts, ", ")
+	return string(c.Kind) + " " + c.Path + ": " + strings.Join(parts, ", ")
 }
 
 // FieldNames lists the fields of a change, without values.

@@ -99,7 +99,7 @@ func resolveAll(ctx context.Context, c *cache.Cache, lk *lock.Lock, inputs []pla
 		want := in.Digest
 		source := "recipe"
 		if want == "" {
-			if li, ok := lk.Get(in.Kind, key); ok {
+			if li, ok := lk.Get(string(in.Kind), key); ok {
 				want, source = li.Digest, "stamp.lock"
 			}
 		}
@@ -227,7 +227,7 @@ type ociPin struct {
 
 // lockPin is the lock entry for a resolved input.
 func lockPin(lockDir string, pi plannedInput) lock.Input {
-	li := lock.Input{Kind: pi.in.Kind, URI: lockKey(lockDir, pi.in.URI), Digest: pi.in.Digest}
+	li := lock.Input{Kind: string(pi.in.Kind), URI: lockKey(lockDir, pi.in.URI), Digest: pi.in.Digest}
 	if pi.oci != nil && len(pi.oci.extra) > 0 {
 		li.Extra = pi.oci.extra
 	}
@@ -243,8 +243,8 @@ func lockPin(lockDir string, pi plannedInput) lock.Input {
 // which the images layer stores whole.
 func resolveOCI(ctx context.Context, reg *ociremote.Client, lk *lock.Lock, pi plannedInput, o *Options) error {
 	in := pi.in
-	locked, haveLock := lk.Get(in.Kind, lockKey(filepath.Dir(o.LockPath), in.URI))
-	if haveLock && in.Kind == "oci" && locked.Extra["platform"] != "" && !samePlatform(locked.Extra["platform"], pi.platform) {
+	locked, haveLock := lk.Get(string(in.Kind), lockKey(filepath.Dir(o.LockPath), in.URI))
+	if haveLock && in.Kind == layers.InputOCI && locked.Extra["platform"] != "" && !samePlatform(locked.Extra["platform"], pi.platform) {
 		// Pinned for another arch (the recipe's arch changed): the pin says
 		// nothing about this one, except which index to pick from.
 		if idx := locked.Extra["index"]; idx != "" && o.Offline {
@@ -288,7 +288,7 @@ func resolveOCI(ctx context.Context, reg *ociremote.Client, lk *lock.Lock, pi pl
 	}
 	pi.oci.manifest = res.Manifest
 	switch {
-	case res.Index != "" && in.Kind == "image":
+	case res.Index != "" && in.Kind == layers.InputImage:
 		pi.oci.extra = map[string]string{"manifest": res.Manifest, "platform": res.Platform}
 	case res.Index != "":
 		pi.oci.extra = map[string]string{"index": res.Index, "platform": res.Platform}
@@ -297,7 +297,7 @@ func resolveOCI(ctx context.Context, reg *ociremote.Client, lk *lock.Lock, pi pl
 		// what the lock knew about its index.
 		pi.oci.extra = locked.Extra
 	}
-	if in.Kind == "image" {
+	if in.Kind == layers.InputImage {
 		in.Digest = top
 	} else {
 		in.Digest = res.Manifest
@@ -384,7 +384,7 @@ func lockPackages(ctx context.Context, c *cache.Cache, rec *recipes.Recipe, o *O
 				return fmt.Errorf("%s: %w", st.label, err)
 			}
 			for _, p := range pins {
-				lk.Set(lock.Input{Kind: p.Kind, URI: p.URI, Digest: p.Digest})
+				lk.Set(lock.Input{Kind: string(p.Kind), URI: p.URI, Digest: p.Digest})
 			}
 		}
 	}

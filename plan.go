@@ -52,7 +52,7 @@ func plan(rec *recipes.Recipe) ([]phase, []plannedInput, error) {
 		return out
 	}
 	tarballInput := func(field, uri, sha string) layers.Input {
-		in := layers.Input{Kind: "tarball", URI: uri}
+		in := layers.Input{Kind: layers.InputTarball, URI: uri}
 		if !isURL(uri) {
 			in.URI = hostPath(uri)
 		}
@@ -90,7 +90,7 @@ func plan(rec *recipes.Recipe) ([]phase, []plannedInput, error) {
 			if wi, ok := layer.(layers.WithInputs); ok {
 				for _, in := range wi.Inputs() {
 					pi := plannedInput{field: label, in: in}
-					if in.Kind == "oci" || in.Kind == "image" {
+					if in.Kind == layers.InputOCI || in.Kind == layers.InputImage {
 						pi.platform, pi.oci = ociPlatform(l, rec.Arch), &ociPin{}
 					}
 					inputs = append(inputs, pi)
@@ -189,7 +189,7 @@ func convert(l *recipes.Layer, hostPath func(string) string, tarballInput func(f
 		return convertDebs(l.Debs, hostPath), nil
 	case "oci":
 		o := l.OCI
-		in := layers.Input{Kind: "oci", URI: o.Ref}
+		in := layers.Input{Kind: layers.InputOCI, URI: o.Ref}
 		if _, _, d := splitOCIRef(o.Ref); d != "" {
 			in.Digest, in.Pinned = d, true
 		}
@@ -199,7 +199,7 @@ func convert(l *recipes.Layer, hostPath func(string) string, tarballInput func(f
 	case "images":
 		im := &layers.Images{}
 		for _, i := range l.Images {
-			im.Images = append(im.Images, &layers.Input{Kind: "image", URI: i.Ref, Digest: i.Digest(), Pinned: true})
+			im.Images = append(im.Images, &layers.Input{Kind: layers.InputImage, URI: i.Ref, Digest: i.Digest(), Pinned: true})
 		}
 		return im, nil
 	}

@@ -42,7 +42,7 @@ func TestDiffImagesNamesEveryField(t *testing.T) {
 	ib := &formats.Image{Format: "raw", Entries: b}
 	var got []string
 	for _, c := range DiffImages(ia, ib, DiffOptions{}) {
-		got = append(got, c.Kind+" "+c.Path+" "+strings.Join(c.FieldNames(), ","))
+		got = append(got, string(c.Kind)+" "+c.Path+" "+strings.Join(c.FieldNames(), ","))
 	}
 	want := []string{
 		"changed /etc/a content,mode,owner,mtime,xattr",

@@ -160,7 +160,7 @@ type dependency struct {
 func dependencies(rec *recipes.Recipe, phases []phase, inputs []plannedInput) ([]dependency, error) {
 	var out []dependency
 	for _, pi := range inputs {
-		out = append(out, dependency{field: pi.field, kind: pi.in.Kind, uri: lockKey(rec.Dir, pi.in.URI), digest: pi.in.Digest})
+		out = append(out, dependency{field: pi.field, kind: string(pi.in.Kind), uri: lockKey(rec.Dir, pi.in.URI), digest: pi.in.Digest})
 	}
 	for _, ph := range phases {
 		for _, st := range ph.steps {

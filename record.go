@@ -60,7 +60,7 @@ func writeRecord(t *rootfs.Tree, rec *recipes.Recipe, ep time.Time, treeDigest s
 		r.Params = pv
 	}
 	for _, pi := range inputs {
-		r.Inputs = append(r.Inputs, recordInput{Field: pi.field, Kind: pi.in.Kind, URI: lockKey(rec.Dir, pi.in.URI), Digest: pi.in.Digest})
+		r.Inputs = append(r.Inputs, recordInput{Field: pi.field, Kind: string(pi.in.Kind), URI: lockKey(rec.Dir, pi.in.URI), Digest: pi.in.Digest})
 	}
 	for _, e := range t.Entries() {
 		r.Entries = append(r.Entries, recordEntry{Path: e.Path, Type: e.Type.String(), SHA256: e.Digest, Layer: e.Origin.Layer, Input: e.Origin.Input, Member: e.Origin.Member})

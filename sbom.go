@@ -106,7 +106,7 @@ func sbomJSON(tree *rootfs.Tree, rec *recipes.Recipe, ep time.Time, treeDigest s
 		if pi.in.Kind != "oci" && pi.in.Kind != "image" {
 			continue
 		}
-		p := ociPackage(pi.in.Kind, pi.in.URI, pi.in.Digest)
+		p := ociPackage(string(pi.in.Kind), pi.in.URI, pi.in.Digest)
 		p.SPDXID = id("OCI", p.Name)
 		p.SourceInfo = "pulled by " + pi.field
 		doc.Packages = append(doc.Packages, withNoAssertion(p))

@@ -70,11 +70,11 @@ type Debs struct {
 func NewDebs(repoURL string, suites []string, keyring string, trusted bool) *Debs {
 	l := &Debs{Repo: strings.TrimSuffix(repoURL, "/"), Suites: suites, Trusted: trusted}
 	if !trusted && keyring != "" {
-		l.Keyring = Input{Kind: "file", URI: keyring}
+		l.Keyring = Input{Kind: InputFile, URI: keyring}
 	}
 	for _, s := range suites {
 		src := repo.Source{URL: l.Repo, Suite: s, Trusted: trusted}
-		l.Index = append(l.Index, Input{Kind: "deb", URI: src.ReleaseURL()})
+		l.Index = append(l.Index, Input{Kind: InputDeb, URI: src.ReleaseURL()})
 	}
 	return l
 }
@@ -820,7 +820,7 @@ func (l *Debs) Pins(ctx context.Context, env *Env) ([]Input, error) {
 	}
 	var out []Input
 	for _, p := range res.Install {
-		out = append(out, Input{Kind: "deb", URI: p.URL(), Digest: "sha256:" + p.SHA256})
+		out = append(out, Input{Kind: InputDeb, URI: p.URL(), Digest: "sha256:" + p.SHA256})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].URI < out[j].URI })
 	return out, nil
