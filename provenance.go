@@ -6,10 +6,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -114,11 +115,7 @@ func DiffBuilders(a, b Builder) []string {
 	for k := range b.Version {
 		keys[k] = true
 	}
-	sorted := make([]string, 0, len(keys))
-	for k := range keys {
-		sorted = append(sorted, k)
-	}
-	sort.Strings(sorted)
+	sorted := slices.Sorted(maps.Keys(keys))
 	var out []string
 	if a.ID != b.ID {
 		out = append(out, fmt.Sprintf("id: %s -> %s", a.ID, b.ID))

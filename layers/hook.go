@@ -7,9 +7,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
-	"sort"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -86,11 +87,7 @@ func (l *Hook) environ(env *Env) []string {
 	for k, v := range l.Env {
 		vars[k] = v
 	}
-	keys := make([]string, 0, len(vars))
-	for k := range vars {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(vars))
 	out := make([]string, 0, len(keys))
 	for _, k := range keys {
 		out = append(out, k+"="+vars[k])

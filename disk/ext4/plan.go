@@ -4,7 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"path"
-	"sort"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/stamp-dev/stamp/rootfs"
@@ -139,7 +140,7 @@ func newPlan(t *rootfs.Tree, o *Options) (*plan, error) {
 	p.maxIno = next - 1
 	if lf == nil {
 		// Keep the root's entries in name order with the added lost+found.
-		sort.SliceStable(root.ents, func(i, j int) bool { return root.ents[i].name < root.ents[j].name })
+		slices.SortStableFunc(root.ents, func(a, b dirent) int { return strings.Compare(a.name, b.name) })
 	}
 
 	for _, n := range p.nodes {

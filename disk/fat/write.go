@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"io"
 	"path"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 )
@@ -66,7 +66,7 @@ type node struct {
 // assigned and counted.
 func buildTree(files []File, epoch time.Time) (*node, error) {
 	sorted := append([]File(nil), files...)
-	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Path < sorted[j].Path })
+	slices.SortStableFunc(sorted, func(a, b File) int { return strings.Compare(a.Path, b.Path) })
 	root := &node{path: "/", dir: true, mtime: epoch}
 	byPath := map[string]*node{"/": root}
 	var ensure func(p string) (*node, error)
@@ -125,7 +125,7 @@ func buildTree(files []File, epoch time.Time) (*node, error) {
 	}
 	var assign func(n *node) error
 	assign = func(n *node) error {
-		sort.Slice(n.children, func(i, j int) bool { return n.children[i].name < n.children[j].name })
+		slices.SortFunc(n.children, func(a, b *node) int { return strings.Compare(a.name, b.name) })
 		names := make([]string, len(n.children))
 		for i, c := range n.children {
 			names[i] = c.name
