@@ -39,6 +39,11 @@ var commands = map[string]command{
 	"wc":                      cmdWc,
 	"seq":                     cmdSeq,
 	"mktemp":                  cmdMktemp,
+	"dpkg-query":              cmdDpkgQuery,
+	"dpkg-statoverride":       cmdDpkgStatoverride,
+	"getcap":                  cmdGetcap,
+	"ls":                      cmdLs,
+	"augenrules":              cmdAugenrules,
 	"which":                   cmdWhich,
 	"update-alternatives":     cmdUpdateAlternatives,
 	"deb-systemd-helper":      cmdDebSystemdHelper,
@@ -206,6 +211,8 @@ func cmdDpkg(r *run, hc interp.HandlerContext, args []string) error {
 	case "--print-architecture":
 		fmt.Fprintln(hc.Stdout, r.env.Arch)
 		return nil
+	case "-L", "--listfiles", "-s", "--status":
+		return r.dpkgQuery(hc, args[1], args[2:])
 	case "--assert-support-predepends", "--assert-working-epoch", "--assert-long-filenames",
 		"--assert-multi-conrep", "--assert-multi-arch", "--assert-versioned-provides",
 		"--assert-protected-field":

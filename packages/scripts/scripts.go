@@ -129,6 +129,8 @@ type run struct {
 	output bytes.Buffer
 	// umask is the script's file creation mask; dpkg runs scripts with 022.
 	umask uint32
+	// dsh is the instance deb-systemd-helper works on in this call.
+	dsh *dshInstance
 }
 
 // Run interprets the script with args ($1, $2...) against the tree, as

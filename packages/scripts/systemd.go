@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path"
 	"regexp"
+	"sort"
 	"strings"
 
 	"mvdan.cc/sh/v3/interp"
@@ -11,11 +12,24 @@ import (
 	"github.com/stamp-dev/stamp/rootfs"
 )
 
-// deb-systemd-helper's state directories and the system unit config dir.
-const (
-	dshEnabled = "/var/lib/systemd/deb-systemd-helper-enabled"
-	dshMasked  = "/var/lib/systemd/deb-systemd-helper-masked"
-	unitConfig = "/etc/systemd/system"
+// dshInstance is where deb-systemd-helper keeps the units and its state
+// for system units (the default) or, with --user, for user units.
+type dshInstance struct {
+	name              string // system or user
+	enabled, masked   string // state directories
+	config            string // where links are made
+	searchDirs        []string
+	systemctlUnitDirs []string // where systemctl --global finds a unit
+}
+
+var (
+	dshSystem = &dshInstance{name: "system",
+		enabled: "/var/lib/systemd/deb-systemd-helper-enabled", masked: "/var/lib/systemd/deb-systemd-helper-masked",
+		config: "/etc/systemd/system", searchDirs: []string{"/etc/systemd/system/", "/lib/systemd/system/", "/usr/lib/systemd/system/"}}
+	dshUser = &dshInstance{name: "user",
+		enabled: "/var/lib/systemd/deb-systemd-user-helper-enabled", masked: "/var/lib/systemd/deb-systemd-user-helper-masked",
+		config: "/etc/systemd/user", searchDirs: []string{"/etc/systemd/user/", "/lib/systemd/user/", "/usr/lib/systemd/user/"},
+		systemctlUnitDirs: []string{"/etc/systemd/user/", "/usr/local/lib/systemd/user/", "/usr/lib/systemd/user/"}}
 )
 
 // cmdDebSystemdHelper reproduces init-system-helpers' deb-systemd-helper
@@ -28,13 +42,15 @@ const (
 func cmdDebSystemdHelper(r *run, hc interp.HandlerContext, args []string) error {
 	quiet := false
 	var rest []string
+	r.dsh = dshSystem
 	for _, a := range args[1:] {
 		switch a {
 		case "--quiet":
 			quiet = true
 		case "--system":
+			r.dsh = dshSystem
 		case "--user":
-			return r.unhandled(fmt.Sprintf("command %q (user units)", strings.Join(args, " ")))
+			r.dsh = dshUser
 		default:
 			rest = append(rest, a)
 		}
@@ -82,7 +98,7 @@ func cmdDebSystemdHelper(r *run, hc interp.HandlerContext, args []string) error 
 				rc = 0
 			}
 		case "debian-installed":
-			if r.exists(dshState(u)) {
+			if r.exists(r.dshState(u)) {
 				rc = 0
 			}
 		case "enable":
@@ -97,8 +113,19 @@ func cmdDebSystemdHelper(r *run, hc interp.HandlerContext, args []string) error 
 				return r.dshError(hc, err)
 			}
 		case "update-state":
-			// Only reached on upgrades of a unit that was disabled.
-			return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+			// The unit's links as its [Install] section says now, recorded
+			// without enabling anything.
+			links, err := r.linkClosure(sp, nil)
+			if err != nil {
+				return r.dshError(hc, err)
+			}
+			var b strings.Builder
+			for _, l := range links {
+				b.WriteString(l[0] + "\n")
+			}
+			if err := r.writeFile(r.dshState(u), []byte(b.String()), 0o644); err != nil {
+				return err
+			}
 		case "disable":
 			if err := r.dshRemoveLinks(sp, purge); err != nil {
 				return err
@@ -117,19 +144,25 @@ func cmdDebSystemdHelper(r *run, hc interp.HandlerContext, args []string) error 
 	}
 	switch action {
 	case "disable":
-		if err := r.rmdirIfEmpty(dshEnabled); err != nil {
-			return err
+		for _, in := range []*dshInstance{dshSystem, dshUser} {
+			if err := r.rmdirIfEmpty(in.enabled); err != nil {
+				return err
+			}
 		}
-		for _, c := range r.env.Tree.Children(unitConfig) {
-			if e := r.env.Tree.Get(unitConfig + "/" + c); e != nil && e.Type == rootfs.TypeDir {
-				if err := r.rmdirIfEmpty(unitConfig + "/" + c); err != nil {
-					return err
+		for _, in := range []*dshInstance{dshSystem, dshUser} {
+			for _, c := range r.env.Tree.Children(in.config) {
+				if e := r.env.Tree.Get(in.config + "/" + c); e != nil && e.Type == rootfs.TypeDir {
+					if err := r.rmdirIfEmpty(in.config + "/" + c); err != nil {
+						return err
+					}
 				}
 			}
 		}
 	case "unmask":
-		if err := r.rmdirIfEmpty(dshMasked); err != nil {
-			return err
+		for _, in := range []*dshInstance{dshSystem, dshUser} {
+			if err := r.rmdirIfEmpty(in.masked); err != nil {
+				return err
+			}
 		}
 	}
 	return exit(rc)
@@ -140,12 +173,14 @@ func (r *run) dshError(hc interp.HandlerContext, err error) error {
 	return exit(1)
 }
 
-func dshState(unit string) string { return dshEnabled + "/" + path.Base(unit) + ".dsh-also" }
+func (r *run) dshState(unit string) string {
+	return r.dsh.enabled + "/" + path.Base(unit) + ".dsh-also"
+}
 
 // findUnit is deb-systemd-helper's find_unit; a unit it cannot find is
 // returned as given.
 func (r *run) findUnit(u string) string {
-	for _, d := range []string{"/etc/systemd/system/", "/lib/systemd/system/", "/usr/lib/systemd/system/"} {
+	for _, d := range r.dsh.searchDirs {
 		if e, err := r.env.Tree.Lookup(d+u, true); err == nil && e.Type == rootfs.TypeRegular {
 			return d + u
 		}
@@ -154,7 +189,7 @@ func (r *run) findUnit(u string) string {
 }
 
 func (r *run) dshEntries(unit string) []string {
-	b, err := r.readFile(dshState(unit))
+	b, err := r.readFile(r.dshState(unit))
 	if err != nil {
 		return nil
 	}
@@ -197,7 +232,7 @@ func (r *run) linkClosure(servicePath string, visited []string) ([][2]string, er
 	for _, line := range strings.Split(string(b), "\n") {
 		if m := reWanted.FindStringSubmatch(line); m != nil {
 			for _, v := range strings.Fields(m[2]) {
-				d := unitConfig + "/" + unquote(v)
+				d := r.dsh.config + "/" + unquote(v)
 				if strings.EqualFold(m[1], "WantedBy") {
 					d += ".wants"
 				} else {
@@ -228,7 +263,7 @@ func (r *run) linkClosure(servicePath string, visited []string) ([][2]string, er
 				if unquote(v) != unit {
 					// deb-systemd-helper names the link after the whole
 					// value, as its Perl does ($1).
-					links = append(links, [2]string{unitConfig + "/" + m[1], servicePath})
+					links = append(links, [2]string{r.dsh.config + "/" + m[1], servicePath})
 				}
 			}
 		}
@@ -250,7 +285,7 @@ func (r *run) dshEnable(unit, servicePath string) error {
 		return r.makeSystemdLinks(unit, servicePath, true)
 	}
 	create := false
-	if r.exists(dshState(unit)) {
+	if r.exists(r.dshState(unit)) {
 		links, err := r.linkClosure(servicePath, nil)
 		if err != nil {
 			return err
@@ -259,6 +294,10 @@ func (r *run) dshEnable(unit, servicePath string) error {
 			if isLink, _, _ := r.linkState(l[0]); isLink {
 				create = true
 			}
+		}
+	} else if r.dsh == dshUser {
+		if err := r.presetUser(unit); err != nil {
+			return err
 		}
 	} else {
 		if r.env.Systemctl == nil {
@@ -284,7 +323,7 @@ func (r *run) makeSystemdLinks(unit, servicePath string, create bool) error {
 	if err != nil {
 		return err
 	}
-	state := dshState(unit)
+	state := r.dshState(unit)
 	for _, l := range links {
 		link, target := l[0], l[1]
 		old, _ := r.readFile(state)
@@ -293,7 +332,7 @@ func (r *run) makeSystemdLinks(unit, servicePath string, create bool) error {
 				return err
 			}
 		}
-		statefile := dshEnabled + "/" + strings.TrimPrefix(link, unitConfig+"/")
+		statefile := r.dsh.enabled + "/" + strings.TrimPrefix(link, r.dsh.config+"/")
 		if r.exists(statefile) {
 			continue
 		}
@@ -319,7 +358,7 @@ func containsLine(s, line string) bool {
 }
 
 func (r *run) dshRemoveLinks(servicePath string, purge bool) error {
-	state := dshState(servicePath)
+	state := r.dshState(servicePath)
 	entries := r.dshEntries(servicePath)
 	if purge && r.exists(state) {
 		if err := r.env.Tree.Remove(state); err != nil {
@@ -329,7 +368,7 @@ func (r *run) dshRemoveLinks(servicePath string, purge bool) error {
 	for _, l := range entries {
 		isLink, _, _ := r.linkState(l)
 		if purge || isLink {
-			if err := r.env.Tree.Remove(dshEnabled + "/" + strings.TrimPrefix(l, unitConfig+"/")); err != nil {
+			if err := r.env.Tree.Remove(r.dsh.enabled + "/" + strings.TrimPrefix(l, r.dsh.config+"/")); err != nil {
 				return err
 			}
 		}
@@ -354,7 +393,7 @@ func (r *run) dshRemoveLinks(servicePath string, purge bool) error {
 }
 
 func (r *run) dshMask(servicePath string) error {
-	link := unitConfig + "/" + path.Base(servicePath)
+	link := r.dsh.config + "/" + path.Base(servicePath)
 	if isLink, t, missing := r.linkState(link); !missing {
 		if isLink && t == "/dev/null" {
 			return nil
@@ -364,16 +403,16 @@ func (r *run) dshMask(servicePath string) error {
 	if err := r.symlink("/dev/null", link); err != nil {
 		return err
 	}
-	return r.writeFile(dshMasked+"/"+path.Base(servicePath), nil, 0o644)
+	return r.writeFile(r.dsh.masked+"/"+path.Base(servicePath), nil, 0o644)
 }
 
 func (r *run) dshUnmask(servicePath string) error {
-	link := unitConfig + "/" + path.Base(servicePath)
+	link := r.dsh.config + "/" + path.Base(servicePath)
 	isLink, t, missing := r.linkState(link)
 	if missing || !isLink || t != "/dev/null" {
 		return nil
 	}
-	state := dshMasked + "/" + path.Base(servicePath)
+	state := r.dsh.masked + "/" + path.Base(servicePath)
 	if !r.exists(state) {
 		return nil
 	}
@@ -401,4 +440,66 @@ func (r *run) rmdirIfEmpty(dir string) error {
 		return r.env.Tree.Remove(dir)
 	}
 	return nil
+}
+
+// presetUser is systemctl --global --preset-mode=enable-only preset for a
+// user unit. systemd's user presets enable two tmpfiles units by name and
+// say nothing of the rest, and a unit no preset names is enabled: the
+// links its [Install] section asks for are made in /etc/systemd/user,
+// pointing where systemctl finds the unit.
+func (r *run) presetUser(unit string) error {
+	if r.presetDisabled(unit) {
+		return nil
+	}
+	for _, d := range r.dsh.systemctlUnitDirs {
+		if e, err := r.env.Tree.Lookup(d+unit, true); err == nil && e.Type == rootfs.TypeRegular {
+			links, err := r.linkClosure(d+unit, nil)
+			if err != nil {
+				return err
+			}
+			for _, l := range links {
+				if isLink, _, _ := r.linkState(l[0]); isLink {
+					continue
+				}
+				if err := r.symlink(l[1], l[0]); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
+// presetDisabled reads the user preset files, as systemctl does: the
+// first line whose glob matches the unit decides; none means enable.
+func (r *run) presetDisabled(unit string) bool {
+	seen := map[string]bool{}
+	var files []string
+	for _, d := range []string{"/etc/systemd/user-preset", "/run/systemd/user-preset", "/usr/local/lib/systemd/user-preset", "/usr/lib/systemd/user-preset"} {
+		rd, err := r.env.Tree.Resolve(d, true)
+		if err != nil {
+			continue
+		}
+		for _, c := range r.env.Tree.Children(rd) {
+			if strings.HasSuffix(c, ".preset") && !seen[c] {
+				seen[c] = true
+				files = append(files, rd+"/"+c)
+			}
+		}
+	}
+	sort.Slice(files, func(i, j int) bool { return path.Base(files[i]) < path.Base(files[j]) })
+	for _, f := range files {
+		b, _ := r.readFile(f)
+		for _, l := range strings.Split(string(b), "\n") {
+			fs := strings.Fields(l)
+			if len(fs) < 2 || strings.HasPrefix(fs[0], "#") {
+				continue
+			}
+			if ok, _ := path.Match(fs[1], unit); ok {
+				return fs[0] == "disable"
+			}
+		}
+	}
+	return false
 }
