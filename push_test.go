@@ -154,8 +154,8 @@ func TestPushRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	i := bytes.Index(b, []byte("echo hi"))
-	b[i] = 'E'
+	// The layer is gzip: any byte of it will do.
+	b[len(b)/2] ^= 0x20
 	if err := os.WriteFile(blob, b, 0o644); err != nil {
 		t.Fatal(err)
 	}

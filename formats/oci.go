@@ -25,18 +25,24 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/rootfs/compress"
 )
 
-// Media types stamp writes. The layer is an uncompressed tar on purpose: its
-// digest is then the sha256 of the canonical tar and nothing else, so it
-// never moves when Go's compress/gzip or a zstd library changes its output.
-// containerd, podman, skopeo and registries all accept it; registries store
-// it as is, so a rootfs image costs its full size on the wire.
+// Media types stamp writes. The layer is gzip-compressed unless the recipe
+// says otherwise, because gzip is what every registry and client reads, and
+// what go-containerregistry's validation and the docker tools assume. The
+// diff_id stays the sha256 of the canonical tar whatever the compression, so
+// it never moves; the layer digest moves with the encoder (Go's
+// compress/gzip, klauspost's zstd), which provenance pins through stamp's
+// build info. An uncompressed layer (compression: none) keeps the digest
+// independent of any encoder, at its full size on the wire.
 const (
-	OCIIndexMediaType    = "application/vnd.oci.image.index.v1+json"
-	OCIManifestMediaType = "application/vnd.oci.image.manifest.v1+json"
-	OCIConfigMediaType   = "application/vnd.oci.image.config.v1+json"
-	OCILayerMediaType    = "application/vnd.oci.image.layer.v1.tar"
+	OCIIndexMediaType     = "application/vnd.oci.image.index.v1+json"
+	OCIManifestMediaType  = "application/vnd.oci.image.manifest.v1+json"
+	OCIConfigMediaType    = "application/vnd.oci.image.config.v1+json"
+	OCILayerMediaType     = "application/vnd.oci.image.layer.v1.tar"
+	OCILayerGzipMediaType = "application/vnd.oci.image.layer.v1.tar+gzip"
+	OCILayerZstdMediaType = "application/vnd.oci.image.layer.v1.tar+zstd"
 
 	// OCIRefName is the org.opencontainers.image.ref.name stamp gives its
 	// one image in index.json, so "oci:DIR:latest" names it as "oci:DIR"
@@ -86,6 +92,10 @@ func (ociFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base s
 	if kind == "containerdisk" && src.From == "" {
 		return nil, errors.New("oci: a containerdisk is made from a raw or qcow2 output; from is not set")
 	}
+	alg, err := ociCompression(spec.Compression)
+	if err != nil {
+		return nil, err
+	}
 	plat, err := ociPlatform(src.Arch)
 	if err != nil {
 		return nil, err
@@ -107,7 +117,7 @@ func (ociFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base s
 	if layout == "archive" {
 		defer os.RemoveAll(layoutDir)
 	}
-	w := &ociWriter{ctx: ctx, src: src, spec: spec, dir: layoutDir, plat: plat}
+	w := &ociWriter{ctx: ctx, src: src, spec: spec, dir: layoutDir, plat: plat, alg: alg}
 	res, digest, err := w.write(kind)
 	if err != nil {
 		os.RemoveAll(layoutDir)
@@ -136,6 +146,45 @@ func (ociFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base s
 	}
 	res.Files = []string{name, digestName}
 	return res, nil
+}
+
+// ociCompression reads the layer compression of a spec: gzip when none is
+// given, and only what a layer media type can name.
+func ociCompression(name string) (compress.Algorithm, error) {
+	if name == "" {
+		return compress.Gzip, nil
+	}
+	alg, err := compress.Parse(name)
+	if err != nil {
+		return "", fmt.Errorf("oci: %w", err)
+	}
+	if _, ok := ociLayerMediaTypes[alg]; !ok {
+		return "", fmt.Errorf("oci: compression %q: a layer is gzip, zstd or none", name)
+	}
+	return alg, nil
+}
+
+// ociLayerMediaTypes names the layer media type of each compression stamp
+// writes.
+var ociLayerMediaTypes = map[compress.Algorithm]string{
+	compress.Gzip: OCILayerGzipMediaType,
+	compress.Zstd: OCILayerZstdMediaType,
+	compress.None: OCILayerMediaType,
+}
+
+// ociLayerCompression is the compression a layer media type names, for the
+// OCI types and Docker's; ok is false for a media type that is not a layer
+// stamp can read.
+func ociLayerCompression(mediaType string) (alg compress.Algorithm, ok bool) {
+	switch mediaType {
+	case OCILayerMediaType, string(types.DockerUncompressedLayer):
+		return compress.None, true
+	case OCILayerGzipMediaType, string(types.DockerLayer):
+		return compress.Gzip, true
+	case OCILayerZstdMediaType:
+		return compress.Zstd, true
+	}
+	return "", false
 }
 
 // ociPlatform maps the recipe's architecture to the OCI platform.
@@ -213,6 +262,7 @@ type ociWriter struct {
 	spec *Spec
 	dir  string
 	plat ociPlatformJSON
+	alg  compress.Algorithm
 }
 
 // write lays out the image in w.dir and returns the manifest digest.
@@ -226,14 +276,14 @@ func (w *ociWriter) write(kind string) (*Result, string, error) {
 	}
 	res := &Result{}
 	var layer ociDescriptor
-	var comment string
+	var diffID, comment string
 	var err error
 	switch kind {
 	case "rootfs":
-		layer, err = w.rootfsLayer(res)
+		layer, diffID, err = w.rootfsLayer(res)
 		comment = "the sealed tree of " + w.src.Name
 	case "containerdisk":
-		layer, err = w.diskLayer(res)
+		layer, diffID, err = w.diskLayer(res)
 		comment = "KubeVirt containerDisk " + path.Join(containerDiskDir, filepath.Base(w.src.From))
 	}
 	if err != nil {
@@ -246,7 +296,7 @@ func (w *ociWriter) write(kind string) (*Result, string, error) {
 		Variant:      w.plat.Variant,
 		OS:           w.plat.OS,
 		Config:       ociRunConfig{Env: w.spec.Env, Entrypoint: w.spec.Entrypoint, Labels: w.spec.Labels},
-		RootFS:       ociRootFSJSON{Type: "layers", DiffIDs: []string{layer.Digest}},
+		RootFS:       ociRootFSJSON{Type: "layers", DiffIDs: []string{diffID}},
 		History:      []ociHistoryRow{{Created: created, CreatedBy: "stamp", Comment: comment}},
 	}
 	config, err := w.blob(OCIConfigMediaType, cfg)
@@ -274,7 +324,7 @@ func (w *ociWriter) write(kind string) (*Result, string, error) {
 	res.Adds = append(res.Adds,
 		fmt.Sprintf("# oci manifest %s size=%d", manifest.Digest, manifest.Size),
 		fmt.Sprintf("# oci config %s size=%d", config.Digest, config.Size),
-		fmt.Sprintf("# oci layer %s size=%d mediaType=%s", layer.Digest, layer.Size, layer.MediaType))
+		fmt.Sprintf("# oci layer %s size=%d mediaType=%s diffID=%s", layer.Digest, layer.Size, layer.MediaType, diffID))
 	return res, manifest.Digest, nil
 }
 
@@ -300,37 +350,61 @@ func (w *ociWriter) blob(mediaType string, v any) (ociDescriptor, error) {
 	return ociDescriptor{MediaType: mediaType, Digest: "sha256:" + hx, Size: int64(len(b))}, nil
 }
 
-// layerBlob streams fill into a temporary file in blobs/sha256, hashing on
-// the way, and renames it to its digest: the layer is never held in memory.
-func (w *ociWriter) layerBlob(fill func(io.Writer) error) (ociDescriptor, error) {
+// layerBlob streams the tar that fill writes into a temporary file in
+// blobs/sha256 in one pass: the tar is hashed for the diff_id, compressed,
+// and the compressed bytes hashed for the digest on their way to the file,
+// which is then renamed to its digest. The layer is never held in memory.
+// It returns the layer's descriptor and its diff_id.
+func (w *ociWriter) layerBlob(fill func(io.Writer) error) (ociDescriptor, string, error) {
 	blobs := filepath.Join(w.dir, "blobs", "sha256")
 	tmp := filepath.Join(blobs, ".layer.tmp")
-	h := sha256.New()
+	digest, diff := sha256.New(), sha256.New()
 	var n int64
 	err := writeFile(tmp, func(f *os.File) error {
-		cw := &ociCountWriter{w: io.MultiWriter(f, h)}
-		err := fill(cw)
+		// The encoders write in small pieces; the file wants large ones.
+		bw := bufio.NewWriterSize(f, 1<<20)
+		cw := &ociCountWriter{w: io.MultiWriter(bw, digest)}
+		zw, err := compress.NewWriter(w.alg, cw, compress.WriterOptions{})
+		if err != nil {
+			return err
+		}
+		tarOut := io.Writer(zw)
+		if w.alg != compress.None {
+			// Uncompressed, the digest is the diff_id: one hash serves.
+			tarOut = io.MultiWriter(zw, diff)
+		}
+		err = fill(tarOut)
+		if cerr := zw.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("layer %s: %w", w.alg, cerr)
+		}
+		if ferr := bw.Flush(); err == nil {
+			err = ferr
+		}
 		n = cw.n
 		return err
 	})
 	if err != nil {
-		return ociDescriptor{}, err
+		return ociDescriptor{}, "", err
 	}
-	hx := hex.EncodeToString(h.Sum(nil))
+	hx := hex.EncodeToString(digest.Sum(nil))
+	diffID := "sha256:" + hx
+	if w.alg != compress.None {
+		diffID = "sha256:" + hex.EncodeToString(diff.Sum(nil))
+	}
 	if err := os.Rename(tmp, filepath.Join(blobs, hx)); err != nil {
 		os.Remove(tmp)
-		return ociDescriptor{}, err
+		return ociDescriptor{}, "", err
 	}
-	return ociDescriptor{MediaType: OCILayerMediaType, Digest: "sha256:" + hx, Size: n}, nil
+	return ociDescriptor{MediaType: ociLayerMediaTypes[w.alg], Digest: "sha256:" + hx, Size: n}, diffID, nil
 }
 
-func (w *ociWriter) rootfsLayer(res *Result) (ociDescriptor, error) {
+func (w *ociWriter) rootfsLayer(res *Result) (ociDescriptor, string, error) {
 	var skipped []string
-	desc, err := w.layerBlob(func(out io.Writer) error {
+	desc, diffID, err := w.layerBlob(func(out io.Writer) error {
 		return WriteTar(w.ctx, w.src.Tree, out, TarOptions{Skipped: &skipped})
 	})
 	if err != nil {
-		return desc, err
+		return desc, "", err
 	}
 	for _, p := range skipped {
 		res.Warnings = append(res.Warnings, fmt.Sprintf("%s: a socket cannot be stored in an image layer; left out", p))
@@ -341,23 +415,23 @@ func (w *ociWriter) rootfsLayer(res *Result) (ociDescriptor, error) {
 		}
 		return nil
 	})
-	return desc, err
+	return desc, diffID, err
 }
 
 // diskLayer writes the containerDisk layer: /disk/ and the disk file, as
 // names without "./" like KubeVirt's own images.
-func (w *ociWriter) diskLayer(res *Result) (ociDescriptor, error) {
+func (w *ociWriter) diskLayer(res *Result) (ociDescriptor, string, error) {
 	f, err := os.Open(w.src.From)
 	if err != nil {
-		return ociDescriptor{}, fmt.Errorf("containerdisk source: %w", err)
+		return ociDescriptor{}, "", fmt.Errorf("containerdisk source: %w", err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return ociDescriptor{}, fmt.Errorf("containerdisk source: %w", err)
+		return ociDescriptor{}, "", fmt.Errorf("containerdisk source: %w", err)
 	}
 	if !fi.Mode().IsRegular() {
-		return ociDescriptor{}, fmt.Errorf("containerdisk source %s is not a regular file", filepath.Base(w.src.From))
+		return ociDescriptor{}, "", fmt.Errorf("containerdisk source %s is not a regular file", filepath.Base(w.src.From))
 	}
 	diskName := filepath.Base(w.src.From)
 	mtime := tarMTime(w.src.Epoch)
@@ -367,7 +441,7 @@ func (w *ociWriter) diskLayer(res *Result) (ociDescriptor, error) {
 	}
 	defer done()
 	diskHash := sha256.New()
-	desc, err := w.layerBlob(func(out io.Writer) error {
+	desc, diffID, err := w.layerBlob(func(out io.Writer) error {
 		bw := bufio.NewWriterSize(out, 1<<20)
 		tw := tar.NewWriter(bw)
 		hdrs := []*tar.Header{
@@ -394,7 +468,7 @@ func (w *ociWriter) diskLayer(res *Result) (ociDescriptor, error) {
 		return bw.Flush()
 	})
 	if err != nil {
-		return desc, err
+		return desc, "", err
 	}
 	ep := time.Unix(mtime.Unix(), 0).UTC()
 	dirEntry := &rootfs.Entry{Path: containerDiskDir, Inode: &rootfs.Inode{Type: rootfs.TypeDir,
@@ -403,7 +477,7 @@ func (w *ociWriter) diskLayer(res *Result) (ociDescriptor, error) {
 		Perm: containerDiskPerm, UID: containerDiskOwner, GID: containerDiskOwner, MTime: ep,
 		Size: fi.Size(), Digest: hex.EncodeToString(diskHash.Sum(nil))}}
 	res.Adds = append(res.Adds, rootfs.ManifestLine(dirEntry, nil, false), rootfs.ManifestLine(fileEntry, nil, false))
-	return desc, nil
+	return desc, diffID, nil
 }
 
 type ociCountWriter struct {
@@ -510,8 +584,10 @@ type OCIImage struct {
 	Labels   map[string]string
 	Manifest []byte // raw manifest
 	Config   []byte // raw config
-	// Layer is the image's one layer.
-	Layer OCIDescriptor
+	// Layer is the image's one layer, as stored; DiffID is the sha256 of
+	// its uncompressed tar, as the config lists it.
+	Layer  OCIDescriptor
+	DiffID string
 	// Kind is "containerdisk" when the layer holds only /disk and one file
 	// in it, "rootfs" otherwise.
 	Kind string
@@ -531,11 +607,11 @@ type OCIDescriptor struct {
 }
 
 // ReadOCI reads the OCI layout at p, a layout directory or an uncompressed
-// oci-archive tar, holding one image with one layer. Every blob in the
+// oci-archive tar, holding one image with one layer: a tar, plain or
+// compressed with gzip or zstd as its media type says. Every blob in the
 // layout, referenced or not, must hash to its name, and every descriptor's
-// size must match; the layer's diff_id must be its digest when it is
-// uncompressed (a compressed layer's diff_id is not checked). The layer is
-// read with ReadTar.
+// size must match; the decompressed layer must hash to the config's
+// diff_id. The layer is read with ReadTar.
 func ReadOCI(ctx context.Context, p string) (*OCIImage, error) {
 	s, err := openOCIStore(p)
 	if err != nil {
@@ -588,10 +664,14 @@ func readOCI(ctx context.Context, s *ociStore) (*OCIImage, error) {
 	if len(cfg.RootFS.DiffIDs) != 1 {
 		return nil, fmt.Errorf("config %s lists %d diff_ids for 1 layer", m.Config.Digest, len(cfg.RootFS.DiffIDs))
 	}
-	if ociUncompressed(l.MediaType) && cfg.RootFS.DiffIDs[0] != l.Digest {
-		return nil, fmt.Errorf("config %s: diff_id %s is not the uncompressed layer's digest %s", m.Config.Digest, cfg.RootFS.DiffIDs[0], l.Digest)
+	im.DiffID = cfg.RootFS.DiffIDs[0]
+	if _, ok := ociLayerCompression(l.MediaType); !ok {
+		return nil, fmt.Errorf("manifest %s: layer %s has media type %q, not a tar layer (plain, gzip or zstd)", mdesc.Digest, l.Digest, l.MediaType)
 	}
-	if im.Entries, err = s.readLayer(ctx, l); err != nil {
+	if ociUncompressed(l.MediaType) && im.DiffID != l.Digest {
+		return nil, fmt.Errorf("config %s: diff_id %s is not the uncompressed layer's digest %s", m.Config.Digest, im.DiffID, l.Digest)
+	}
+	if im.Entries, err = s.readLayer(ctx, l, im.DiffID); err != nil {
 		return nil, err
 	}
 	// Blobs nothing references are checked too: a layout is only as sound
@@ -667,48 +747,128 @@ func (im *OCIImage) OpenLayer() (*OCIBlobReader, error) {
 	}}, nil
 }
 
-// OpenDisk opens the disk file of a containerDisk read by ReadOCI, in place:
-// the layer must be uncompressed, as stamp writes it. The layout is not
-// verified again.
-func (im *OCIImage) OpenDisk() (*OCIBlobReader, error) {
+// OpenDisk opens the disk file of a containerDisk read by ReadOCI. From an
+// uncompressed layer the disk is read in place. A compressed layer cannot
+// be read at random offsets, so its disk is decompressed into a temporary
+// file (in $TMPDIR, unlinked at once, with holes where the disk has zeros)
+// and checked against the digest ReadOCI found. The layout is not verified
+// again.
+func (im *OCIImage) OpenDisk(ctx context.Context) (*OCIBlobReader, error) {
 	if im.Disk == nil {
 		return nil, fmt.Errorf("%s: not a containerDisk", im.path)
 	}
-	if !ociUncompressed(im.Layer.MediaType) {
-		return nil, fmt.Errorf("%s: the disk is in a %s layer; only an uncompressed layer can be read in place", im.path, im.Layer.MediaType)
+	alg, ok := ociLayerCompression(im.Layer.MediaType)
+	if !ok {
+		return nil, fmt.Errorf("%s: layer media type %q", im.path, im.Layer.MediaType)
 	}
 	layer, err := im.OpenLayer()
 	if err != nil {
 		return nil, err
 	}
+	if alg != compress.None {
+		defer layer.Close()
+		return im.extractDisk(ctx, alg, layer)
+	}
 	sr, closeAll := layer.SectionReader, layer.Close
 	// archive/tar reads exactly the header blocks and seeks over the data
 	// it skips, so after Next the reader stands at the member's data.
 	tr := tar.NewReader(sr)
+	hdr, err := im.diskMember(tr)
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	off, err := sr.Seek(0, io.SeekCurrent)
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	return &OCIBlobReader{SectionReader: io.NewSectionReader(sr, off, hdr.Size), close: closeAll}, nil
+}
+
+// diskMember advances tr to the disk file's member.
+func (im *OCIImage) diskMember(tr *tar.Reader) (*tar.Header, error) {
 	for {
 		hdr, err := tr.Next()
+		if err == io.EOF {
+			return nil, fmt.Errorf("%s: %s is not in layer %s", im.path, im.Disk.Path, im.Layer.Digest)
+		}
 		if err != nil {
-			closeAll()
-			if err == io.EOF {
-				err = fmt.Errorf("%s: %s is not in layer %s", im.path, im.Disk.Path, im.Layer.Digest)
-			}
-			return nil, err
+			return nil, fmt.Errorf("%s: layer %s: %w", im.path, im.Layer.Digest, err)
 		}
 		p, err := tarPath(hdr.Name)
-		if err != nil || p != im.Disk.Path || hdr.Typeflag != tar.TypeReg {
-			continue
+		if err == nil && p == im.Disk.Path && hdr.Typeflag == tar.TypeReg {
+			return hdr, nil
 		}
-		off, err := sr.Seek(0, io.SeekCurrent)
-		if err != nil {
-			closeAll()
-			return nil, err
-		}
-		return &OCIBlobReader{SectionReader: io.NewSectionReader(sr, off, hdr.Size), close: closeAll}, nil
 	}
 }
 
+// extractDisk decompresses the disk file out of a compressed layer into an
+// unlinked temporary file, so nothing is left behind whatever happens to
+// the process.
+func (im *OCIImage) extractDisk(ctx context.Context, alg compress.Algorithm, layer io.Reader) (*OCIBlobReader, error) {
+	zr, err := compress.NewReader(alg, layer)
+	if err != nil {
+		return nil, fmt.Errorf("%s: layer %s: %w", im.path, im.Layer.Digest, err)
+	}
+	defer zr.Close()
+	tr := tar.NewReader(zr)
+	hdr, err := im.diskMember(tr)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.CreateTemp("", "stamp-containerdisk-*")
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", im.path, err)
+	}
+	if err := os.Remove(f.Name()); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", im.path, err)
+	}
+	h := sha256.New()
+	err = ociCopySparse(f, &tarCtxReader{ctx: ctx, r: io.TeeReader(tr, h)}, hdr.Size)
+	if err == nil && hex.EncodeToString(h.Sum(nil)) != im.Disk.Digest {
+		err = errors.New("the disk no longer matches the layer ReadOCI read")
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %s: %w", im.path, im.Disk.Path, err)
+	}
+	return &OCIBlobReader{SectionReader: io.NewSectionReader(f, 0, hdr.Size), close: f.Close}, nil
+}
+
+// ociCopySparse copies size bytes of r into f from offset 0, leaving holes
+// where whole blocks are zero: a raw disk is mostly zeros, and its copy
+// then takes what its data takes.
+func ociCopySparse(f *os.File, r io.Reader, size int64) error {
+	const block = 64 << 10
+	buf, zero := make([]byte, 1<<20), make([]byte, block)
+	var off int64
+	for off < size {
+		n, err := io.ReadFull(r, buf[:min(int64(len(buf)), size-off)])
+		if err != nil {
+			if err == io.ErrUnexpectedEOF || err == io.EOF {
+				err = fmt.Errorf("ends after %d of its %d bytes", off+int64(n), size)
+			}
+			return err
+		}
+		for i := 0; i < n; i += block {
+			b := buf[i:min(i+block, n)]
+			if !bytes.Equal(b, zero[:len(b)]) {
+				if _, err := f.WriteAt(b, off+int64(i)); err != nil {
+					return err
+				}
+			}
+		}
+		off += int64(n)
+	}
+	// Trailing zero blocks were never written; the length still counts.
+	return f.Truncate(size)
+}
+
 func ociUncompressed(mediaType string) bool {
-	return mediaType == OCILayerMediaType || mediaType == "application/vnd.docker.image.rootfs.diff.tar"
+	alg, ok := ociLayerCompression(mediaType)
+	return ok && alg == compress.None
 }
 
 // ociStore reads the files of a layout directory or an oci-archive.
@@ -950,36 +1110,67 @@ func ociCheck(name string, h hash.Hash, got, want int64) error {
 	return nil
 }
 
-// readLayer reads the layer with ReadTar and checks its digest on the same
-// pass.
-func (s *ociStore) readLayer(ctx context.Context, d ociDescriptor) ([]*rootfs.Entry, error) {
+// readLayer reads the layer with ReadTar through its decompressor, and
+// checks its digest and diff_id on the same pass.
+func (s *ociStore) readLayer(ctx context.Context, d ociDescriptor, diffID string) ([]*rootfs.Entry, error) {
+	alg, _ := ociLayerCompression(d.MediaType)
 	sr, closeFn, err := s.blob(d.Digest)
 	if err != nil {
 		return nil, fmt.Errorf("layer: %w", err)
 	}
 	defer closeFn()
-	h := sha256.New()
+	h, dh := sha256.New(), sha256.New()
 	tee := io.TeeReader(sr, h)
-	entries, terr := ReadTar(ctx, tee)
+	entries, terr := ociReadLayerTar(ctx, alg, tee, dh)
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	// The tar reader stops at the end-of-archive blocks; the rest still
+	// The decompressor may stop short of the blob's end; the rest still
 	// counts for the digest. A blob that does not match its digest is
-	// reported as such even when the damage also broke the tar, since
-	// that is the cause.
+	// reported as such even when the damage also broke the tar or the
+	// compression, since that is the cause.
 	if _, err := io.Copy(io.Discard, tee); err != nil {
 		return nil, fmt.Errorf("layer %s: %w", d.Digest, err)
 	}
 	hx, _ := ociHex(d.Digest)
 	if err := ociCheck("blobs/sha256/"+hx, h, sr.Size(), d.Size); err != nil {
 		if terr != nil {
-			return nil, fmt.Errorf("%w (and the layer no longer reads as a tar: %v)", err, terr)
+			return nil, fmt.Errorf("%w (and the layer no longer reads as a %s tar: %v)", err, alg, terr)
 		}
 		return nil, err
 	}
 	if terr != nil {
 		return nil, fmt.Errorf("layer %s: %w", d.Digest, terr)
+	}
+	if alg != compress.None {
+		if got := "sha256:" + hex.EncodeToString(dh.Sum(nil)); got != diffID {
+			return nil, fmt.Errorf("layer %s: its uncompressed tar hashes to %s, the config's diff_id is %s", d.Digest, got, diffID)
+		}
+	}
+	return entries, nil
+}
+
+// ociReadLayerTar decompresses r with alg and reads the tar in it, hashing
+// the whole decompressed stream (the end-of-archive padding included) into
+// dh when the layer is compressed.
+func ociReadLayerTar(ctx context.Context, alg compress.Algorithm, r io.Reader, dh hash.Hash) ([]*rootfs.Entry, error) {
+	if alg == compress.None {
+		return ReadTar(ctx, r)
+	}
+	zr, err := compress.NewReader(alg, r)
+	if err != nil {
+		return nil, err
+	}
+	defer zr.Close()
+	ut := io.TeeReader(zr, dh)
+	entries, err := ReadTar(ctx, ut)
+	if err != nil {
+		return nil, err
+	}
+	// Reading to the end also makes gzip and zstd check their own
+	// checksums.
+	if _, err := io.Copy(io.Discard, ut); err != nil {
+		return nil, fmt.Errorf("%s: %w", alg, err)
 	}
 	return entries, nil
 }

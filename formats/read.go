@@ -632,7 +632,7 @@ func tarMemberRegions(p string) ([]Region, error) {
 // readContainerDisk reads the raw or qcow2 disk a containerDisk carries,
 // in place in its layer.
 func readContainerDisk(ctx context.Context, oi *OCIImage, im *Image) error {
-	dr, err := oi.OpenDisk()
+	dr, err := oi.OpenDisk(ctx)
 	if err != nil {
 		return err
 	}

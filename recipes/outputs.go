@@ -23,7 +23,7 @@ var outputKeys = map[string][]string{
 	FormatPXE:   {"compression", "from", "boot"},
 	FormatRaw:   {"size", "partitions", "boot", "freeSpace", "grow"},
 	FormatQcow2: {"from", "compression"},
-	FormatOCI:   {"from", "kind", "layout", "entrypoint", "env", "labels"},
+	FormatOCI:   {"from", "kind", "layout", "compression", "entrypoint", "env", "labels"},
 }
 
 var formats = []string{FormatTar, FormatRaw, FormatQcow2, FormatCpio, FormatPXE, FormatOCI}
@@ -32,6 +32,11 @@ var compressions = []string{"none", "gzip", "zstd", "xz"}
 
 // qcow2Compressions are what qcow2 clusters can hold (zlib deflate).
 var qcow2Compressions = []string{"none", "zlib"}
+
+// ociCompressions are the layer media types the image spec names
+// (tar+gzip, tar+zstd, tar); gzip comes first as the default because it is
+// the one every registry and client reads.
+var ociCompressions = []string{"gzip", "zstd", "none"}
 
 func oneOf(s string, set ...string) bool {
 	for _, x := range set {
@@ -149,8 +154,11 @@ func (d *decoder) outputDefaults(on *outputNode) {
 	}
 	if c := on.seen["compression"]; c != nil && o.Compression != "" {
 		set := compressions
-		if o.Format == FormatQcow2 {
+		switch o.Format {
+		case FormatQcow2:
 			set = qcow2Compressions
+		case FormatOCI:
+			set = ociCompressions
 		}
 		if !oneOf(o.Compression, set...) {
 			d.fail(c, child(o.Field, "compression"), "compression %q must be one of %s for format %s", o.Compression, strings.Join(set, ", "), o.Format)
@@ -171,6 +179,9 @@ func (d *decoder) outputDefaults(on *outputNode) {
 		}
 		if o.Layout == "" {
 			o.Layout = "dir"
+		}
+		if o.Compression == "" {
+			o.Compression = ociCompressions[0]
 		}
 		if o.Kind == "rootfs" && on.seen["from"] != nil {
 			d.fail(on.seen["from"], child(o.Field, "from"), "an oci rootfs is made from the tree; from applies to kind containerdisk")

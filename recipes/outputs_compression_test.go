@@ -24,10 +24,31 @@ func TestCompressionPerFormat(t *testing.T) {
 	for _, c := range []struct{ out, want string }{
 		{"  - {format: qcow2, from: raw, compression: zstd}\n", "r.yaml:7: outputs[1].compression: compression \"zstd\" must be one of none, zlib for format qcow2"},
 		{"  - {format: tar, compression: zlib}\n", "r.yaml:7: outputs[1].compression: compression \"zlib\" must be one of none, gzip, zstd, xz for format tar"},
+		{"  - {format: oci, compression: xz}\n", "r.yaml:7: outputs[1].compression: compression \"xz\" must be one of gzip, zstd, none for format oci"},
 	} {
 		_, err := Parse([]byte(base+c.out), "r.yaml")
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Fatalf("got %v, want %q", err, c.want)
+		}
+	}
+}
+
+// TestOCICompression: an OCI layer is gzip unless the recipe says
+// otherwise, for both kinds.
+func TestOCICompression(t *testing.T) {
+	base := "apiVersion: stamp.dev/v1alpha1\nkind: Recipe\nname: x\nbase: {tarball: ./b.tar}\noutputs:\n  - {format: raw}\n  - {format: qcow2}\n"
+	for out, want := range map[string]string{
+		"  - {format: oci}\n":                                         "gzip",
+		"  - {format: oci, kind: containerdisk}\n":                    "gzip",
+		"  - {format: oci, compression: zstd}\n":                      "zstd",
+		"  - {format: oci, kind: containerdisk, compression: none}\n": "none",
+	} {
+		r, err := Parse([]byte(base+out), "r.yaml")
+		if err != nil {
+			t.Fatalf("%q: %v", out, err)
+		}
+		if got := r.Outputs[len(r.Outputs)-1].Compression; got != want {
+			t.Errorf("%q: compression %q, want %q", out, got, want)
 		}
 	}
 }

@@ -95,7 +95,7 @@ func TestParseDesignExample(t *testing.T) {
 			{Line: 42, Field: "outputs[2]", Format: "qcow2", Name: "qcow2", From: "raw"},
 			{Line: 43, Field: "outputs[3]", Format: "cpio", Name: "cpio", Compression: "xz"},
 			{Line: 44, Field: "outputs[4]", Format: "pxe", Name: "pxe", Compression: "zstd"},
-			{Line: 45, Field: "outputs[5]", Format: "oci", Name: "oci", Kind: "rootfs", Layout: "dir"},
+			{Line: 45, Field: "outputs[5]", Format: "oci", Name: "oci", Kind: "rootfs", Layout: "dir", Compression: "gzip"},
 		},
 		Path: "k8s-node.yaml",
 	}

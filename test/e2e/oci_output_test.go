@@ -13,6 +13,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	crvalidate "github.com/google/go-containerregistry/pkg/v1/validate"
+
 	"github.com/stamp-dev/stamp/formats"
 	"github.com/stamp-dev/stamp/test/harness"
 )
@@ -40,6 +43,8 @@ outputs:
     entrypoint: [/sbin/init]
     env: [PATH=/usr/sbin:/usr/bin:/sbin:/bin]
     labels: {org.opencontainers.image.title: oci-node, dev.stamp.test: "yes"}
+  - {format: oci, name: zstd, compression: zstd}
+  - {format: oci, name: plain, layout: archive, compression: none}
 `
 
 // treeFiles maps every path under root to a description of its type, mode
@@ -102,6 +107,43 @@ func skopeoJSON(t *testing.T, args ...string) map[string]any {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// validateLayout runs go-containerregistry's full validate.Image on the one
+// image of a layout directory or oci-archive (unpacked first, as skopeo
+// does), loaded with layout.FromPath.
+func validateLayout(t *testing.T, p string) error {
+	t.Helper()
+	if fi, err := os.Stat(p); err != nil {
+		t.Fatal(err)
+	} else if !fi.IsDir() {
+		dir := t.TempDir()
+		cmd := exec.Command(harness.Tool(t, "tar"), "-xf", p, "-C", dir)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("tar -xf %s: %v\n%s", p, err, out)
+		}
+		p = dir
+	}
+	lp, err := layout.FromPath(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := lp.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Manifests) != 1 {
+		t.Fatalf("%s: index lists %d manifests", p, len(m.Manifests))
+	}
+	img, err := idx.Image(m.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return crvalidate.Image(img)
 }
 
 func readDigest(t *testing.T, p string) string {
@@ -168,7 +210,10 @@ func TestOCIOutputs(t *testing.T) {
 		t.Errorf("sha256sum -c: %v\n%s", err, b)
 	}
 
-	// The layer is the tar output, byte for byte.
+	// The layer is gzip by default, and every compression's layer is the
+	// tar output, byte for byte, once decompressed: the diff_id is the tar
+	// output's sha256. go-containerregistry's full validation passes on the
+	// gzip images (it gunzips every layer, so it cannot pass on the others).
 	im, err := formats.ReadOCI(t.Context(), layout)
 	if err != nil {
 		t.Fatal(err)
@@ -178,11 +223,32 @@ func TestOCIOutputs(t *testing.T) {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256(tarBytes)
-	if im.Layer.Digest != "sha256:"+hex.EncodeToString(sum[:]) {
-		t.Errorf("layer %s is not the tar output (sha256:%x)", im.Layer.Digest, sum)
-	}
+	tarDigest := "sha256:" + hex.EncodeToString(sum[:])
 	if im.Digest != digest || im.Kind != "rootfs" || len(im.Entries) < 100 {
 		t.Errorf("ReadOCI: digest %s kind %s, %d entries", im.Digest, im.Kind, len(im.Entries))
+	}
+	for _, c := range []struct{ file, mediaType string }{
+		{"oci-node.oci", formats.OCILayerGzipMediaType},
+		{"oci-node-archive.oci.tar", formats.OCILayerGzipMediaType},
+		{"oci-node-zstd.oci", formats.OCILayerZstdMediaType},
+		{"oci-node-plain.oci.tar", formats.OCILayerMediaType},
+	} {
+		oi, err := formats.ReadOCI(t.Context(), filepath.Join(out1, c.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if oi.Layer.MediaType != c.mediaType || oi.DiffID != tarDigest || len(oi.Entries) != len(im.Entries) {
+			t.Errorf("%s: layer %+v diff_id %s, %d entries; want %s, the tar output's %s, %d entries",
+				c.file, oi.Layer, oi.DiffID, len(oi.Entries), c.mediaType, tarDigest, len(im.Entries))
+		}
+		if c.mediaType == formats.OCILayerMediaType && oi.Layer.Digest != tarDigest {
+			t.Errorf("%s: the uncompressed layer %s is not the tar output", c.file, oi.Layer.Digest)
+		}
+		if c.mediaType == formats.OCILayerGzipMediaType {
+			if err := validateLayout(t, filepath.Join(out1, c.file)); err != nil {
+				t.Errorf("%s: validate.Image: %v", c.file, err)
+			}
+		}
 	}
 
 	// skopeo accepts all three names of the image and sees what the recipe
@@ -211,16 +277,18 @@ func TestOCIOutputs(t *testing.T) {
 		}
 	}
 
-	// stamp push, then pull back: the registry serves the same digest.
+	// stamp push, then pull back: the registry serves the same digest,
+	// whatever the layer's compression.
 	reg := harness.StartRegistry(t)
-	for _, src := range []string{layout, archive} {
+	for _, src := range []string{layout, archive, filepath.Join(out1, "oci-node-zstd.oci"), filepath.Join(out1, "oci-node-plain.oci.tar")} {
+		want := readDigest(t, src+".digest")
 		ref := reg.Addr + "/e2e/" + filepath.Base(src) + ":v1"
 		r := stamp(t, dir, nil, "push", src, ref).mustSucceed(t)
-		if got := strings.TrimSpace(r.stdout); !strings.HasSuffix(got, "@"+digest) {
-			t.Errorf("stamp push printed %q, want …@%s", got, digest)
+		if got := strings.TrimSpace(r.stdout); !strings.HasSuffix(got, "@"+want) {
+			t.Errorf("stamp push printed %q, want …@%s", got, want)
 		}
-		if v := skopeoJSON(t, "inspect", "--tls-verify=false", "docker://"+ref); v["Digest"] != digest {
-			t.Errorf("registry serves %v for %s, want %s", v["Digest"], ref, digest)
+		if v := skopeoJSON(t, "inspect", "--tls-verify=false", "docker://"+ref); v["Digest"] != want {
+			t.Errorf("registry serves %v for %s, want %s", v["Digest"], ref, want)
 		}
 	}
 	stamp(t, dir, nil, "push", layout).mustFail(t, 2, "OUTPUT and REF")
@@ -275,6 +343,12 @@ func TestOCIContainerDiskOutput(t *testing.T) {
 	if im.Kind != "containerdisk" || im.Disk == nil || im.Disk.Path != "/disk/cd-node.qcow2" ||
 		im.Disk.UID != 107 || im.Disk.GID != 107 || im.Disk.Perm != 0o440 || !strings.HasSuffix(qcow2, " "+im.Disk.Digest) {
 		t.Fatalf("containerdisk: kind %s disk %+v", im.Kind, im.Disk)
+	}
+	if im.Layer.MediaType != formats.OCILayerGzipMediaType {
+		t.Errorf("containerdisk layer %s, want gzip by default", im.Layer.MediaType)
+	}
+	if err := validateLayout(t, layout); err != nil {
+		t.Errorf("validate.Image: %v", err)
 	}
 	v := skopeoJSON(t, "inspect", "oci:"+layout)
 	if v["Digest"] != readDigest(t, layout+".digest") {

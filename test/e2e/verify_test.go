@@ -507,6 +507,28 @@ func flipCanary(t *testing.T, p string) {
 	}
 }
 
+// flipMiddle flips one bit of the byte in the middle of the file p.
+func flipMiddle(t *testing.T, p string) {
+	t.Helper()
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, fi.Size()/2); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0x20
+	if _, err := f.WriteAt(b, fi.Size()/2); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestInspectCheck(t *testing.T) {
 	harness.RequireTools(t, "dd", "sha256sum")
 	dir := proofDir(t, map[string]string{"recipe.yaml": proofRecipe("insp", "", nil, everyFormat)})
@@ -542,14 +564,18 @@ func TestInspectCheck(t *testing.T) {
 	}
 	for _, file := range []string{"insp-plain.tar", "insp-initrd.cpio", "insp-ociarchive.oci.tar", "insp.raw", "insp.qcow2"} {
 		p := filepath.Join(out, file)
-		flipCanary(t, p)
-		r := stamp(t, dir, nil, "inspect", "--check", p)
 		if file == "insp-ociarchive.oci.tar" {
-			// The layer no longer hashes to its digest: the OCI reader
-			// refuses the image before any file is compared.
-			r.mustFail(t, 1, "does not match", "blobs/sha256/")
+			// The layer is gzip, so the canary's bytes are not there to
+			// find; the layer blob is nearly all of the archive, so its
+			// middle byte is the layer's. The layer no longer hashes to
+			// its digest: the OCI reader refuses the image before any
+			// file is compared.
+			flipMiddle(t, p)
+			stamp(t, dir, nil, "inspect", "--check", p).mustFail(t, 1, "does not match", "blobs/sha256/")
 			continue
 		}
+		flipCanary(t, p)
+		r := stamp(t, dir, nil, "inspect", "--check", p)
 		r.mustFail(t, 1, "/etc/stamp-canary: content: sha256 ")
 		if n := strings.Count(r.stderr, "mismatch:"); n != 1 {
 			t.Errorf("inspect --check %s names %d mismatches, want 1:\n%s", file, n, r.stderr)
