@@ -138,8 +138,15 @@ func probe(network bool) (userns bool, err error) {
 	}
 	msg := strings.TrimSpace(string(out))
 	if userns {
-		return userns, fmt.Errorf("a sandbox needs a root build or user namespaces, and this build (uid %d) may not make a user namespace: %v: %s",
-			os.Geteuid(), err, msg)
+		hint := ""
+		switch {
+		case strings.Contains(msg, "No space left on device"):
+			hint = " (the sysctl user.max_user_namespaces is 0, or its limit is reached)"
+		case strings.Contains(msg, "Operation not permitted"):
+			hint = " (the kernel or a security policy forbids them: kernel.unprivileged_userns_clone, AppArmor, seccomp)"
+		}
+		return userns, fmt.Errorf("a sandbox needs a root build or user namespaces, and this build (uid %d) may not make a user namespace: %v: %s%s",
+			os.Geteuid(), err, msg, hint)
 	}
 	return userns, fmt.Errorf("a sandbox needs mount, PID and network namespaces, and this root build may not make them: %v: %s", err, msg)
 }

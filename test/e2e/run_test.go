@@ -203,7 +203,8 @@ func TestRunWithoutNamespaces(t *testing.T) {
 			}
 			out, cache := filepath.Join(dir, "out"), filepath.Join(dir, "cache")
 			r := stampAs65534WithoutUserns(t, dir, "build", "recipe.yaml", "-o", out, "--cache-dir", cache, "--work-dir", work)
-			r.mustFail(t, 1, tc.step, "needs a root build or user namespaces, and this build (uid 65534) may not make a user namespace")
+			r.mustFail(t, 1, tc.step, "needs a root build or user namespaces, and this build (uid 65534) may not make a user namespace",
+				"user.max_user_namespaces is 0")
 			for _, p := range []string{out, cache} {
 				if _, err := os.Stat(p); err == nil {
 					t.Errorf("%s exists after a build that could not run", p)
