@@ -158,7 +158,7 @@ func (in *Inspection) Write(w io.Writer) {
 	fmt.Fprintf(w, "  name:       %s (%s)\n", r.Name, r.Arch)
 	fmt.Fprintf(w, "  epoch:      %d (%s)\n", r.Epoch, time.Unix(r.Epoch, 0).UTC().Format(time.RFC3339))
 	if r.Recipe != nil {
-		fmt.Fprintf(w, "  recipe:     %s %s\n", r.Recipe.File, r.Recipe.Digest)
+		fmt.Fprintf(w, "  recipe:     %s %s (without its outputs)\n", r.Recipe.File, r.Recipe.PhasesDigest)
 	}
 	switch {
 	case in.TreeDigest == "":

@@ -35,7 +35,7 @@ func outputBase(rec *recipes.Recipe, out *recipes.Output) string {
 // writeOutputs writes every output into a staging directory inside the
 // output directory and moves the files to their final names only when all of
 // them, the manifest and the sums are complete.
-func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, tree *rootfs.Tree, ep time.Time, treeDigest string, att *attestation) (names []string, err error) {
+func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, work string, tree *rootfs.Tree, ep time.Time, treeDigest string, att *attestation) (names []string, err error) {
 	log := o.log()
 	if err := os.MkdirAll(o.OutputDir, 0o755); err != nil {
 		return nil, fmt.Errorf("output dir: %w", err)
@@ -52,7 +52,8 @@ func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, tree *ro
 		return nil, err
 	}
 	mainFile := map[string]string{}
-	known := map[string]string{} // sums the formats computed while writing
+	addsOf := map[string][]string{} // manifest lines of what each output added
+	known := map[string]string{}    // sums the formats computed while writing
 	var files []string
 	for i := range rec.Outputs {
 		out := &rec.Outputs[i]
@@ -60,20 +61,25 @@ func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, tree *ro
 		if err != nil {
 			return nil, &UsageError{Msg: fmt.Sprintf("%s.format: %v", out.Field, err)}
 		}
+		// Each output has scratch space of its own in the work directory,
+		// for its own view of the tree, gone once it is written.
+		scratch, err := os.MkdirTemp(work, "output-")
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", out.Field, err)
+		}
 		src := &formats.Source{Tree: tree, Epoch: ep, Name: rec.Name, Arch: rec.Arch, Seed: seed(rec),
-			Log: log.WithField("output", out.Name), Progress: o.Progress}
+			WorkDir: scratch, Log: log.WithField("output", out.Name), Progress: o.Progress}
 		if out.From != "" {
 			src.From = filepath.Join(staging, mainFile[out.From])
+			src.FromAdds = addsOf[out.From]
 		}
-		spec := &formats.Spec{Format: out.Format, Name: out.Name, Compression: out.Compression, Size: out.Size,
-			FreeSpace: out.FreeSpace, From: out.From, Kind: out.Kind, Layout: out.Layout,
-			Entrypoint: out.Entrypoint, Env: out.Env, Labels: out.Labels,
-			Partitions: partitionSpecs(out.Partitions), Boot: bootSpec(out.Boot)}
 		start := time.Now()
-		res, err := f.Write(ctx, src, spec, staging, outputBase(rec, out))
+		res, err := f.Write(ctx, src, outputSpec(out), staging, outputBase(rec, out))
+		os.RemoveAll(scratch)
 		if err != nil {
 			return nil, fmt.Errorf("%s (%s): %w", out.Field, out.Format, err)
 		}
+		addsOf[out.Name] = res.Adds
 		for _, w := range res.Warnings {
 			log.Warnf("%s: %s", out.Name, w)
 		}
@@ -143,6 +149,15 @@ func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, tree *ro
 		}
 	}
 	return all, nil
+}
+
+// outputSpec is an output as the recipe asks for it, in the formats' terms.
+func outputSpec(out *recipes.Output) *formats.Spec {
+	return &formats.Spec{Format: out.Format, Name: out.Name, Compression: out.Compression, Size: out.Size,
+		FreeSpace: out.FreeSpace, From: out.From, Kind: out.Kind, Layout: out.Layout,
+		Entrypoint: out.Entrypoint, Env: out.Env, Labels: out.Labels,
+		Partitions: partitionSpecs(out.Partitions), Boot: bootSpec(out.Boot),
+		Grow: out.Format == recipes.FormatRaw && (out.Grow == nil || *out.Grow)}
 }
 
 func seed(rec *recipes.Recipe) string {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/stamp-dev/stamp/formats"
 	"github.com/stamp-dev/stamp/recipes"
 	"github.com/stamp-dev/stamp/rootfs"
 )
@@ -24,14 +25,21 @@ type record struct {
 	Params     map[string]string `json:"params,omitempty"`
 	TreeDigest string            `json:"treeDigest"`
 	Inputs     []recordInput     `json:"inputs"`
-	Entries    []recordEntry     `json:"entries"`
+	// Views say what each format may add to its own view of the tree: an
+	// output holds those entries beyond Entries. The list is stamp's, not
+	// the recipe's, so that no output depends on which others were asked
+	// for.
+	Views   []formats.ViewAddition `json:"views"`
+	Entries []recordEntry          `json:"entries"`
 }
 
-// recordRecipe names the recipe file and its digest, so an image says which
-// recipe made it.
+// recordRecipe names the recipe file and the digest of what in it decides
+// the tree (recipes.Recipe.TreeDigest: no outputs, comments or layout), so
+// an image says which recipe made it, and asking for another output does
+// not change it. provenance.json has the digest of the file itself.
 type recordRecipe struct {
-	File   string `json:"file"`
-	Digest string `json:"digest"`
+	File         string `json:"file"`
+	PhasesDigest string `json:"phasesDigest"`
 }
 
 type recordInput struct {
@@ -50,11 +58,11 @@ type recordEntry struct {
 	Member string `json:"member,omitempty"`
 }
 
-func writeRecord(t *rootfs.Tree, rec *recipes.Recipe, ep time.Time, treeDigest string, inputs []plannedInput, recipeSum string) error {
+func writeRecord(t *rootfs.Tree, rec *recipes.Recipe, ep time.Time, treeDigest string, inputs []plannedInput) error {
 	r := record{APIVersion: "stamp.dev/v1alpha1", Name: rec.Name, Arch: rec.Arch, Epoch: ep.Unix(), TreeDigest: treeDigest,
 		Inputs: []recordInput{}, Entries: []recordEntry{}}
-	if recipeSum != "" {
-		r.Recipe = &recordRecipe{File: path.Base(filepath.ToSlash(rec.Path)), Digest: recipeSum}
+	if rec.Path != "" {
+		r.Recipe = &recordRecipe{File: path.Base(filepath.ToSlash(rec.Path)), PhasesDigest: rec.TreeDigest}
 	}
 	if pv := rec.ParamValues(); len(pv) > 0 {
 		r.Params = pv
@@ -62,6 +70,7 @@ func writeRecord(t *rootfs.Tree, rec *recipes.Recipe, ep time.Time, treeDigest s
 	for _, pi := range inputs {
 		r.Inputs = append(r.Inputs, recordInput{Field: pi.field, Kind: string(pi.in.Kind), URI: lockKey(rec.Dir, pi.in.URI), Digest: pi.in.Digest})
 	}
+	r.Views = formats.ViewAdditions()
 	for _, e := range t.Entries() {
 		r.Entries = append(r.Entries, recordEntry{Path: e.Path, Type: e.Type.String(), SHA256: e.Digest, Layer: e.Origin.Layer, Input: e.Origin.Input, Member: e.Origin.Member})
 	}

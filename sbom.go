@@ -89,7 +89,7 @@ func sbomJSON(tree *rootfs.Tree, rec *recipes.Recipe, ep time.Time, treeDigest s
 		},
 	}
 	image := spdxPackage{Name: rec.Name, SPDXID: "SPDXRef-Image", DownloadLocation: "NOASSERTION",
-		PrimaryPackagePurpose: "OPERATING-SYSTEM", Comment: "stamp tree digest " + treeDigest}
+		PrimaryPackagePurpose: "OPERATING_SYSTEM", Comment: "stamp tree digest " + treeDigest}
 	doc.Packages = append(doc.Packages, withNoAssertion(image))
 	doc.Relationships = append(doc.Relationships, spdxRelationship{"SPDXRef-DOCUMENT", "DESCRIBES", image.SPDXID})
 

@@ -100,6 +100,34 @@ func (o *Options) openCache() (*cache.Cache, error) {
 	return cache.Open(dir, cache.Options{Offline: o.Offline, Log: o.log(), Progress: o.Progress})
 }
 
+// makeWork makes a fresh directory for one run inside WorkDir, made when
+// missing, by its absolute path: maintainer-script handlers and hooks run
+// programs by paths inside it, whatever their working directory.
+func (o *Options) makeWork(pattern string) (string, error) {
+	dir := o.WorkDir
+	if dir != "" {
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return "", fmt.Errorf("work dir %s: %w", dir, err)
+		}
+		if err := os.MkdirAll(abs, 0o700); err != nil {
+			return "", fmt.Errorf("work dir %s: %w", dir, err)
+		}
+		dir = abs
+	}
+	work, err := os.MkdirTemp(dir, pattern)
+	if err != nil {
+		return "", fmt.Errorf("work dir: %w", err)
+	}
+	if !filepath.IsAbs(work) {
+		// The system's temp dir named by a relative TMPDIR.
+		if work, err = filepath.Abs(work); err != nil {
+			return "", fmt.Errorf("work dir: %w", err)
+		}
+	}
+	return work, nil
+}
+
 func (o *Options) lockPath(rec *recipes.Recipe) string {
 	if o.LockPath != "" {
 		return o.LockPath
@@ -132,9 +160,9 @@ func Build(ctx context.Context, rec *recipes.Recipe, o Options) (*Result, error)
 		return nil, err
 	}
 	ep := epoch(rec, &o)
-	work, err := os.MkdirTemp(o.WorkDir, "stamp-"+rec.Name+"-")
+	work, err := o.makeWork("stamp-" + rec.Name + "-")
 	if err != nil {
-		return nil, fmt.Errorf("work dir: %w", err)
+		return nil, err
 	}
 	if !o.KeepWork {
 		defer os.RemoveAll(work)
@@ -161,9 +189,6 @@ func Build(ctx context.Context, rec *recipes.Recipe, o Options) (*Result, error)
 			log.WithField("entries", tree.Len()).Debugf("%s done in %s", st.label, time.Since(start).Round(time.Millisecond))
 		}
 	}
-	if err := addGrowDropIn(tree, rec, ep); err != nil {
-		return nil, fmt.Errorf("raw: grow drop-in: %w", err)
-	}
 	sealOpts := rootfs.SealOptions{Epoch: ep, NoDefaultCleanup: !rec.Seal.Cleanup.Default, Cleanup: rec.Seal.Cleanup.Globs}
 	rep, err := rootfs.Seal(ctx, tree, sealOpts)
 	if err != nil {
@@ -172,10 +197,10 @@ func Build(ctx context.Context, rec *recipes.Recipe, o Options) (*Result, error)
 	log.WithField("removed", len(rep.Removed)).Infof("sealed %d entries", tree.Len())
 	treeDigest := rootfs.Digest(tree.Entries())
 	relativeOrigins(tree, rec.Dir)
-	if err := writeRecord(tree, rec, ep, treeDigest, inputs, att.recipeDigest); err != nil {
+	if err := writeRecord(tree, rec, ep, treeDigest, inputs); err != nil {
 		return nil, err
 	}
-	outs, err := writeOutputs(ctx, rec, &o, tree, ep, treeDigest, att)
+	outs, err := writeOutputs(ctx, rec, &o, work, tree, ep, treeDigest, att)
 	if err != nil {
 		return nil, err
 	}

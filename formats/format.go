@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"time"
 
@@ -26,7 +27,13 @@ type Source struct {
 	Seed string
 	// From is the file of the output this one is made from, "" for the tree.
 	From string
-	Log  logrus.FieldLogger
+	// FromAdds are the manifest lines of what the output this one is made
+	// from added beyond the tree: a qcow2 holds the same disk as its raw.
+	FromAdds []string
+	// WorkDir is scratch space for this output (its own view of the tree),
+	// inside the build's work directory; "" means the system's.
+	WorkDir string
+	Log     logrus.FieldLogger
 	// Progress starts a progress display; nil shows nothing.
 	Progress rootfs.Progress
 }
@@ -47,6 +54,9 @@ type Spec struct {
 	// Partitions and Boot lay out a raw disk (see PartitionSpec, BootSpec).
 	Partitions []PartitionSpec
 	Boot       *BootSpec
+	// Grow gives a raw disk's view of the tree a systemd-repart drop-in
+	// that grows the root to fill a larger disk on first boot.
+	Grow bool
 }
 
 // Result says what a format wrote.
@@ -61,6 +71,28 @@ type Result struct {
 	// Sums holds the hex sha256 of files the format hashed while writing
 	// them, so the conductor need not read them again for SHA256SUMS.
 	Sums map[string]string
+}
+
+// ViewAddition is an entry a format may add to its own view of the tree:
+// the tree, its digest and every other output never hold it.
+type ViewAddition struct {
+	Format string `json:"format"`
+	Path   string `json:"path"`
+	When   string `json:"when"`
+}
+
+// ViewAdditions lists what each format may add to its view of the tree,
+// whatever a recipe asks for, so that an image can say which of its
+// entries are not the tree's without depending on the other outputs.
+func ViewAdditions() []ViewAddition {
+	return []ViewAddition{
+		{"cpio", XattrListPath, "entries carry xattrs the kernel's unpacker drops"},
+		{"pxe", "/init", "always: the live init of the initramfs"},
+		{"pxe", XattrListPath, "entries carry xattrs the kernel's unpacker drops"},
+		{"raw", "/lost+found", "the tree has none: the root file system's own"},
+		{"raw", GrowDropIn, "grow is true (the default) and the tree has none"},
+		{"raw", path.Dir(GrowDropIn), "grow is true and the tree has no such directory"},
+	}
 }
 
 // Format writes one kind of output into dir, naming its files after base.

@@ -360,8 +360,8 @@ func TestOCIContainerDisk(t *testing.T) {
 				t.Errorf("warnings %q", res.Warnings)
 			}
 			wantAdds := []string{
-				"/disk type=dir mode=0555 uid=107 gid=107 mtime=1700000000",
-				"/disk/node.qcow2 type=file mode=0440 uid=107 gid=107 mtime=1700000000 size=3145851 sha256=" + hex.EncodeToString(sum[:]),
+				"layer:/disk type=dir mode=0555 uid=107 gid=107 mtime=1700000000",
+				"layer:/disk/node.qcow2 type=file mode=0440 uid=107 gid=107 mtime=1700000000 size=3145851 sha256=" + hex.EncodeToString(sum[:]),
 			}
 			for _, w := range wantAdds {
 				found := false

@@ -351,6 +351,10 @@ func (w *ociWriter) diskLayer(res *Result) (ociDescriptor, string, error) {
 	fileEntry := &rootfs.Entry{Path: path.Join(containerDiskDir, diskName), Inode: &rootfs.Inode{Type: rootfs.TypeRegular,
 		Perm: containerDiskPerm, UID: containerDiskOwner, GID: containerDiskOwner, MTime: ep,
 		Size: fi.Size(), Digest: hex.EncodeToString(diskHash.Sum(nil))}}
+	// The image holds the disk, so it adds what the disk adds, and the
+	// layer's own directory and file, named as a reader names them.
+	res.Adds = append(res.Adds, w.src.FromAdds...)
+	dirEntry.Path, fileEntry.Path = "layer:"+dirEntry.Path, "layer:"+fileEntry.Path
 	res.Adds = append(res.Adds, rootfs.ManifestLine(dirEntry, nil, false), rootfs.ManifestLine(fileEntry, nil, false))
 	return desc, diffID, nil
 }

@@ -322,10 +322,13 @@ func (pxeFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base s
 	}
 	res := &Result{Files: []string{name}, Warnings: b.Warnings}
 	for _, a := range b.Adds {
-		// The bundle's own files are named inside the output directory; the
-		// initramfs's entries are tree paths.
-		if !strings.HasPrefix(a, "/") {
-			a = name + "/" + a
+		// The initramfs's additions are named as a reader names them; the
+		// bundle's own files, like an OCI image's blobs, are its structure,
+		// not entries: comments.
+		if strings.HasPrefix(a, "/") {
+			a = "initrd:" + a
+		} else {
+			a = "# pxe file " + name + "/" + a
 		}
 		res.Adds = append(res.Adds, a)
 	}

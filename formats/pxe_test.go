@@ -256,9 +256,12 @@ func TestPXEFormat(t *testing.T) {
 	}
 	var names []string
 	for _, a := range res.Adds {
+		if c, ok := strings.CutPrefix(a, "# pxe file "); ok {
+			a = c
+		}
 		names = append(names, strings.Fields(a)[0])
 	}
-	if want := []string{XattrListPath, "/init", "node.pxe/boot.ipxe", "node.pxe/pxelinux.cfg/default", "node.pxe/SHA256SUMS"}; !slices.Equal(names, want) {
+	if want := []string{"initrd:" + XattrListPath, "initrd:/init", "node.pxe/boot.ipxe", "node.pxe/pxelinux.cfg/default", "node.pxe/SHA256SUMS"}; !slices.Equal(names, want) {
 		t.Errorf("adds name %q, want %q", names, want)
 	}
 	// A failed bundle leaves nothing behind.

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"math"
 	"os"
 	"path"
@@ -180,7 +179,7 @@ func planDisk(ctx context.Context, src *Source, spec *Spec) (_ *diskPlan, err er
 			pp.tree = src.Tree
 			if pp != root {
 				// Only the root holds the tree; another ext4 partition starts empty.
-				t, done, err := emptyTree(src.Epoch)
+				t, done, err := emptyTree(src.WorkDir, src.Epoch)
 				if err != nil {
 					return nil, fmt.Errorf("%s: %w", pp.field, err)
 				}
@@ -203,6 +202,14 @@ func planDisk(ctx context.Context, src *Source, spec *Spec) (_ *diskPlan, err er
 	}
 	if root == nil {
 		return nil, errors.New("partitions: a raw disk needs a partition of type root")
+	}
+	if spec.Grow {
+		view, err := growView(src)
+		if err != nil {
+			return nil, fmt.Errorf("grow: %w", err)
+		}
+		p.cleanup = append(p.cleanup, func() { view.Close() })
+		root.tree = view
 	}
 	if loader == "systemd-boot" {
 		if esp == nil || esp.vfat == nil {
@@ -256,7 +263,7 @@ func (p *diskPlan) sizePartitions(diskSize int64, sizeText string) error {
 				return fmt.Errorf("%s.size: %w", pp.field, err)
 			}
 		case pp.ext4 != nil:
-			if size == 0 && diskSize != 0 && pp.tree == p.src.Tree {
+			if size == 0 && diskSize != 0 && pp.spec.Type == "root" {
 				autoRoot = pp
 				continue
 			}
@@ -466,8 +473,17 @@ func (p *diskPlan) manifestAdds() []string {
 				adds = append(adds, rootfs.ManifestLine(e, nil, false))
 			}
 		case pp.ext4 != nil:
+			// The partition's view of the tree: what this disk added to it,
+			// and the lost+found the ext4 writer adds to a tree without one.
+			var lines []*rootfs.Entry
+			for _, e := range pp.tree.Added() {
+				lines = append(lines, &rootfs.Entry{Path: prefix + e.Path, Inode: e.Inode})
+			}
 			if pp.tree.Get("/lost+found") == nil {
-				e := &rootfs.Entry{Path: prefix + "/lost+found", Inode: &rootfs.Inode{Type: rootfs.TypeDir, Perm: 0o700, MTime: p.src.Epoch}}
+				lines = append(lines, &rootfs.Entry{Path: prefix + "/lost+found", Inode: &rootfs.Inode{Type: rootfs.TypeDir, Perm: 0o700, MTime: p.src.Epoch}})
+			}
+			sort.Slice(lines, func(i, j int) bool { return lines[i].Path < lines[j].Path })
+			for _, e := range lines {
 				adds = append(adds, rootfs.ManifestLine(e, nil, false))
 			}
 		}
@@ -475,10 +491,54 @@ func (p *diskPlan) manifestAdds() []string {
 	return adds
 }
 
+// GrowDropIn is where a raw disk's view of the tree gets its
+// systemd-repart drop-in.
+const GrowDropIn = "/usr/lib/repart.d/50-stamp-root.conf"
+
+// growDropIn makes the root partition grow to the end of a larger disk at
+// first boot (systemd-repart), and its filesystem with it. The partition
+// also carries the grow-file-system attribute, for systemd's gpt-auto and
+// growfs.
+const growDropIn = `# Written by stamp: grow the root partition and its filesystem to fill the
+# disk on first boot. Remove this file to keep the partition as built.
+[Partition]
+Type=root
+GrowFileSystem=yes
+`
+
+// growView is the disk's own view of the sealed tree: the tree with the
+// repart drop-in added, unless the tree already has one. The tree itself,
+// and so every other output, never sees the file.
+func growView(src *Source) (*rootfs.Tree, error) {
+	dir, err := os.MkdirTemp(src.WorkDir, "grow-")
+	if err != nil {
+		return nil, err
+	}
+	view, err := src.Tree.Overlay(dir)
+	if err != nil {
+		return nil, err
+	}
+	if view.Get(GrowDropIn) != nil {
+		return view, nil
+	}
+	origin := rootfs.Origin{Layer: "stamp", Member: "raw.grow"}
+	if _, err := view.MkdirAll(path.Dir(GrowDropIn), rootfs.Header{Perm: 0o755, MTime: src.Epoch, Origin: origin}); err != nil {
+		view.Close()
+		return nil, err
+	}
+	_, err = view.Create(GrowDropIn, rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, MTime: src.Epoch, Origin: origin},
+		strings.NewReader(growDropIn))
+	if err != nil {
+		view.Close()
+		return nil, err
+	}
+	return view, nil
+}
+
 // emptyTree is a tree holding only its root, for an ext4 partition other
 // than the root.
-func emptyTree(epoch time.Time) (*rootfs.Tree, func(), error) {
-	dir, err := os.MkdirTemp("", "stamp-empty-")
+func emptyTree(workDir string, epoch time.Time) (*rootfs.Tree, func(), error) {
+	dir, err := os.MkdirTemp(workDir, "empty-")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -553,65 +613,4 @@ func human(n int64) string {
 		return fmt.Sprintf("%d B", n)
 	}
 	return fmt.Sprintf("%.1f %s", f, units[u])
-}
-
-// diskAdds reads a raw disk back and lists what it holds beyond tree, as
-// manifestAdds does from the plan: every file and directory of its FAT
-// partitions, and the lost+found of each ext4 partition that the tree did
-// not provide (the root's when the tree has none, every other one's).
-func diskAdds(ctx context.Context, r io.ReaderAt, size int64, tree *rootfs.Tree, epoch time.Time) ([]string, error) {
-	_, parts, err := disk.ReadGPT(r, size)
-	if err != nil {
-		return nil, err
-	}
-	var adds []string
-	for _, p := range parts {
-		pr := io.NewSectionReader(r, p.Start, p.Size)
-		prefix := p.Name + ":"
-		magic := make([]byte, 2)
-		if _, err := pr.ReadAt(magic, 1080); err == nil && binary.LittleEndian.Uint16(magic) == 0xEF53 {
-			isRoot := p.Type == disk.TypeRootAMD64 || p.Type == disk.TypeRootARM64
-			if !isRoot || tree.Get("/lost+found") == nil {
-				e := &rootfs.Entry{Path: prefix + "/lost+found", Inode: &rootfs.Inode{Type: rootfs.TypeDir, Perm: 0o700, MTime: epoch}}
-				adds = append(adds, rootfs.ManifestLine(e, nil, false))
-			}
-			continue
-		}
-		fsys, err := fat.Open(pr, p.Size)
-		if err != nil {
-			continue // neither ext4 nor FAT: swap, or nothing
-		}
-		var ents []*rootfs.Entry
-		err = fs.WalkDir(fsys, ".", func(name string, d fs.DirEntry, err error) error {
-			if err != nil || name == "." {
-				return err
-			}
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			info, err := d.Info()
-			if err != nil {
-				return err
-			}
-			in := &rootfs.Inode{Type: rootfs.TypeDir, Perm: 0o755, MTime: info.ModTime()}
-			if !d.IsDir() {
-				b, err := fs.ReadFile(fsys, name)
-				if err != nil {
-					return err
-				}
-				sum := sha256.Sum256(b)
-				in = &rootfs.Inode{Type: rootfs.TypeRegular, Perm: 0o644, MTime: info.ModTime(), Size: int64(len(b)), Digest: hex.EncodeToString(sum[:])}
-			}
-			ents = append(ents, &rootfs.Entry{Path: prefix + "/" + name, Inode: in})
-			return nil
-		})
-		if err != nil {
-			return nil, fmt.Errorf("partition %s: %w", p.Name, err)
-		}
-		sort.Slice(ents, func(i, j int) bool { return ents[i].Path < ents[j].Path })
-		for _, e := range ents {
-			adds = append(adds, rootfs.ManifestLine(e, nil, false))
-		}
-	}
-	return adds, nil
 }

@@ -694,21 +694,13 @@ func (pxeImageReader) Read(ctx context.Context, h *Head) (*Image, error) {
 		return nil, fmt.Errorf("%s: %w", PXEInitrd, err)
 	}
 	im.Path, im.Format, im.Regions, im.Plain = h.Path, "pxe", nil, ""
+	for _, e := range im.Extra {
+		e.Path = "initrd:" + e.Path // the cpio reader's own (its xattr list)
+	}
 	// What the initramfs holds beyond the tree (the live /init) is the
 	// bundle's: the record says which paths the tree had.
 	if im.Record != nil {
-		recorded := recordPaths(im.Record)
-		var tree []*rootfs.Entry
-		for _, e := range im.Entries {
-			if recorded[e.Path] || holdsRecordPath(e.Path) {
-				tree = append(tree, e)
-			} else {
-				e.Path = "initrd:" + e.Path
-				im.Extra = append(im.Extra, e)
-			}
-		}
-		im.Entries = tree
-		rootfs.SetNlink(im.Entries)
+		splitRecorded(im, "initrd")
 	}
 	for _, name := range []string{PXEKernel, PXEScript, PXELinuxCfg, PXESums} {
 		sum, size, err := fileDigest(filepath.Join(h.Path, filepath.FromSlash(name)))

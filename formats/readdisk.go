@@ -206,18 +206,22 @@ func readDisk(ctx context.Context, r io.ReaderAt, size int64, im *Image) error {
 				return fmt.Errorf("partition %d (%s): %w", i+1, p.Name, err)
 			}
 		}
+		// A file system's own root directory is not one of its entries, as
+		// fsck counts them.
 		fsys.Files = len(entries)
+		if len(entries) > 0 && entries[0].Path == "/" {
+			fsys.Files--
+		}
 		im.Filesystems = append(im.Filesystems, fsys)
 		if i == root {
 			im.Entries = entries
 			continue
 		}
-		name := p.Name
-		if name == "" {
-			name = fmt.Sprintf("p%d", i+1)
-		}
 		for _, e := range entries {
-			e.Path = name + ":" + e.Path
+			if e.Path == "/" {
+				continue
+			}
+			e.Path = partName(p, i) + ":" + e.Path
 			im.Extra = append(im.Extra, e)
 		}
 	}
@@ -225,17 +229,47 @@ func readDisk(ctx context.Context, r io.ReaderAt, size int64, im *Image) error {
 		return errors.New("no ext4 root partition")
 	}
 	im.Record = recordOf(ctx, r, size, parts[root], im.Entries)
-	// The root file system's lost+found is the file system's, not the
-	// tree's, unless the record says the tree had one.
-	if lf := findEntry(im.Entries, "/lost+found"); lf != nil && !recordPaths(im.Record)["/lost+found"] {
+	if _, ok := treePaths(im.Record); ok {
+		// What the root file system holds beyond the record is the
+		// output's own (lost+found, a repart drop-in).
+		splitRecorded(im, partName(parts[root], root))
+	} else if lf := findEntry(im.Entries, "/lost+found"); lf != nil && !recordPaths(im.Record)["/lost+found"] {
+		// Without a stamp record, lost+found is taken for the file
+		// system's unless the record names it.
 		im.Entries = removeEntry(im.Entries, lf)
-		lf.Path = parts[root].Name + ":/lost+found"
+		lf.Path = partName(parts[root], root) + ":/lost+found"
 		im.Extra = append(im.Extra, lf)
 	}
 	im.Complete = true
 	sort.Slice(im.Extra, func(a, b int) bool { return im.Extra[a].Path < im.Extra[b].Path })
 	sort.SliceStable(im.Regions, func(a, b int) bool { return im.Regions[a].Offset < im.Regions[b].Offset })
 	return nil
+}
+
+// partName is how Extra names a partition: its GPT name, or pN.
+func partName(p disk.Partition, i int) string {
+	if p.Name == "" {
+		return fmt.Sprintf("p%d", i+1)
+	}
+	return p.Name
+}
+
+// splitRecorded moves every entry of im.Entries that the embedded record
+// does not name (other than the record itself and the directories above
+// it, which it cannot list) to im.Extra under prefix.
+func splitRecorded(im *Image, prefix string) {
+	recorded := recordPaths(im.Record)
+	var tree []*rootfs.Entry
+	for _, e := range im.Entries {
+		if recorded[e.Path] || holdsRecordPath(e.Path) {
+			tree = append(tree, e)
+			continue
+		}
+		e.Path = prefix + ":" + e.Path
+		im.Extra = append(im.Extra, e)
+	}
+	im.Entries = tree
+	rootfs.SetNlink(im.Entries)
 }
 
 // fsKind names the file system at off by its magic.
@@ -794,16 +828,26 @@ func removeEntry(entries []*rootfs.Entry, e *rootfs.Entry) []*rootfs.Entry {
 // recordPaths is the set of paths the record names; empty when there is
 // no record or it does not parse.
 func recordPaths(record []byte) map[string]bool {
+	out, _ := treePaths(record)
+	return out
+}
+
+// treePaths is the set of paths a stamp record names, and whether record
+// is one: only then does it list the whole tree, so that what an image
+// holds beyond it is the output's own.
+func treePaths(record []byte) (map[string]bool, bool) {
 	var r struct {
-		Entries []struct{ Path string }
+		APIVersion string
+		Entries    []struct{ Path string }
 	}
 	out := map[string]bool{}
-	if json.Unmarshal(record, &r) == nil {
-		for _, e := range r.Entries {
-			out[e.Path] = true
-		}
+	if json.Unmarshal(record, &r) != nil {
+		return out, false
 	}
-	return out
+	for _, e := range r.Entries {
+		out[e.Path] = true
+	}
+	return out, strings.HasPrefix(r.APIVersion, "stamp.dev/")
 }
 
 // readFile writes the size bytes of inode ino (raw) to w, following its extent

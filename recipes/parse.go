@@ -2,6 +2,8 @@ package recipes
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -95,6 +97,9 @@ func ParseWith(data []byte, filename string, o Options) (r *Recipe, err error) {
 		return nil, join(d.errs)
 	}
 	r.Path = filename
+	if r.TreeDigest, err = treeDigest(root); err != nil {
+		return nil, &Error{File: filename, Line: 1, Msg: err.Error()}
+	}
 	for _, p := range ps.list {
 		r.Params = append(r.Params, *p)
 	}
@@ -318,4 +323,39 @@ func (d *decoder) seal(n *yaml.Node, field string) Seal {
 		},
 	})
 	return s
+}
+
+// treeDigest is the sha256 of the recipe as decoded, parameters
+// substituted, without its outputs, its comments or its layout: what
+// decides the tree. An image records it, so asking for another output, or
+// rewording a comment, leaves every image's bytes as they were.
+func treeDigest(root *yaml.Node) (string, error) {
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(canonical(root, true)); err != nil {
+		return "", fmt.Errorf("recipe digest: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return "", fmt.Errorf("recipe digest: %w", err)
+	}
+	sum := sha256.Sum256(b.Bytes())
+	return "sha256:" + hex.EncodeToString(sum[:]), nil
+}
+
+// canonical copies n without comments or styles, and, at the top, without
+// the outputs.
+func canonical(n *yaml.Node, top bool) *yaml.Node {
+	c := &yaml.Node{Kind: n.Kind, Tag: n.ShortTag(), Value: n.Value}
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		return canonical(n.Alias, false)
+	}
+	for i := 0; i < len(n.Content); i++ {
+		if top && n.Kind == yaml.MappingNode && i%2 == 0 && n.Content[i].Value == "outputs" {
+			i++
+			continue
+		}
+		c.Content = append(c.Content, canonical(n.Content[i], false))
+	}
+	return c
 }

@@ -98,6 +98,8 @@ func TestParseDesignExample(t *testing.T) {
 			{Line: 45, Field: "outputs[5]", Format: "oci", Name: "oci", Kind: "rootfs", Layout: "dir", Compression: "gzip"},
 		},
 		Path: "k8s-node.yaml",
+		// Checked by TestTreeDigest.
+		TreeDigest: got.TreeDigest,
 	}
 	if !reflect.DeepEqual(got, want) {
 		compare(t, "", reflect.ValueOf(got).Elem(), reflect.ValueOf(want).Elem())
@@ -319,5 +321,41 @@ func TestExamples(t *testing.T) {
 		if r.Name+".yaml" != filepath.Base(f) {
 			t.Errorf("%s: name %q does not match the file name", f, r.Name)
 		}
+	}
+}
+
+func TestTreeDigest(t *testing.T) {
+	digest := func(src string) string {
+		t.Helper()
+		r, err := Parse([]byte(src), "r.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(r.TreeDigest, "sha256:") || len(r.TreeDigest) != 71 {
+			t.Fatalf("TreeDigest %q", r.TreeDigest)
+		}
+		return r.TreeDigest
+	}
+	const head = "apiVersion: stamp.dev/v1alpha1\nkind: Recipe\nname: n\nbase: {tarball: ./b.tar}\n"
+	plain := digest(head + "customize:\n  layers:\n    - remove: [/tmp/x]\noutputs:\n  - {format: tar}\n")
+	for name, src := range map[string]string{
+		"more outputs":        head + "customize:\n  layers:\n    - remove: [/tmp/x]\noutputs:\n  - {format: tar}\n  - {format: cpio}\n",
+		"no outputs":          head + "customize:\n  layers:\n    - remove: [/tmp/x]\n",
+		"comments and layout": "# a comment\n" + head + "customize:\n  layers: # the only layer\n  - remove:\n    - \"/tmp/x\"\noutputs: [{format: tar}]\n",
+	} {
+		if got := digest(src); got != plain {
+			t.Errorf("%s: digest %s, want %s as the tree is the same", name, got, plain)
+		}
+	}
+	if digest(head+"customize:\n  layers:\n    - remove: [/tmp/y]\n") == plain {
+		t.Error("a different layer gives the same digest")
+	}
+	params := "params: {p: /tmp/x}\n" + head + "customize:\n  layers:\n    - remove: [\"${p}\"]\n"
+	r, err := ParseWith([]byte(params), "r.yaml", Options{Set: map[string]string{"p": "/tmp/z"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.TreeDigest == digest(params) {
+		t.Error("another parameter value gives the same digest")
 	}
 }

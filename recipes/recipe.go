@@ -41,6 +41,10 @@ type Recipe struct {
 	Dir string
 	// Path is the file name as given to Load or Parse; errors use it.
 	Path string
+	// TreeDigest ("sha256:...") covers the recipe as decoded, parameters
+	// substituted, without its outputs, comments or layout: what decides
+	// the tree, and so what an image records of its recipe.
+	TreeDigest string
 }
 
 // Output returns the output with the given name.

@@ -56,6 +56,10 @@ type Tree struct {
 	writes *writePool
 	// adopted trees index an existing root: owners come from the disk.
 	adopted bool
+	// lower is the tree an overlay was made from (see Overlay); lowerPath
+	// says where in it the content of an inode the overlay kept lives.
+	lower     *Tree
+	lowerPath map[*Inode]string
 }
 
 // New opens dir (created if missing, and expected empty) as a new tree holding
@@ -146,12 +150,20 @@ func (t *Tree) Open(p string) (*os.File, error) {
 	if e.Type != TypeRegular {
 		return nil, &fs.PathError{Op: "open", Path: p, Err: fmt.Errorf("is a %s, not a file", e.Type)}
 	}
+	if lp, ok := t.inLower(e.Inode); ok {
+		return t.lower.Open(lp)
+	}
 	return t.root.OpenFile(rel(p), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 }
 
 // DiskPath is where the content of the entry at the exact path p lives on the
 // host. Only for tools that need a host path (hooks, external validators).
 func (t *Tree) DiskPath(p string) string {
+	if e := t.entries[p]; e != nil {
+		if lp, ok := t.inLower(e.Inode); ok {
+			return t.lower.DiskPath(lp)
+		}
+	}
 	return path.Join(t.dir, rel(p))
 }
 
@@ -260,8 +272,15 @@ func (t *Tree) Link(p, target string, origin Origin) (*Entry, error) {
 			return nil, err
 		}
 	}
-	if err := t.root.Link(rel(tp), rel(full)); err != nil {
-		return nil, &fs.PathError{Op: "link", Path: full, Err: err}
+	// An overlay's link to content it kept from the lower tree shares the
+	// inode, and with it the lower path the content is read from.
+	if _, lower := t.inLower(te.Inode); !lower {
+		if err := t.mkdirUpper(rel(full)); err != nil {
+			return nil, &fs.PathError{Op: "link", Path: full, Err: err}
+		}
+		if err := t.root.Link(rel(tp), rel(full)); err != nil {
+			return nil, &fs.PathError{Op: "link", Path: full, Err: err}
+		}
 	}
 	te.nlink++
 	e := &Entry{Path: full, Inode: te.Inode, Origin: origin}
@@ -450,6 +469,9 @@ func diskMode(in *Inode) os.FileMode {
 
 func (t *Tree) createOnDisk(full string, in *Inode, r io.Reader) error {
 	name := rel(full)
+	if err := t.mkdirUpper(name); err != nil {
+		return err
+	}
 	switch in.Type {
 	case TypeDir:
 		if full != "/" {
@@ -514,6 +536,9 @@ func finishFile(f *os.File, in *Inode, err error) (os.FileInfo, error) {
 
 // syncDisk sets the on-disk mode of a non-symlink and records its state.
 func (t *Tree) syncDisk(full string, in *Inode) error {
+	if _, lower := t.inLower(in); lower {
+		return nil // the overlay's index alone holds what changed
+	}
 	if in.Type != TypeSymlink {
 		if err := t.root.Chmod(rel(full), diskMode(in)); err != nil {
 			return &fs.PathError{Op: "chmod", Path: full, Err: err}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -363,10 +364,20 @@ func act(c *cli.Context, code *int, getenv func(string) string, fn func(*recipes
 		*code = exitUsage
 		return err
 	}
+	workDir, err := privateDir(c, "work-dir")
+	if err != nil {
+		*code = exitUsage
+		return err
+	}
+	cacheDir, err := privateDir(c, "cache-dir")
+	if err != nil {
+		*code = exitUsage
+		return err
+	}
 	o := stamp.Options{
 		OutputDir:          c.String("output"),
-		WorkDir:            c.String("work-dir"),
-		CacheDir:           c.String("cache-dir"),
+		WorkDir:            workDir,
+		CacheDir:           cacheDir,
 		LockPath:           c.String("lock"),
 		Offline:            c.Bool("offline"),
 		UpdateLock:         c.Bool("update-lock"),
@@ -475,4 +486,28 @@ func interspersed(app *cli.App, args []string) []string {
 		out = append(out, rest...)
 	}
 	return out
+}
+
+// privateDir returns the directory a flag names as an absolute path, made
+// (mode 0700) when missing, since a fresh CI runner has none and every
+// path the build hands a child process must not depend on its working
+// directory. "" stays "": the library's default.
+func privateDir(c *cli.Context, flag string) (string, error) {
+	dir := c.String(flag)
+	if dir == "" {
+		return "", nil
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("--%s %s: %w", flag, dir, err)
+	}
+	if err := os.MkdirAll(abs, 0o700); err != nil {
+		return "", fmt.Errorf("--%s %s: %w", flag, dir, err)
+	}
+	probe, err := os.MkdirTemp(abs, ".stamp-probe-")
+	if err != nil {
+		return "", fmt.Errorf("--%s %s: not usable: %w", flag, dir, err)
+	}
+	os.Remove(probe)
+	return abs, nil
 }

@@ -632,7 +632,14 @@ func TestDebsKernel(t *testing.T) {
 	base := harness.DpkgBaseFor(t)
 	dir := debsDir(t, repo, base, debsRecipe(repo.FileURL(), []string{harness.KernelPackage}, "        deferScripts: true"))
 	out := filepath.Join(dir, "out")
-	build := stampAs65534(t, dir, nil, "build", "recipe.yaml", "-o", out, "--cache-dir", filepath.Join(dir, "cache"), "--work-dir", dir).mustSucceed(t)
+	// A relative work directory that does not exist yet: stamp makes it,
+	// and depmod's loader is still run by an absolute path.
+	build := stampAs65534(t, dir, nil, "build", "recipe.yaml", "-o", out, "--cache-dir", "cache/not-yet-made", "--work-dir", "work/not-yet-made").mustSucceed(t)
+	if fi, err := os.Stat(filepath.Join(dir, "work/not-yet-made")); err != nil {
+		t.Error(err)
+	} else if fi.Mode().Perm() != 0o700 {
+		t.Errorf("the work directory stamp made has mode %v; want 0700", fi.Mode().Perm())
+	}
 	for _, l := range strings.Split(build.stderr, "\n") {
 		if strings.Contains(l, "deferred") {
 			t.Log(l)

@@ -1,0 +1,110 @@
+package rootfs
+
+import (
+	"fmt"
+	"os"
+	"path"
+)
+
+// Overlay returns a tree that starts as a copy of t's index and keeps the
+// content of t's files where it is, in t's directory, while whatever is
+// created in the overlay lives in dir. It is how one output adds entries to
+// its own view of a sealed tree (a disk's repart drop-in, say) without the
+// tree, its digest, its record or any other output seeing them.
+//
+// t must not change while the overlay is in use. Hard links in t stay hard
+// links in the overlay. The overlay is meant for additions: an entry of t
+// can be replaced or removed, but a replaced entry's content is written anew
+// into dir, never into t's directory.
+func (t *Tree) Overlay(dir string) (*Tree, error) {
+	if err := t.settleWrites(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("overlay %s: %w", dir, err)
+	}
+	r, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("overlay %s: %w", dir, err)
+	}
+	o := &Tree{dir: dir, root: r, opts: t.opts, entries: make(map[string]*Entry, len(t.entries)),
+		lower: t, lowerPath: make(map[*Inode]string, len(t.entries))}
+	copies := make(map[*Inode]*Inode, len(t.entries))
+	for _, p := range t.Paths() {
+		e := t.entries[p]
+		in := copies[e.Inode]
+		if in == nil {
+			c := *e.Inode
+			if e.Xattrs != nil {
+				c.Xattrs = make(map[string]string, len(e.Xattrs))
+				for k, v := range e.Xattrs {
+					c.Xattrs[k] = v
+				}
+			}
+			in = &c
+			copies[e.Inode] = in
+			o.lowerPath[in] = p
+		}
+		o.entries[p] = &Entry{Path: p, Inode: in, Origin: e.Origin}
+	}
+	return o, nil
+}
+
+// Added returns the entries of an overlay that its lower tree does not hold
+// as they are: new paths, and paths whose entry was replaced or changed. For
+// a tree that is no overlay it returns nil.
+func (t *Tree) Added() []*Entry {
+	if t.lower == nil {
+		return nil
+	}
+	var out []*Entry
+	for _, p := range t.Paths() {
+		e := t.entries[p]
+		le := t.lower.entries[p]
+		if le == nil {
+			out = append(out, e)
+			continue
+		}
+		if _, kept := t.lowerPath[e.Inode]; !kept || !sameInode(le.Inode, e.Inode) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// sameInode compares what a manifest line shows of two inodes.
+func sameInode(a, b *Inode) bool {
+	if a.Type != b.Type || a.Perm != b.Perm || a.UID != b.UID || a.GID != b.GID || !a.MTime.Equal(b.MTime) ||
+		a.Size != b.Size || a.Digest != b.Digest || a.Target != b.Target || a.Major != b.Major || a.Minor != b.Minor ||
+		len(a.Xattrs) != len(b.Xattrs) {
+		return false
+	}
+	for k, v := range a.Xattrs {
+		if bv, ok := b.Xattrs[k]; !ok || bv != v {
+			return false
+		}
+	}
+	return true
+}
+
+// inLower reports where the content of in lives in the lower tree, for an
+// overlay's entry that kept its lower content.
+func (t *Tree) inLower(in *Inode) (string, bool) {
+	if t.lower == nil {
+		return "", false
+	}
+	p, ok := t.lowerPath[in]
+	return p, ok
+}
+
+// mkdirUpper makes the directories above name in an overlay's own
+// directory, which holds only what the overlay created.
+func (t *Tree) mkdirUpper(name string) error {
+	if t.lower == nil {
+		return nil
+	}
+	if d := path.Dir(name); d != "." {
+		return t.root.MkdirAll(d, 0o700)
+	}
+	return nil
+}
