@@ -152,10 +152,12 @@ func Apply(ctx context.Context, rec *recipes.Recipe, root string, ao ApplyOption
 		return nil, fmt.Errorf("apply: scratch copy of %s: %w", root, err)
 	}
 	log.Infof("copied %s to %s in %s", root, scratch, time.Since(start).Round(time.Millisecond))
+	start = time.Now()
 	after, err := applyOnScratch(ctx, rec, phases, c, scratch, ep, &o)
 	if err != nil {
 		return nil, err
 	}
+	log.Infof("applied the recipe to the copy and scanned it in %s", time.Since(start).Round(time.Millisecond))
 	keepLost(before, after, losses)
 	clampNew(before, after, ep)
 	p := &ApplyPlan{Recipe: rec.Name, RecipeDigest: rd, Root: root, DryRun: ao.DryRun, Changes: diffNodes(before, after)}

@@ -112,6 +112,7 @@ func carryOver(ctx context.Context, live *dirTree, scratch string, before, after
 	if err != nil {
 		return fmt.Errorf("%s: %w", backupDir, err)
 	}
+	start := time.Now()
 	saved := map[string]bool{}
 	for _, ch := range p.Changes {
 		if err := ctx.Err(); err != nil {
@@ -146,6 +147,8 @@ func carryOver(ctx context.Context, live *dirTree, scratch string, before, after
 	if err := live.writeFile(appliedPath, append(data, '\n'), 0o644, ep); err != nil {
 		return fmt.Errorf("%s: %w", appliedPath, err)
 	}
+	log.Infof("saved %d backups and the record in %s", len(saved), time.Since(start).Round(time.Millisecond))
+	start = time.Now()
 	src, err := openDirTree(scratch)
 	if err != nil {
 		return err
@@ -204,6 +207,7 @@ func carryOver(ctx context.Context, live *dirTree, scratch string, before, after
 	if err := relock(func(d string) *node { return am[d] }); err != nil {
 		return err
 	}
+	log.Infof("changed %s in %s", p.Root, time.Since(start).Round(time.Millisecond))
 	for _, d := range dirs {
 		m := ep.UnixNano()
 		if a := am[d]; a != nil {
@@ -268,6 +272,31 @@ func (d *dirTree) backup(p, digest string, ep time.Time) error {
 	if _, err := d.lstat(name); err == nil {
 		return nil
 	}
+	// A second name keeps the old content at the cost of a link: apply
+	// replaces by rename and removes by unlink, so it never writes into
+	// the inode itself.
+	err := d.at(p, func(fd int, n string) error {
+		return d.at(name, func(bfd int, bn string) error {
+			unix.Unlinkat(bfd, tmpName, 0)
+			if err := unix.Linkat(fd, n, bfd, tmpName, 0); err != nil {
+				return err
+			}
+			got, err := fileDigest(procPath(bfd, tmpName))
+			if err == nil && got != digest {
+				err = fmt.Errorf("changed while apply ran (sha256 %s, scanned as %s)", got, digest)
+			}
+			if err == nil {
+				err = unix.Renameat(bfd, tmpName, bfd, bn)
+			}
+			if err != nil {
+				unix.Unlinkat(bfd, tmpName, 0)
+			}
+			return err
+		})
+	})
+	if !errors.Is(err, unix.EXDEV) && !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EMLINK) {
+		return err
+	}
 	return d.at(p, func(fd int, n string) error {
 		src, err := os.OpenFile(procPath(fd, n), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 		if err != nil {
@@ -306,9 +335,6 @@ func (d *dirTree) writeStream(p string, perm uint32, ep time.Time, fill func(io.
 		err = fill(f)
 		if err == nil {
 			err = f.Chmod(os.FileMode(perm))
-		}
-		if err == nil {
-			err = f.Sync()
 		}
 		if cerr := f.Close(); err == nil {
 			err = cerr
@@ -491,6 +517,15 @@ func Undo(ctx context.Context, root string, o UndoOptions) (*UndoResult, error) 
 			res.Removed++
 		}
 	}
+	// The last restore of each backup takes the backup's inode itself;
+	// the others copy it, so paths that only had the same content do not
+	// become hard links of each other.
+	uses := map[string]int{}
+	for _, ch := range rec.Changes {
+		if b := before[ch.Path]; b != nil && b.typ == rootfs.TypeRegular && (ch.Kind == "removed" || ch.Kind == "replaced") {
+			uses[b.SHA256]++
+		}
+	}
 	restored := map[string]bool{}
 	intact := func(l string) bool {
 		k := kinds[l]
@@ -507,8 +542,18 @@ func Undo(ctx context.Context, root string, o UndoOptions) (*UndoResult, error) 
 		if b.typ.IsDevice() && os.Geteuid() != 0 {
 			return nil, fmt.Errorf("undo: %s: restoring a %s device needs root", ch.Path, b.Type)
 		}
+		if b.typ == rootfs.TypeRegular {
+			uses[b.SHA256]--
+		}
+		last := uses[b.SHA256] == 0
 		err := live.put(b, presentFunc(b.Links, intact), func(fd int, name string) error {
 			return live.at(path.Join(backupDir, b.SHA256), func(bfd int, bname string) error {
+				if last {
+					err := unix.Linkat(bfd, bname, fd, name, 0)
+					if !errors.Is(err, unix.EXDEV) && !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EMLINK) {
+						return err
+					}
+				}
 				return copyFileAt(fd, name, procPath(bfd, bname))
 			})
 		})
