@@ -21,10 +21,10 @@ deps:
 # Builds a small base from real Debian packages, then the example recipe.
 demo: deps build
 	$(GO) run ./test/cmd/mkbase -o recipes/examples/base.tar.zst
-	$(BIN) build recipes/examples/k8s-node.yaml -o $(DEMO)
+	$(BIN) build recipes/examples/demo.yaml -o $(DEMO)
 	@echo; echo "outputs in $(DEMO):"; ls -l $(DEMO)
 	@echo; cd $(DEMO) && sha256sum --quiet -c SHA256SUMS && echo "SHA256SUMS: every output checks"
-	@echo; $(BIN) inspect $(DEMO)/k8s-node.raw | head -12
+	@echo; $(BIN) inspect $(DEMO)/demo.raw | head -12
 
 test: deps lint unit fuzz
 

@@ -1,0 +1,113 @@
+package e2e
+
+import (
+	"bytes"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/stamp-dev/stamp/test/harness"
+)
+
+// TestEveryShippedRecipeBuilds builds each recipe under recipes/ as it is
+// shipped, so that no example reads as real and fails when built. A recipe
+// that needs inputs (a base tarball, a repository, a registry) gets them
+// from the harness, never by editing the recipe.
+func TestEveryShippedRecipeBuilds(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..", "recipes")
+	var found []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".yaml") {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if bytes.Contains(data, []byte("\nkind: Recipe\n")) {
+			rel, _ := filepath.Rel(root, p)
+			found = append(found, rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// How each recipe is built: extra arguments, and whether it wants the
+	// harness's base as ./base.tar.zst beside it.
+	how := map[string]struct {
+		base bool
+		args []string
+	}{
+		"examples/demo.yaml":    {base: true},
+		"examples/minimal.yaml": {base: true},
+	}
+	if len(found) == 0 {
+		t.Fatal("no recipes found under recipes/")
+	}
+	for _, rel := range found {
+		t.Run(rel, func(t *testing.T) {
+			h, ok := how[rel]
+			if !ok {
+				t.Fatalf("recipes/%s is shipped but this test does not know how to build it: add it here", rel)
+			}
+			dir := harness.TempDirFor65534(t)
+			copyTree(t, filepath.Dir(filepath.Join(root, rel)), dir)
+			if h.base {
+				base, err := os.ReadFile(harness.Base(t))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(dir, "base.tar.zst"), base, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out := filepath.Join(dir, "out")
+			args := append([]string{"build", filepath.Base(rel), "-o", out, "--cache-dir", filepath.Join(dir, "cache")}, h.args...)
+			stamp(t, dir, nil, args...).mustSucceed(t)
+			if sums := readSums(t, filepath.Join(out, "SHA256SUMS")); len(sums) == 0 {
+				t.Fatal("no outputs")
+			}
+		})
+	}
+}
+
+// copyTree copies the regular files, directories and symlinks under src
+// into dst, keeping executable bits (hooks).
+func copyTree(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		to := filepath.Join(dst, rel)
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(to, 0o755)
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(target, to)
+		default:
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(to, data, fi.Mode().Perm()|0o444)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
