@@ -310,7 +310,8 @@ type Output struct {
 	// Name is unique among outputs; default the format.
 	Name string
 	// Compression: tar none|gzip|zstd|xz (default none); cpio and pxe the same
-	// set, default zstd.
+	// set, default zstd; qcow2 none|zlib; oci's layer gzip|zstd|none, default
+	// gzip.
 	Compression string
 	// Size of a raw disk: "auto" or a size such as "4GiB" (see ParseSize).
 	Size       string
