@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"mvdan.cc/sh/v3/interp"
 
@@ -721,3 +722,163 @@ func cmdMktemp(r *run, hc interp.HandlerContext, args []string) error {
 		return nil
 	}
 }
+
+// cmdDate prints the build's clock, which is the epoch: date with no
+// operand, or -d of a date it printed (tzdata's postinst echoes both).
+// The image's zone is not consulted; the build runs in UTC.
+func cmdDate(r *run, hc interp.HandlerContext, args []string) error {
+	t := r.env.Epoch.UTC()
+	for i := 1; i < len(args); i++ {
+		switch a := args[i]; {
+		case (a == "-d" || a == "--date") && i+1 < len(args):
+			v := args[i+1]
+			i++
+			if v == "" {
+				// GNU date reads an empty date as today's midnight.
+				t = time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
+				continue
+			}
+			p, err := time.Parse(time.UnixDate, strings.Join(strings.Fields(v), " "))
+			if err != nil {
+				return r.unhandled(fmt.Sprintf("date -d %q", v))
+			}
+			t = p.UTC()
+		case a == "-u" || a == "--utc":
+		default:
+			return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		}
+	}
+	fmt.Fprintln(hc.Stdout, t.Format(time.UnixDate))
+	return nil
+}
+
+// cmdFind walks a directory of the tree in name order (the image's order
+// is its file system's, which no script can rely on), with -type, -name,
+// -print and -L.
+func cmdFind(r *run, hc interp.HandlerContext, args []string) error {
+	follow := false
+	i := 1
+	for ; i < len(args) && (args[i] == "-L" || args[i] == "-H" || args[i] == "-P"); i++ {
+		follow = args[i] == "-L"
+	}
+	var roots []string
+	for ; i < len(args) && !strings.HasPrefix(args[i], "-"); i++ {
+		roots = append(roots, args[i])
+	}
+	if len(roots) == 0 {
+		roots = []string{"."}
+	}
+	var typ byte
+	var names []string
+	for ; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "-type" && i+1 < len(args) && len(args[i+1]) == 1:
+			typ = args[i+1][0]
+			i++
+		case a == "-name" && i+1 < len(args):
+			names = append(names, args[i+1])
+			i++
+		case a == "-print" || a == "-follow":
+			follow = follow || a == "-follow"
+		default:
+			return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		}
+	}
+	code := 0
+	var walk func(shown, p string, depth int)
+	walk = func(shown, p string, depth int) {
+		e, err := r.env.Tree.Lookup(p, follow || depth == 0)
+		if err != nil {
+			e, err = r.env.Tree.Lookup(p, false)
+		}
+		if err != nil {
+			fmt.Fprintf(hc.Stderr, "find: '%s': No such file or directory\n", shown)
+			code = 1
+			return
+		}
+		ok := true
+		switch typ {
+		case 0:
+		case 'f':
+			ok = e.Type == rootfs.TypeRegular
+		case 'd':
+			ok = e.Type == rootfs.TypeDir
+		case 'l':
+			ok = e.Type == rootfs.TypeSymlink
+		default:
+			ok = false
+		}
+		for _, n := range names {
+			if m, _ := path.Match(n, path.Base(shown)); !m {
+				ok = false
+			}
+		}
+		if ok {
+			fmt.Fprintln(hc.Stdout, shown)
+		}
+		if e.Type == rootfs.TypeDir && depth < 64 {
+			for _, c := range r.env.Tree.Children(e.Path) {
+				walk(strings.TrimSuffix(shown, "/")+"/"+c, e.Path+"/"+c, depth+1)
+			}
+		}
+	}
+	for _, root := range roots {
+		walk(root, r.treePath(root), 0)
+	}
+	return exit(code)
+}
+
+// cmdAwk runs the awk programs of the packages' scripts that it knows,
+// recognised by their text: a line filter printing fields
+// ("/RE/ {print $N}", "{ print $1 }") and locales' search for LANG= in
+// /etc/environment and /etc/default/locale. Any other program is
+// unhandled.
+func cmdAwk(r *run, hc interp.HandlerContext, args []string) error {
+	if len(args) < 2 {
+		return exit(2)
+	}
+	prog := strings.TrimSpace(args[1])
+	in, ok := r.inputs(hc, "awk", args[2:], false)
+	if !ok {
+		return exit(2)
+	}
+	if prog == `/^LANG=/ {gsub("\"", ""); sub("LANG=", ""); lang=$0;} END {print lang}` {
+		lang := ""
+		for _, l := range lines(in) {
+			if strings.HasPrefix(l, "LANG=") {
+				lang = strings.Replace(strings.ReplaceAll(l, `"`, ""), "LANG=", "", 1)
+			}
+		}
+		fmt.Fprintln(hc.Stdout, lang)
+		return nil
+	}
+	m := awkPrintField.FindStringSubmatch(prog)
+	if m == nil {
+		return r.unhandled(fmt.Sprintf("awk program %q", prog))
+	}
+	var re *regexp.Regexp
+	if m[1] != "" {
+		var err error
+		if re, err = regexp.Compile(m[1]); err != nil {
+			return r.unhandled(fmt.Sprintf("awk program %q", prog))
+		}
+	}
+	n, _ := strconv.Atoi(m[2])
+	for _, l := range lines(in) {
+		if re != nil && !re.MatchString(l) {
+			continue
+		}
+		f := strings.Fields(l)
+		switch {
+		case n == 0:
+			fmt.Fprintln(hc.Stdout, l)
+		case n <= len(f):
+			fmt.Fprintln(hc.Stdout, f[n-1])
+		default:
+			fmt.Fprintln(hc.Stdout)
+		}
+	}
+	return nil
+}
+
+var awkPrintField = regexp.MustCompile(`^(?:/((?:[^/\\]|\\.)*)/)?\s*\{\s*print\s+\$(\d+)\s*;?\s*\}$`)

@@ -171,3 +171,47 @@ func cmdLdconfig(r *run, hc interp.HandlerContext, args []string) error {
 	}
 	return r.writeFile(ldcache.CachePath, b, 0o644)
 }
+
+// cmdChronydConfig is chronyd -p: the directives of chrony.conf and of
+// the confdir and sourcedir files it names, without comments, as chronyd
+// prints its configuration. Running the daemon any other way is
+// unhandled.
+func cmdChronydConfig(r *run, hc interp.HandlerContext, args []string) error {
+	if len(args) != 2 || args[1] != "-p" {
+		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+	}
+	var print func(p string)
+	print = func(p string) {
+		b, err := r.readFile(p)
+		if err != nil {
+			return
+		}
+		for _, l := range lines(b) {
+			l = strings.TrimSpace(l)
+			if l == "" || strings.IndexByte("#;%!", l[0]) >= 0 {
+				continue
+			}
+			f := strings.Fields(l)
+			if (f[0] == "confdir" || f[0] == "sourcedir") && len(f) > 1 {
+				suffix := ".conf"
+				if f[0] == "sourcedir" {
+					suffix = ".sources"
+				}
+				for _, d := range f[1:] {
+					rd, err := r.env.Tree.Resolve(d, true)
+					if err != nil {
+						continue
+					}
+					for _, c := range r.env.Tree.Children(rd) {
+						if strings.HasSuffix(c, suffix) {
+							print(rd + "/" + c)
+						}
+					}
+				}
+			}
+			fmt.Fprintln(hc.Stdout, strings.Join(f, " "))
+		}
+	}
+	print("/etc/chrony/chrony.conf")
+	return nil
+}

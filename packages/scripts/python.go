@@ -1,0 +1,557 @@
+package scripts
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"mvdan.cc/sh/v3/interp"
+
+	"github.com/stamp-dev/stamp/rootfs"
+)
+
+// Byte-compiling Python modules: py3compile (python3's helper every
+// python3-* postinst calls), py3clean, and python3.X's own postinsts,
+// which run py_compile.py on the standard library.
+//
+// A .pyc holds the code object marshalled by the very interpreter that
+// will load it, so, as with depmod, only the image's python writes it
+// byte for byte: it runs through the image's dynamic loader and
+// libraries, with the image's standard library staged beside it as hard
+// links, on hard-linked copies of the sources. It compiles each file with
+// py_compile, naming it by its path in the image (dfile), under
+// SOURCE_DATE_EPOCH, so each .pyc is checked by the hash of its source
+// (CHECKED_HASH) and holds no time; PYTHONHASHSEED=0 keeps the order of
+// set constants from depending on a random seed. The .pyc files are then
+// written into the tree where the real tools write them, with the mode
+// py_compile gives (the source's, plus owner write, under the umask).
+
+// pyCompileJob is one .py to compile: its path in the image and the
+// .pyc to write.
+type pyCompileJob struct {
+	src, pyc string
+}
+
+var pyVersionRE = regexp.MustCompile(`^python(3\.\d+)$`)
+
+// pySupported reads the supported versions from python3's
+// debian_defaults, keeping those whose interpreter the tree has.
+func (r *run) pySupported() []string {
+	b, err := r.readFile("/usr/share/python3/debian_defaults")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, l := range lines(b) {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || strings.TrimSpace(k) != "supported-versions" {
+			continue
+		}
+		for _, s := range strings.Split(v, ",") {
+			if m := pyVersionRE.FindStringSubmatch(strings.TrimSpace(s)); m != nil && r.executable("/usr/bin/python"+m[1]) {
+				out = append(out, m[1])
+			}
+		}
+	}
+	return out
+}
+
+// pycPath is importlib's cache_from_source for CPython X.Y.
+func pycPath(src, version string, optimize bool) string {
+	dir, name := path.Split(src)
+	tag := "cpython-" + strings.ReplaceAll(version, ".", "")
+	opt := ""
+	if optimize {
+		opt = ".opt-1"
+	}
+	return dir + "__pycache__/" + strings.TrimSuffix(name, ".py") + "." + tag + opt + ".pyc"
+}
+
+var publicDirRE = regexp.MustCompile(`^.*?/usr/lib/python(\d(?:.\d+)?)/(site|dist)-packages`)
+
+// cmdPy3compile is py3compile: -p PKG compiles the package's public
+// modules (dist-packages of python3 or of a supported version) for every
+// supported version, -p PKG DIR... its private modules under DIR for the
+// default version, DIR... every .py under DIR. /usr/share/python3/bcep
+// exclusions and -X are unhandled: no package of the node's uses them.
+func cmdPy3compile(r *run, hc interp.HandlerContext, args []string) error {
+	var pkg string
+	var dirs []string
+	optimize, force := false, false
+	for i := 1; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "-p" || a == "--package":
+			if i+1 >= len(args) {
+				return exit(2)
+			}
+			pkg = args[i+1]
+			i++
+		case strings.HasPrefix(a, "--package="):
+			pkg = strings.TrimPrefix(a, "--package=")
+		case a == "-q" || a == "--quiet" || a == "-v" || a == "--verbose":
+		case a == "-f" || a == "--force":
+			force = true
+		case a == "-O":
+			optimize = true
+		case strings.HasPrefix(a, "-"):
+			return r.unhandled(fmt.Sprintf("py3compile option %s", a))
+		default:
+			dirs = append(dirs, a)
+		}
+	}
+	versions := r.pySupported()
+	if len(versions) == 0 {
+		fmt.Fprintln(hc.Stderr, "E: py3compile: Requested versions are not installed")
+		return exit(3)
+	}
+	var files []string
+	switch {
+	case pkg != "":
+		list, ok := r.listOf(pkg)
+		if !ok {
+			fmt.Fprintf(hc.Stderr, "Exception: cannot get content of %s\n", pkg)
+			return exit(1)
+		}
+		for _, l := range lines(list) {
+			if strings.HasSuffix(l, ".py") {
+				files = append(files, l)
+			}
+		}
+	case len(dirs) > 0:
+		for _, d := range dirs {
+			e, err := r.env.Tree.Lookup(r.treePath(d), true)
+			if err != nil {
+				continue
+			}
+			if e.Type == rootfs.TypeRegular && strings.HasSuffix(d, ".py") {
+				files = append(files, r.treePath(d))
+				continue
+			}
+			for _, p := range r.env.Tree.Paths() {
+				if strings.HasPrefix(p, e.Path+"/") && strings.HasSuffix(p, ".py") {
+					if fe := r.env.Tree.Get(p); fe != nil && fe.Type == rootfs.TypeRegular {
+						files = append(files, p)
+					}
+				}
+			}
+		}
+		dirs = nil
+	default:
+		fmt.Fprintln(hc.Stderr, "Usage: py3compile [-V [X.Y][-][A.B]] DIR_OR_FILE [-X REGEXPR]")
+		return exit(1)
+	}
+	excludes, err := r.pyExcludes(versions)
+	if err != nil {
+		return err
+	}
+	byVersion := map[string][]pyCompileJob{}
+	add := func(f string, vs []string) {
+		for _, v := range vs {
+			if excluded(excludes, f, v) {
+				continue
+			}
+			pyc := pycPath(f, v, optimize)
+			if !force {
+				if b, err := r.readFile(pyc); err == nil && len(b) >= 4 && r.pycCurrent(f, b) {
+					continue
+				}
+			}
+			byVersion[v] = append(byVersion[v], pyCompileJob{src: f, pyc: pyc})
+		}
+	}
+	if pkg != "" && len(dirs) > 0 {
+		// Private modules: the default version only.
+		for _, d := range dirs {
+			for _, f := range files {
+				if strings.HasPrefix(f, d) {
+					add(f, versions[:1])
+				}
+			}
+		}
+	} else if pkg != "" {
+		for _, f := range files {
+			m := publicDirRE.FindStringSubmatch(f)
+			if m == nil {
+				continue
+			}
+			switch {
+			case m[1] == "3":
+				add(f, versions)
+			case len(m[1]) > 1 && contains(versions, m[1]):
+				add(f, []string{m[1]})
+			}
+		}
+	} else {
+		for _, f := range files {
+			add(f, versions)
+		}
+	}
+	for _, v := range versions {
+		if jobs := byVersion[v]; len(jobs) > 0 {
+			if err := r.pyCompile(r.ctx, hc, v, optimize, jobs); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// pyExclude is one line of /usr/share/python3/bcep: files py3compile
+// leaves alone for some versions.
+type pyExclude struct {
+	typ      string // dir, file or re
+	versions []string
+	dir      string
+	re       *regexp.Regexp
+}
+
+// pyExcludes reads /usr/share/python3/bcep as py3compile does; a line
+// whose version range holds no installed version is dropped.
+func (r *run) pyExcludes(supported []string) ([]pyExclude, error) {
+	d, err := r.env.Tree.Lookup("/usr/share/python3/bcep", true)
+	if err != nil || d.Type != rootfs.TypeDir {
+		return nil, nil
+	}
+	var out []pyExclude
+	for _, name := range r.env.Tree.Children(d.Path) {
+		if strings.HasPrefix(name, ".") {
+			continue
+		}
+		b, err := r.readFile(d.Path + "/" + name)
+		if err != nil {
+			continue
+		}
+		for _, l := range lines(b) {
+			if strings.HasPrefix(l, "#") || l == "" {
+				continue
+			}
+			f := strings.SplitN(l, "|", 4)
+			if len(f) < 3 {
+				return nil, r.unhandled(fmt.Sprintf("py3compile exclusion %q in %s", l, name))
+			}
+			pattern := ".*"
+			if len(f) == 4 {
+				pattern = f[3]
+			}
+			x := pyExclude{typ: f[0], dir: f[2], versions: versionsIn(f[1], supported)}
+			if x.typ != "file" {
+				x.dir = strings.TrimRight(x.dir, "/") + "/"
+			}
+			if len(x.versions) == 0 {
+				continue
+			}
+			if x.re, err = regexp.Compile("^(?:" + pattern + ")"); err != nil {
+				continue // py3compile skips an invalid pattern with a warning
+			}
+			out = append(out, x)
+		}
+	}
+	return out, nil
+}
+
+// versionsIn is debpython's range (3.1, 3.1-, -3.6, 3.1-3.6: the upper
+// bound excluded) applied to the supported versions.
+func versionsIn(vrange string, supported []string) []string {
+	lo, hi, isRange := strings.Cut(vrange, "-")
+	var out []string
+	for _, v := range supported {
+		switch {
+		case !isRange && vrange != "" && pyVersionCmp(v, vrange) != 0:
+		case isRange && lo != "" && pyVersionCmp(v, lo) < 0:
+		case isRange && hi != "" && pyVersionCmp(v, hi) >= 0:
+		default:
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func pyVersionCmp(a, b string) int {
+	am, an, _ := strings.Cut(a, ".")
+	bm, bn, _ := strings.Cut(b, ".")
+	if c := compareNumeric(am, bm); c != 0 {
+		return c
+	}
+	return compareNumeric(an, bn)
+}
+
+// excluded is py3compile's filter_files for one file and version.
+func excluded(xs []pyExclude, f, version string) bool {
+	for _, x := range xs {
+		if !strings.HasPrefix(f, x.dir) || !contains(x.versions, version) {
+			continue
+		}
+		switch x.typ {
+		case "dir":
+			return true
+		case "file":
+			if f == x.dir {
+				return true
+			}
+		case "re":
+			if x.re.MatchString(f) || x.re.MatchString(f[len(x.dir):]) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// pycCurrent is py3compile's up-to-date check: the .pyc's header is the
+// timestamp form (flags 0) holding the source's mtime.
+func (r *run) pycCurrent(src string, pyc []byte) bool {
+	e, err := r.env.Tree.Lookup(src, true)
+	if err != nil || len(pyc) < 12 {
+		return false
+	}
+	flags := uint32(pyc[4]) | uint32(pyc[5])<<8 | uint32(pyc[6])<<16 | uint32(pyc[7])<<24
+	mt := uint32(pyc[8]) | uint32(pyc[9])<<8 | uint32(pyc[10])<<16 | uint32(pyc[11])<<24
+	return flags == 0 && mt == uint32(e.MTime.Unix())
+}
+
+// cmdPy3clean is py3clean -p PKG: the .pyc files of the package's
+// modules go, and __pycache__ directories left empty.
+func cmdPy3clean(r *run, hc interp.HandlerContext, args []string) error {
+	var pkg string
+	for i := 1; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "-p" || a == "--package":
+			if i+1 >= len(args) {
+				return exit(2)
+			}
+			pkg = args[i+1]
+			i++
+		case a == "-q" || a == "--quiet" || a == "-v" || a == "--verbose":
+		default:
+			return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		}
+	}
+	if pkg == "" {
+		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+	}
+	list, ok := r.listOf(pkg)
+	if !ok {
+		return nil
+	}
+	dirs := map[string]bool{}
+	for _, f := range lines(list) {
+		if !strings.HasSuffix(f, ".py") {
+			continue
+		}
+		dir, name := path.Split(f)
+		cache := dir + "__pycache__"
+		ce, err := r.env.Tree.Lookup(cache, true)
+		if err != nil || ce.Type != rootfs.TypeDir {
+			continue
+		}
+		stem := strings.TrimSuffix(name, ".py") + "."
+		for _, c := range r.env.Tree.Children(ce.Path) {
+			if strings.HasPrefix(c, stem) && strings.HasSuffix(c, ".pyc") && !strings.Contains(c[len(stem):len(c)-4], ".py") {
+				if err := r.env.Tree.Remove(ce.Path + "/" + c); err != nil {
+					return err
+				}
+			}
+		}
+		dirs[ce.Path] = true
+	}
+	for d := range dirs {
+		if len(r.env.Tree.Children(d)) == 0 {
+			if err := r.env.Tree.Remove(d); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// cmdPython runs the image's python3.X only as its own postinsts do:
+// python3.X [-E] [-S] [-O] /usr/lib/python3.X/py_compile.py FILE...
+func cmdPython(r *run, hc interp.HandlerContext, args []string) error {
+	m := pyVersionRE.FindStringSubmatch(path.Base(args[0]))
+	if m == nil {
+		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+	}
+	version := m[1]
+	optimize := false
+	i := 1
+	for ; i < len(args) && strings.HasPrefix(args[i], "-"); i++ {
+		switch args[i] {
+		case "-E", "-S", "-s":
+		case "-O":
+			optimize = true
+		default:
+			return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		}
+	}
+	if i >= len(args) || r.treePath(args[i]) != "/usr/lib/python"+version+"/py_compile.py" {
+		return r.unhandled(fmt.Sprintf("command %q", shorten(strings.Join(args, " "))))
+	}
+	var jobs []pyCompileJob
+	for _, f := range args[i+1:] {
+		p := r.treePath(f)
+		jobs = append(jobs, pyCompileJob{src: p, pyc: pycPath(p, version, optimize)})
+	}
+	return r.pyCompile(r.ctx, hc, version, optimize, jobs)
+}
+
+func shorten(s string) string {
+	if len(s) > 200 {
+		return s[:200] + "..."
+	}
+	return s
+}
+
+// pyDriver compiles the files named on stdin (staged source, .pyc to
+// write, path in the image, in threes) with py_compile, as py_compile's
+// own main does with its operands.
+const pyDriver = `import sys, py_compile
+_a = sys.stdin.read().split("\n")
+_e = 0
+for _i in range(0, len(_a) - 2, 3):
+    try:
+        py_compile.compile(_a[_i], cfile=_a[_i + 1], dfile=_a[_i + 2], doraise=True)
+    except py_compile.PyCompileError as _x:
+        sys.stderr.write(_x.msg + "\n")
+        _e = 1
+sys.exit(_e)
+`
+
+// pyCompile runs the image's python version on the jobs and writes the
+// .pyc files into the tree.
+func (r *run) pyCompile(ctx context.Context, hc interp.HandlerContext, version string, optimize bool, jobs []pyCompileJob) error {
+	t := r.env.Tree
+	interpPath := "/usr/bin/python" + version
+	if !r.executable(interpPath) {
+		fmt.Fprintf(hc.Stderr, "%s: %s: not found\n", r.s.Name, interpPath)
+		return exit(127)
+	}
+	scratch, err := os.MkdirTemp(filepath.Dir(t.Dir()), ".stamp-python-")
+	if err != nil {
+		return fmt.Errorf("python: %w", err)
+	}
+	defer os.RemoveAll(scratch)
+	sp, err := r.stageProgram(interpPath, filepath.Join(scratch, "prog"))
+	if err != nil {
+		return r.unhandled(fmt.Sprintf("python%s: cannot run the image's python here: %v", version, err))
+	}
+	home := filepath.Join(scratch, "usr")
+	stdlib, err := t.Resolve("/usr/lib/python"+version, true)
+	if err != nil {
+		return err
+	}
+	if _, err := r.stageTree(stdlib, filepath.Join(home, "lib", "python"+version)); err != nil {
+		return fmt.Errorf("python%s: %w", version, err)
+	}
+	src, out := filepath.Join(scratch, "src"), filepath.Join(scratch, "out")
+	for _, d := range []string{src, out} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+	}
+	var stdin bytes.Buffer
+	var staged []pyCompileJob
+	for i, j := range jobs {
+		s := filepath.Join(src, strconv.Itoa(i)+".py")
+		if err := r.stageResolved(j.src, s); err != nil {
+			// py_compile reports a missing source and goes on.
+			fmt.Fprintf(hc.Stderr, "[Errno 2] No such file or directory: '%s'\n", j.src)
+			continue
+		}
+		c := filepath.Join(out, strconv.Itoa(i)+".pyc")
+		fmt.Fprintf(&stdin, "%s\n%s\n%s\n", s, c, j.src)
+		staged = append(staged, pyCompileJob{src: j.src, pyc: c})
+	}
+	argv := []string{"--inhibit-cache", "--library-path", sp.libDir, "--argv0", interpPath, sp.prog, "-S", "-s"}
+	if optimize {
+		argv = append(argv, "-O")
+	}
+	argv = append(argv, "-c", pyDriver)
+	cmd := exec.CommandContext(ctx, sp.ldso, argv...)
+	cmd.Env = []string{"PATH=/nonexistent", "LC_ALL=C.UTF-8", "PYTHONHOME=" + home, "PYTHONDONTWRITEBYTECODE=1",
+		"PYTHONHASHSEED=0", "SOURCE_DATE_EPOCH=" + strconv.FormatInt(r.env.Epoch.Unix(), 10)}
+	cmd.Dir = scratch
+	cmd.Stdin = &stdin
+	var output bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &output, &output
+	runErr := cmd.Run()
+	hc.Stderr.Write(bytes.ReplaceAll(output.Bytes(), []byte(scratch), nil))
+	var ee *exec.ExitError
+	if runErr != nil && !errors.As(runErr, &ee) {
+		return fmt.Errorf("python%s: %w", version, runErr)
+	}
+	for i, j := range staged {
+		b, err := os.ReadFile(j.pyc)
+		if err != nil {
+			continue // its error is in the output above
+		}
+		if err := r.writePyc(jobs[indexOf(jobs, j.src, i)], b); err != nil {
+			return err
+		}
+	}
+	if runErr != nil {
+		return exit(ee.ExitCode())
+	}
+	r.logf("python%s: compiled %d modules with the image's interpreter", version, len(staged))
+	return nil
+}
+
+func indexOf(jobs []pyCompileJob, src string, hint int) int {
+	if hint < len(jobs) && jobs[hint].src == src {
+		return hint
+	}
+	for i, j := range jobs {
+		if j.src == src {
+			return i
+		}
+	}
+	return hint
+}
+
+// writePyc puts a compiled module into the tree: __pycache__ made as
+// mkdir under the umask makes it, the file with importlib's mode.
+func (r *run) writePyc(j pyCompileJob, data []byte) error {
+	t := r.env.Tree
+	se, err := t.Lookup(j.src, true)
+	if err != nil {
+		return err
+	}
+	dir := path.Dir(j.pyc)
+	if _, err := t.Lookup(dir, true); err != nil {
+		if err := r.mkdirAll(dir); err != nil {
+			return err
+		}
+		rd, _ := t.Resolve(dir, true)
+		if err := t.Update(rd, func(in *rootfs.Inode) { in.Perm = 0o777 &^ r.umask }); err != nil {
+			return err
+		}
+	}
+	perm := (se.Perm | 0o200) & 0o666 &^ r.umask
+	if _, err := t.Lookup(j.pyc, false); err == nil {
+		if err := t.Remove(j.pyc); err != nil {
+			return err
+		}
+	}
+	rp, err := t.Resolve(j.pyc, true)
+	if err != nil {
+		return err
+	}
+	_, err = t.Create(rp, rootfs.Header{Type: rootfs.TypeRegular, Perm: perm, MTime: r.env.Epoch, Origin: r.origin()}, bytes.NewReader(data))
+	return err
+}
