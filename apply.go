@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -123,12 +124,6 @@ func Apply(ctx context.Context, rec *recipes.Recipe, root string, ao ApplyOption
 			log.Warn(msg)
 		}
 	}
-	start := time.Now()
-	before, err := scanRoot(ctx, root, nil)
-	if err != nil {
-		return nil, fmt.Errorf("apply: %w", err)
-	}
-	log.Infof("indexed %d entries of %s in %s", len(before), root, time.Since(start).Round(time.Millisecond))
 	work, err := os.MkdirTemp(o.WorkDir, "stamp-apply-")
 	if err != nil {
 		return nil, fmt.Errorf("apply: work dir: %w", err)
@@ -136,15 +131,19 @@ func Apply(ctx context.Context, rec *recipes.Recipe, root string, ao ApplyOption
 	if work, err = filepath.Abs(work); err != nil {
 		return nil, err
 	}
-	if work == root || strings.HasPrefix(work, root+"/") {
-		os.Remove(work)
-		return nil, &UsageError{Msg: fmt.Sprintf("apply: the work directory %s is inside the root %s", work, root)}
-	}
 	if o.KeepWork {
 		log.Infof("keeping work directory %s", work)
 	} else {
 		defer removeScratch(work)
 	}
+	// With --root / the work directory is inside the root; it is no part
+	// of it.
+	start := time.Now()
+	before, err := scanRoot(ctx, root, nil, work)
+	if err != nil {
+		return nil, fmt.Errorf("apply: %w", err)
+	}
+	log.Infof("indexed %d entries of %s in %s", len(before), root, time.Since(start).Round(time.Millisecond))
 	scratch := filepath.Join(work, "root")
 	start = time.Now()
 	losses, err := copyRoot(ctx, before, root, scratch)
@@ -166,6 +165,20 @@ func Apply(ctx context.Context, rec *recipes.Recipe, root string, ao ApplyOption
 	}
 	p.Units = unitChanges(p.Changes)
 	log.Info(p.summary())
+	bm := byPath(before)
+	var mounts []string
+	for _, ch := range p.Changes {
+		if b := bm[ch.Path]; b != nil && b.mount && ch.Kind != "changed" {
+			mounts = append(mounts, ch.Path)
+		}
+	}
+	if len(mounts) > 0 {
+		msg := fmt.Sprintf("apply: the recipe removes or replaces mount points, which apply leaves alone: %s", strings.Join(mounts, ", "))
+		if !ao.DryRun {
+			return nil, errors.New(msg)
+		}
+		log.Warn(msg)
+	}
 	if ao.DryRun {
 		return p, nil
 	}
@@ -215,7 +228,7 @@ func applyOnScratch(ctx context.Context, rec *recipes.Recipe, phases []phase, c 
 		}
 		return ""
 	}
-	after, err := scanRoot(ctx, scratch, known)
+	after, err := scanRoot(ctx, scratch, known, "")
 	if err != nil {
 		return nil, fmt.Errorf("apply: %w", err)
 	}

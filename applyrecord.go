@@ -579,7 +579,7 @@ func Undo(ctx context.Context, root string, o UndoOptions) (*UndoResult, error) 
 			res.Changed++
 		}
 	}
-	if err := removeRecord(live, rec, deferred); err != nil {
+	if err := removeRecord(live, rec, deferred, log); err != nil {
 		return nil, fmt.Errorf("undo: %w", err)
 	}
 	if err := relock(func(d string) *node { return before[d] }); err != nil {
@@ -605,7 +605,7 @@ func presentFunc(links []string, intact func(string) bool) map[string]bool {
 
 // removeRecord deletes the backups, the record, the directories apply made
 // for them and the added directories that held them.
-func removeRecord(live *dirTree, rec appliedRecord, deferred []string) error {
+func removeRecord(live *dirTree, rec appliedRecord, deferred []string, log logrus.FieldLogger) error {
 	dir, err := live.root.Open(rootRel(backupDir))
 	if err != nil {
 		return err
@@ -624,18 +624,20 @@ func removeRecord(live *dirTree, rec appliedRecord, deferred []string) error {
 	if err := live.remove(appliedPath); err != nil {
 		return err
 	}
+	// A directory made for the record that something else has moved into
+	// since stays, with that something.
+	dirs := append(append([]string(nil), rec.Created...), deferred...)
+	sort.Sort(sort.Reverse(sort.StringSlice(dirs)))
 	gone := map[string]bool{}
-	for i := len(rec.Created) - 1; i >= 0; i-- {
-		if err := live.remove(rec.Created[i]); err != nil {
-			return fmt.Errorf("%s: %w", rec.Created[i], err)
+	for _, p := range dirs {
+		if gone[p] {
+			continue
 		}
-		gone[rec.Created[i]] = true
-	}
-	for _, p := range deferred {
-		if !gone[p] {
-			if err := live.remove(p); err != nil {
-				return fmt.Errorf("%s: %w", p, err)
-			}
+		gone[p] = true
+		if err := live.remove(p); errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) {
+			log.Warnf("%s: kept, it holds entries apply did not make", p)
+		} else if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
 		}
 	}
 	return nil

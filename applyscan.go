@@ -49,6 +49,8 @@ type node struct {
 	ino   uint64
 	dev   uint64
 	nlink uint64
+	// mount marks a directory another file system is mounted on.
+	mount bool
 }
 
 func (n *node) mtimeNs() int64 { return n.MTime*1e9 + n.MTimeNsec }
@@ -57,14 +59,23 @@ func (n *node) mtimeNs() int64 { return n.MTime*1e9 + n.MTimeNsec }
 // nothing. known, when non-nil, supplies the sha256 of a regular file whose
 // content the caller already hashed (the tree's index), so it is not read
 // again; it returns "" when it does not know.
-func scanRoot(ctx context.Context, dir string, known func(p string, size int64) string) ([]*node, error) {
+//
+// The scan stays on dir's own file system, as cp -x does: a mount point
+// is listed, what is mounted on it is not (so --root / does not walk
+// /proc). skip, a host path, is left out with everything under it: the
+// work directory, when the root holds it.
+func scanRoot(ctx context.Context, dir string, known func(p string, size int64) string, skip string) ([]*node, error) {
 	var nodes []*node
+	var rootDev uint64
 	err := rootfs.WalkDir(dir, func(hp string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if skip != "" && hp == skip {
+			return fs.SkipDir
 		}
 		r, err := filepath.Rel(dir, hp)
 		if err != nil {
@@ -79,6 +90,12 @@ func scanRoot(ctx context.Context, dir string, known func(p string, size int64) 
 			return fmt.Errorf("%s: %w", p, err)
 		}
 		nodes = append(nodes, n)
+		if p == "/" {
+			rootDev = n.dev
+		} else if n.typ == rootfs.TypeDir && n.dev != rootDev {
+			n.mount = true
+			return fs.SkipDir
+		}
 		return nil
 	})
 	if err != nil {

@@ -543,3 +543,50 @@ func TestApplyUndoRefusesChangedFile(t *testing.T) {
 		t.Fatalf("undo --force did not give back the root:\n%s", diffLines(orig, got))
 	}
 }
+
+// apply stays on the root's own file system, as cp -x does, so that
+// --root / never walks /proc: a file system mounted below the root is left
+// alone by the recipe, the plan and undo alike.
+func TestApplyStaysOnRootFileSystem(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a tmpfs (CI runs as root)")
+	}
+	dir := t.TempDir()
+	root := filepath.Join(dir, "root")
+	makeApplyRoot(t, root)
+	writeApplyRecipe(t, dir)
+	mnt := filepath.Join(root, "srv/data")
+	if err := os.MkdirAll(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", mnt, "tmpfs", 0, "mode=0755"); err != nil {
+		t.Fatalf("mount tmpfs: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(mnt, unix.MNT_DETACH) })
+	writeFiles(t, mnt, map[string]string{"other-fs": "not the root's\n"})
+	cache := filepath.Join(dir, "cache")
+	orig := listRoot(t, root)
+
+	r := stamp(t, dir, nil, "apply", "recipe.yaml", "--root", root, "--dry-run", "--cache-dir", cache).mustSucceed(t)
+	if strings.Contains(r.stdout, "/srv") {
+		t.Errorf("the plan reaches into a mounted file system:\n%s", r.stdout)
+	}
+	stamp(t, dir, nil, "apply", "recipe.yaml", "--root", root, "--cache-dir", cache).mustSucceed(t)
+	if b, err := os.ReadFile(filepath.Join(mnt, "other-fs")); err != nil || string(b) != "not the root's\n" {
+		t.Errorf("apply changed the mounted file system: %q, %v", b, err)
+	}
+	stamp(t, dir, nil, "apply", "--undo", "--root", root).mustSucceed(t)
+	if got := listRoot(t, root); got != orig {
+		t.Fatalf("undo did not give back the root:\n%s", diffLines(orig, got))
+	}
+
+	// A recipe that would remove the mount point fails before it changes
+	// anything, naming it; the dry run warns.
+	writeFiles(t, dir, map[string]string{"unmount.yaml": "apiVersion: stamp.dev/v1alpha1\nkind: Recipe\nname: unmount\nepoch: 1700000000\n" +
+		"base: {tarball: ./unused.tar}\ncustomize:\n  layers:\n    - remove: [\"/srv/**\"]\n"})
+	stamp(t, dir, nil, "apply", "unmount.yaml", "--root", root, "--dry-run", "--cache-dir", cache).mustSucceed(t)
+	stamp(t, dir, nil, "apply", "unmount.yaml", "--root", root, "--cache-dir", cache).mustFail(t, 1, "mount points", "/srv/data")
+	if got := listRoot(t, root); got != orig {
+		t.Fatalf("a refused apply changed the root:\n%s", diffLines(orig, got))
+	}
+}
