@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -588,5 +589,70 @@ func TestApplyStaysOnRootFileSystem(t *testing.T) {
 	stamp(t, dir, nil, "apply", "unmount.yaml", "--root", root, "--cache-dir", cache).mustFail(t, 1, "mount points", "/srv/data")
 	if got := listRoot(t, root); got != orig {
 		t.Fatalf("a refused apply changed the root:\n%s", diffLines(orig, got))
+	}
+}
+
+// The case apply is for: Kubernetes node packages installed by the debs
+// layer onto a real Debian root in place. The dry run names the
+// binaries, the dpkg database and the enabled units and leaves the root
+// alone; apply installs them; undo gives the root back exactly.
+func TestApplyDebsUndo(t *testing.T) {
+	harness.RequireTools(t, "tar", "zstd")
+	repo := harness.DebRepoFor(t)
+	base := harness.DpkgBaseFor(t)
+	dir := debsDir(t, repo, base, fmt.Sprintf(`apiVersion: stamp.dev/v1alpha1
+kind: Recipe
+name: apply-debs
+epoch: 1700000000
+base: {tarball: ./base.tar.zst}
+provision:
+  layers:
+    - debs: {repo: %q, suite: stamp, components: [main], keyring: ./keyring.gpg, packages: [%s]}
+`, repo.FileURL(), strings.Join(harness.NodePackages, ", ")))
+	root := filepath.Join(dir, "root")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tarball := range []string{base.Tarball, base.DB} {
+		out, err := exec.Command("tar", "-x", "--auto-compress", "--numeric-owner", "--same-permissions", "--xattrs", "--xattrs-include=*",
+			"-f", tarball, "-C", root).CombinedOutput()
+		if err != nil {
+			t.Fatalf("tar -x %s: %v\n%s", tarball, err, out)
+		}
+	}
+	cache := filepath.Join(dir, "cache")
+	orig := listRoot(t, root)
+
+	start := time.Now()
+	r := stamp(t, dir, nil, "apply", "recipe.yaml", "--root", root, "--dry-run", "--cache-dir", cache).mustSucceed(t)
+	t.Logf("dry run: %s", time.Since(start).Round(time.Millisecond))
+	if got := listRoot(t, root); got != orig {
+		t.Fatalf("apply --dry-run changed the root:\n%s", diffLines(orig, got))
+	}
+	for _, want := range []string{"added    /usr/bin/socat  file", "replaced /var/lib/dpkg/status  sha256=",
+		"unit     enabled containerd.service  /etc/systemd/system/multi-user.target.wants/containerd.service"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("dry run output lacks %q", want)
+		}
+	}
+
+	start = time.Now()
+	a := stamp(t, dir, nil, "apply", "recipe.yaml", "--root", root, "--cache-dir", cache).mustSucceed(t)
+	t.Logf("apply: %s", time.Since(start).Round(time.Millisecond))
+	if a.stdout != strings.Replace(r.stdout, "apply-debs would change:", "apply-debs changed:", 1) {
+		t.Errorf("apply's changes are not the dry run's:\n%s", diffLines(r.stdout, a.stdout))
+	}
+	st := readDpkgStatus(t, root)
+	for _, p := range harness.NodePackages {
+		if got := st[p].Get("Status"); got != "install ok installed" {
+			t.Errorf("%s: Status %q after apply", p, got)
+		}
+	}
+
+	start = time.Now()
+	stamp(t, dir, nil, "apply", "--undo", "--root", root).mustSucceed(t)
+	t.Logf("undo: %s", time.Since(start).Round(time.Millisecond))
+	if got := listRoot(t, root); got != orig {
+		t.Fatalf("undo did not give back the root:\n%s", diffLines(orig, got))
 	}
 }
