@@ -111,3 +111,48 @@ func TestRunFailureNamesStep(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// As root the program sees the owners the index holds, and a chown it
+// makes back to root is kept; paths it does not touch keep their origin.
+// In a user namespace every path looks root's to it, and the index keeps
+// what it had (the limit the README states).
+func TestRunSeesIndexOwners(t *testing.T) {
+	harness.RequireTools(t, "unshare", "chroot", "mount")
+	env := runEnv(t)
+	env.Label = "customize.layers[0].files"
+	files := &Files{Items: []File{
+		{Path: "/srv/owned", Content: ptrTo("x"), Owner: Owner{User: "1000", Group: "1001"}},
+		{Path: "/srv/kept", Content: ptrTo("y"), Owner: Owner{User: "1002", Group: "1003"}, Mode: ptrTo(uint32(0o4755))},
+	}}
+	if err := files.Apply(context.Background(), env); err != nil {
+		t.Fatal(err)
+	}
+	env.Label = "provision.layers[2].run"
+	l := &Run{Command: []string{"/bin/sh", "-c", "stat -c %u:%g /srv/owned /srv/kept > /srv/seen; chown 0:0 /srv/owned"}}
+	if err := l.Apply(context.Background(), env); err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := readTreeContent(env.Tree, "/srv/seen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	owned, kept := env.Tree.Get("/srv/owned"), env.Tree.Get("/srv/kept")
+	if os.Geteuid() == 0 {
+		if string(b) != "1000:1001\n1002:1003\n" {
+			t.Errorf("the program saw owners %q, want the index's", b)
+		}
+		if owned.UID != 0 || owned.GID != 0 || owned.Origin.Layer != env.Label {
+			t.Errorf("/srv/owned after chown 0:0: %d:%d from %q", owned.UID, owned.GID, owned.Origin.Layer)
+		}
+	} else {
+		if string(b) != "0:0\n0:0\n" {
+			t.Errorf("in a user namespace the program saw %q", b)
+		}
+		if owned.UID != 1000 || owned.GID != 1001 {
+			t.Errorf("/srv/owned: %d:%d", owned.UID, owned.GID)
+		}
+	}
+	if kept.UID != 1002 || kept.GID != 1003 || kept.Perm != 0o4755 || kept.Origin.Layer != "customize.layers[0].files" {
+		t.Errorf("/srv/kept: %d:%d %o from %q, want 1002:1003 4755 from the files layer", kept.UID, kept.GID, kept.Perm, kept.Origin.Layer)
+	}
+}

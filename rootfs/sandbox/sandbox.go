@@ -17,11 +17,14 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/stamp-dev/stamp/rootfs"
 )
@@ -212,6 +215,11 @@ func (s *Sandbox) Run(ctx context.Context, name string, env []string, argv ...st
 	if err := s.Available(); err != nil {
 		return err
 	}
+	if !s.userns {
+		if err := s.showOwners(ctx); err != nil {
+			return err
+		}
+	}
 	if s.DenyServices {
 		undo, err := s.denyServices()
 		if err != nil {
@@ -252,6 +260,41 @@ func (s *Sandbox) Run(ctx context.Context, name string, env []string, argv ...st
 		return &ExitError{Name: name, Status: ee.ExitCode(), Output: msg}
 	}
 	return fmt.Errorf("%s: sandbox: %w", name, err)
+}
+
+// showOwners gives every path on disk the owner the index holds, so that a
+// program run as root sees the image's owners, and a chown it makes back
+// to root is seen by the fold-back. The tree records the new disk state,
+// so the fold-back takes for a change only what the program did. In a user
+// namespace only the build user is mapped: there the program sees every
+// path as root's.
+func (s *Sandbox) showOwners(ctx context.Context) error {
+	dir := s.Tree.Dir()
+	for _, p := range s.Tree.Paths() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		e := s.Tree.Get(p)
+		hp := s.Tree.DiskPath(p)
+		if hp != path.Join(dir, p) {
+			continue // content kept in another tree, which is not this one's to change
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(hp, &st); err != nil {
+			return fmt.Errorf("sandbox: %s: %w", p, err)
+		}
+		if st.Uid == e.UID && st.Gid == e.GID {
+			continue
+		}
+		if err := os.Lchown(hp, int(e.UID), int(e.GID)); err != nil {
+			return fmt.Errorf("sandbox: %s: %w", p, err)
+		}
+		// Update records the new disk state.
+		if err := s.Tree.Update(p, func(*rootfs.Inode) {}); err != nil {
+			return fmt.Errorf("sandbox: %s: %w", p, err)
+		}
+	}
+	return nil
 }
 
 // denyServices writes policy-rc.d straight to the directory (it never
