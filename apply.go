@@ -172,12 +172,18 @@ func Apply(ctx context.Context, rec *recipes.Recipe, root string, ao ApplyOption
 			mounts = append(mounts, ch.Path)
 		}
 	}
+	var blockers []string
 	if len(mounts) > 0 {
-		msg := fmt.Sprintf("apply: the recipe removes or replaces mount points, which apply leaves alone: %s", strings.Join(mounts, ", "))
+		blockers = append(blockers, "the recipe removes or replaces mount points, which apply leaves alone: "+strings.Join(mounts, ", "))
+	}
+	if rc := recordConflicts(p.Changes); len(rc) > 0 {
+		blockers = append(blockers, "the recipe changes where the apply record must live ("+appliedPath+"): "+strings.Join(rc, ", "))
+	}
+	for _, b := range blockers {
 		if !ao.DryRun {
-			return nil, errors.New(msg)
+			return nil, errors.New("apply: " + b)
 		}
-		log.Warn(msg)
+		log.Warn("apply would fail: " + b)
 	}
 	if ao.DryRun {
 		return p, nil

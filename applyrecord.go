@@ -93,16 +93,25 @@ func parents(changes []ApplyChange, extra []string) []string {
 	return out
 }
 
+// recordConflicts names the changes that would leave the record nowhere
+// to live: it needs /var/lib/stamp/backup to be a directory, and its own
+// names left alone.
+func recordConflicts(changes []ApplyChange) []string {
+	var out []string
+	for _, ch := range changes {
+		holds := isUnder(backupDir, ch.Path) && (ch.After == nil || ch.After.Type != "dir")
+		if holds || isUnder(ch.Path, backupDir) || ch.Path == appliedPath {
+			out = append(out, ch.Path)
+		}
+	}
+	return out
+}
+
 // carryOver makes the live root what the scratch copy became: it first
 // saves what will be replaced or removed and writes the record, then
 // removes, creates, sets metadata, and puts back the mtimes of the
 // directories it touched.
 func carryOver(ctx context.Context, live *dirTree, scratch string, before, after []*node, p *ApplyPlan, ep time.Time, log logrus.FieldLogger) error {
-	for _, ch := range p.Changes {
-		if (ch.Kind == "removed" || ch.Before != nil && ch.Before.Type == "dir" && ch.Kind == "replaced") && isUnder(backupDir, ch.Path) {
-			return fmt.Errorf("%s: the recipe removes %s, where the apply record must live", p.Root, ch.Path)
-		}
-	}
 	bm, am := byPath(before), byPath(after)
 	relock, err := live.unlock(append(parents(p.Changes, nil), live.existingAncestor(backupDir)))
 	if err != nil {
@@ -570,6 +579,9 @@ func Undo(ctx context.Context, root string, o UndoOptions) (*UndoResult, error) 
 		}
 		l := &lost{}
 		if err := live.setMeta(before[ch.Path], l); err != nil {
+			if o.Force && errors.Is(err, os.ErrNotExist) {
+				continue
+			}
 			return nil, fmt.Errorf("undo: %s: %w", ch.Path, err)
 		}
 		if l.owner || l.xattrs {

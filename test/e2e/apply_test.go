@@ -656,3 +656,30 @@ provision:
 		t.Fatalf("undo did not give back the root:\n%s", diffLines(orig, got))
 	}
 }
+
+// A recipe that would take the record's place fails before it changes
+// anything, naming the path; its dry run warns.
+func TestApplyRefusesRecordPlace(t *testing.T) {
+	dir := t.TempDir()
+	root := filepath.Join(dir, "root")
+	makeApplyRoot(t, root)
+	writeFiles(t, dir, map[string]string{"recipe.yaml": `apiVersion: stamp.dev/v1alpha1
+kind: Recipe
+name: squat
+epoch: 1700000000
+base: {tarball: ./unused.tar}
+customize:
+  layers:
+    - files: [{path: /var/lib/stamp, content: "a file where a directory must be\n"}]
+`})
+	cache := filepath.Join(dir, "cache")
+	orig := listRoot(t, root)
+	r := stamp(t, dir, nil, "apply", "recipe.yaml", "--root", root, "--dry-run", "--cache-dir", cache).mustSucceed(t)
+	if !strings.Contains(r.stderr, "apply would fail") || !strings.Contains(r.stdout, "added    /var/lib/stamp  file") {
+		t.Errorf("dry run:\nstdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	}
+	stamp(t, dir, nil, "apply", "recipe.yaml", "--root", root, "--cache-dir", cache).mustFail(t, 1, "where the apply record must live", "/var/lib/stamp")
+	if got := listRoot(t, root); got != orig {
+		t.Fatalf("a refused apply changed the root:\n%s", diffLines(orig, got))
+	}
+}
