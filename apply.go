@@ -117,7 +117,8 @@ func Apply(ctx context.Context, rec *recipes.Recipe, root string, ao ApplyOption
 	defer live.Close()
 	for _, p := range []string{appliedPath, backupDir} {
 		if _, err := live.lstat(p); err == nil {
-			msg := fmt.Sprintf("apply: %s already holds %s from an earlier apply; run stamp apply --undo --root %s first", root, p, root)
+			msg := fmt.Sprintf("apply: %s already holds %s from an earlier apply; run stamp apply --undo --root %s first "+
+				"(or, if no %s is left, remove it)", root, p, root, appliedPath)
 			if !ao.DryRun {
 				return nil, &UsageError{Msg: msg}
 			}
