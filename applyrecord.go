@@ -121,6 +121,24 @@ func carryOver(ctx context.Context, live *dirTree, scratch string, before, after
 	if err != nil {
 		return fmt.Errorf("%s: %w", backupDir, err)
 	}
+	// Until the record is written, a failure takes the backups away again,
+	// so the next apply does not find a backup directory nothing explains.
+	recorded := false
+	defer func() {
+		if recorded {
+			return
+		}
+		rec := appliedRecord{Created: created}
+		if err := removeRecord(live, rec, nil, log); err != nil {
+			log.Warnf("removing the backups of a failed apply: %v", err)
+			return
+		}
+		if len(created) > 0 {
+			if b := bm[path.Dir(created[0])]; b != nil {
+				live.setMTime(b.path, b.mtimeNs())
+			}
+		}
+	}()
 	start := time.Now()
 	saved := map[string]bool{}
 	for _, ch := range p.Changes {
@@ -156,6 +174,7 @@ func carryOver(ctx context.Context, live *dirTree, scratch string, before, after
 	if err := live.writeFile(appliedPath, append(data, '\n'), 0o644, ep); err != nil {
 		return fmt.Errorf("%s: %w", appliedPath, err)
 	}
+	recorded = true
 	log.Infof("saved %d backups and the record in %s", len(saved), time.Since(start).Round(time.Millisecond))
 	start = time.Now()
 	src, err := openDirTree(scratch)
@@ -184,10 +203,9 @@ func carryOver(ctx context.Context, live *dirTree, scratch string, before, after
 			present[ch.Path] = false
 		}
 	}
+	// From here on the root changes; an interrupt would leave it half
+	// applied, so it is not looked at: what follows takes a second or so.
 	for _, ch := range p.Changes {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
 		if ch.Kind != "added" && ch.Kind != "replaced" {
 			continue
 		}
@@ -540,10 +558,9 @@ func Undo(ctx context.Context, root string, o UndoOptions) (*UndoResult, error) 
 		k := kinds[l]
 		return restored[l] || k == "" || k == "changed"
 	}
+	// Once the root changes, undo runs to the end whatever the context
+	// says: half an undo helps nobody.
 	for _, ch := range rec.Changes {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
 		if ch.Kind != "removed" && ch.Kind != "replaced" {
 			continue
 		}

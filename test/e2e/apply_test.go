@@ -683,3 +683,33 @@ customize:
 		t.Fatalf("a refused apply changed the root:\n%s", diffLines(orig, got))
 	}
 }
+
+// A root that changes under apply (here a hook writes to the live root
+// behind its back) makes apply fail before it changes anything itself:
+// the backup of the replaced file no longer matches what was scanned, and
+// the backups already saved go again.
+func TestApplyFailsWhenRootChangesMeanwhile(t *testing.T) {
+	dir := t.TempDir()
+	root := filepath.Join(dir, "root")
+	makeApplyRoot(t, root)
+	writeFiles(t, dir, map[string]string{
+		"recipe.yaml": `apiVersion: stamp.dev/v1alpha1
+kind: Recipe
+name: race
+epoch: 1700000000
+base: {tarball: ./unused.tar}
+customize:
+  layers:
+    - remove: ["/etc/gshadow"]
+    - files: [{path: /etc/hostname, content: "applied\n"}]
+    - hook: {run: ./hooks/meddle.sh, env: {LIVE: "` + root + `"}}
+`,
+		"hooks/meddle.sh": "#!/bin/sh\necho meddled >> \"$LIVE/etc/hostname\"\n",
+	})
+	orig := listRoot(t, root)
+	stamp(t, dir, nil, "apply", "recipe.yaml", "--root", root, "--cache-dir", filepath.Join(dir, "cache")).mustFail(t, 1,
+		"backing up /etc/hostname", "changed while apply ran")
+	if got := changedPaths(orig, listRoot(t, root)); strings.Join(got, " ") != "/etc/hostname" {
+		t.Errorf("after a failed apply, these differ from before: %v (want only the hook's /etc/hostname)\n%s", got, diffLines(orig, listRoot(t, root)))
+	}
+}
