@@ -497,6 +497,9 @@ func Undo(ctx context.Context, root string, o UndoOptions) (*UndoResult, error) 
 			}
 			before[ch.Path] = n
 		}
+		if b := ch.Before; b != nil && (b.Type == "char" || b.Type == "block") && ch.Kind != "changed" && os.Geteuid() != 0 {
+			return nil, fmt.Errorf("undo: %s: restoring a %s device needs root", ch.Path, b.Type)
+		}
 		if b := ch.Before; b != nil && b.Type == "file" && ch.Kind != "added" && ch.Kind != "changed" {
 			if _, err := live.lstat(path.Join(backupDir, b.SHA256)); err != nil {
 				return nil, fmt.Errorf("undo: the backup of %s: %w", ch.Path, err)
@@ -565,9 +568,6 @@ func Undo(ctx context.Context, root string, o UndoOptions) (*UndoResult, error) 
 			continue
 		}
 		b := before[ch.Path]
-		if b.typ.IsDevice() && os.Geteuid() != 0 {
-			return nil, fmt.Errorf("undo: %s: restoring a %s device needs root", ch.Path, b.Type)
-		}
 		if b.typ == rootfs.TypeRegular {
 			uses[b.SHA256]--
 		}
