@@ -51,6 +51,7 @@ var commands = map[string]command{
 	"chronyd":                  cmdChronydConfig,
 	"py3compile":               cmdPy3compile,
 	"expr":                     cmdExpr,
+	"systemd-tmpfiles":         cmdSystemdTmpfiles,
 	"update-locale":            cmdUpdateLocale,
 	"ssh-keygen":               cmdSshKeygen,
 	"systemd-machine-id-setup": cmdMachineIDSetup,
