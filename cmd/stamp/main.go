@@ -504,6 +504,10 @@ func privateDir(c *cli.Context, flag string) (string, error) {
 	if err := os.MkdirAll(abs, 0o700); err != nil {
 		return "", fmt.Errorf("--%s %s: %w", flag, dir, err)
 	}
+	if flag == "cache-dir" {
+		// A cache may be read-only: an --offline build only reads it.
+		return abs, nil
+	}
 	probe, err := os.MkdirTemp(abs, ".stamp-probe-")
 	if err != nil {
 		return "", fmt.Errorf("--%s %s: not usable: %w", flag, dir, err)
