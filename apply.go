@@ -15,6 +15,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
+
 	"github.com/stamp-dev/stamp/layers"
 	"github.com/stamp-dev/stamp/layers/cache"
 	"github.com/stamp-dev/stamp/recipes"
@@ -227,6 +230,9 @@ func applyOnScratch(ctx context.Context, rec *recipes.Recipe, phases []phase, c 
 	for _, p := range rep.NotApplied {
 		log.Warnf("%s: owner or device node kept in the index only (needs root)", p)
 	}
+	if err := writeXattrs(tree, log); err != nil {
+		return nil, fmt.Errorf("apply: %w", err)
+	}
 	// The index hashed every file the layers wrote; only what it does not
 	// know is read again.
 	known := func(p string, size int64) string {
@@ -240,6 +246,24 @@ func applyOnScratch(ctx context.Context, rec *recipes.Recipe, phases []phase, c 
 		return nil, fmt.Errorf("apply: %w", err)
 	}
 	return after, nil
+}
+
+// writeXattrs puts the xattrs the layers gave entries (a tarball's
+// SCHILY.xattr records, say) on the scratch copy's disk, which WriteBack
+// leaves alone, so they reach the plan and the root. Entries the tree
+// adopted hold none in the index and keep what the disk has.
+func writeXattrs(tree *rootfs.Tree, log logrus.FieldLogger) error {
+	for _, e := range tree.Entries() {
+		for _, name := range e.XattrNames() {
+			err := unix.Lsetxattr(tree.DiskPath(e.Path), name, []byte(e.Xattrs[name]), 0)
+			if errors.Is(err, unix.EPERM) || errors.Is(err, unix.ENOTSUP) {
+				log.Warnf("%s: xattr %s kept in the index only: %v", e.Path, name, err)
+			} else if err != nil {
+				return fmt.Errorf("%s: xattr %s: %w", e.Path, name, err)
+			}
+		}
+	}
+	return nil
 }
 
 // keepLost gives entries the scratch copy could not reproduce faithfully,

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"archive/tar"
+	"bytes"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -711,5 +713,55 @@ customize:
 		"backing up /etc/hostname", "changed while apply ran")
 	if got := changedPaths(orig, listRoot(t, root)); strings.Join(got, " ") != "/etc/hostname" {
 		t.Errorf("after a failed apply, these differ from before: %v (want only the hook's /etc/hostname)\n%s", got, diffLines(orig, listRoot(t, root)))
+	}
+}
+
+// xattrs a layer brings (a tarball's SCHILY.xattr records) reach the plan
+// and the root, and undo takes them away again.
+func TestApplyTarballXattrs(t *testing.T) {
+	dir := t.TempDir()
+	root := filepath.Join(dir, "root")
+	makeApplyRoot(t, root)
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	content := "#!/bin/sh\necho capped\n"
+	pax := map[string]string{"SCHILY.xattr.user.stamp": "from the tarball"}
+	want := "user.stamp"
+	if os.Geteuid() == 0 {
+		pax["SCHILY.xattr.trusted.stamp"] = "t"
+		want = "trusted.stamp,user.stamp"
+	}
+	if err := tw.WriteHeader(&tar.Header{Name: "usr/bin/capped", Mode: 0o755, Size: int64(len(content)), ModTime: time.Unix(1700000000, 0),
+		Typeflag: tar.TypeReg, PAXRecords: pax, Format: tar.FormatPAX}); err != nil {
+		t.Fatal(err)
+	}
+	tw.Write([]byte(content))
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, dir, map[string]string{"extra.tar": buf.String(), "recipe.yaml": `apiVersion: stamp.dev/v1alpha1
+kind: Recipe
+name: xattrs
+epoch: 1700000000
+base: {tarball: ./unused.tar}
+customize:
+  layers:
+    - tarball: {path: ./extra.tar}
+`})
+	cache := filepath.Join(dir, "cache")
+	orig := listRoot(t, root)
+	r := stamp(t, dir, nil, "apply", "recipe.yaml", "--root", root, "--dry-run", "--cache-dir", cache).mustSucceed(t)
+	if !strings.Contains(r.stdout, "added    /usr/bin/capped  file mode=0755 owner=0:0") || !strings.Contains(r.stdout, " xattrs="+want+"\n") {
+		t.Errorf("dry run does not show the tarball's xattrs (%s):\n%s", want, r.stdout)
+	}
+	stamp(t, dir, nil, "apply", "recipe.yaml", "--root", root, "--cache-dir", cache).mustSucceed(t)
+	v := make([]byte, 64)
+	n, err := unix.Lgetxattr(filepath.Join(root, "usr/bin/capped"), "user.stamp", v)
+	if err != nil || string(v[:n]) != "from the tarball" {
+		t.Errorf("user.stamp on /usr/bin/capped: %q, %v", v[:max(n, 0)], err)
+	}
+	stamp(t, dir, nil, "apply", "--undo", "--root", root).mustSucceed(t)
+	if got := listRoot(t, root); got != orig {
+		t.Fatalf("undo did not give back the root:\n%s", diffLines(orig, got))
 	}
 }
