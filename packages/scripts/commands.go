@@ -52,6 +52,7 @@ var commands = map[string]command{
 	"py3compile":               cmdPy3compile,
 	"expr":                     cmdExpr,
 	"systemd-tmpfiles":         cmdSystemdTmpfiles,
+	"journalctl":               cmdJournalctl,
 	"update-locale":            cmdUpdateLocale,
 	"ssh-keygen":               cmdSshKeygen,
 	"systemd-machine-id-setup": cmdMachineIDSetup,

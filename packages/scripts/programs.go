@@ -288,3 +288,54 @@ func cmdMachineIDSetup(r *run, hc interp.HandlerContext, args []string) error {
 	}
 	return r.env.Tree.Update(rp, func(in *rootfs.Inode) { in.Perm = 0o444 })
 }
+
+// cmdJournalctl is journalctl --update-catalog: the message catalog's
+// binary database is the image's journald's format, so the image's own
+// journalctl builds it (through its loader) from the catalog directories
+// staged under a scratch root, and the database it writes is copied into
+// the tree.
+func cmdJournalctl(r *run, hc interp.HandlerContext, args []string) error {
+	if len(args) != 2 || args[1] != "--update-catalog" {
+		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+	}
+	t := r.env.Tree
+	prog, ok := r.lookPath("journalctl")
+	if !ok {
+		fmt.Fprintf(hc.Stderr, "%s: journalctl: not found\n", r.s.Name)
+		return exit(127)
+	}
+	scratch, err := os.MkdirTemp(filepath.Dir(t.Dir()), ".stamp-journalctl-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(scratch)
+	sp, err := r.stageProgram(prog, filepath.Join(scratch, "prog"))
+	if err != nil {
+		return r.unhandled(fmt.Sprintf("journalctl: cannot run the image's journalctl here: %v", err))
+	}
+	root := filepath.Join(scratch, "root")
+	for _, d := range []string{"/etc/systemd/catalog", "/run/systemd/catalog", "/usr/local/lib/systemd/catalog", "/usr/lib/systemd/catalog"} {
+		rd, err := t.Resolve(d, true)
+		if err != nil {
+			continue
+		}
+		if e := t.Get(rd); e == nil || e.Type != rootfs.TypeDir {
+			continue
+		}
+		if _, err := r.stageTree(rd, filepath.Join(root, filepath.FromSlash(d))); err != nil {
+			return fmt.Errorf("journalctl: %w", err)
+		}
+	}
+	var out bytes.Buffer
+	err = r.runStaged(sp, hc, "journalctl", []string{"--root=" + root, "--update-catalog"}, scratch, &out)
+	hc.Stderr.Write(bytes.ReplaceAll(out.Bytes(), []byte(root), nil))
+	if err != nil {
+		return err
+	}
+	const db = "/var/lib/systemd/catalog/database"
+	b, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(db)))
+	if err != nil {
+		return fmt.Errorf("journalctl: %w", err)
+	}
+	return r.createFile(db, b, 0o644)
+}
