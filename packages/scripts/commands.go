@@ -53,6 +53,8 @@ var commands = map[string]command{
 	"expr":                     cmdExpr,
 	"systemd-tmpfiles":         cmdSystemdTmpfiles,
 	"journalctl":               cmdJournalctl,
+	"ucf":                      cmdUcf,
+	"ucfr":                     cmdUcfr,
 	"update-locale":            cmdUpdateLocale,
 	"ssh-keygen":               cmdSshKeygen,
 	"systemd-machine-id-setup": cmdMachineIDSetup,
