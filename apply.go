@@ -150,7 +150,16 @@ func Apply(ctx context.Context, rec *recipes.Recipe, root string, ao ApplyOption
 	log.Infof("indexed %d entries of %s in %s", len(before), root, time.Since(start).Round(time.Millisecond))
 	scratch := filepath.Join(work, "root")
 	start = time.Now()
-	losses, err := copyRoot(ctx, before, root, scratch)
+	var total int64
+	for _, n := range before {
+		total += n.Size
+	}
+	add, done := func(int64) {}, func() {}
+	if o.Progress != nil {
+		add, done = o.Progress("copying "+root, total)
+	}
+	losses, err := copyRoot(ctx, before, root, scratch, add)
+	done()
 	if err != nil {
 		return nil, fmt.Errorf("apply: scratch copy of %s: %w", root, err)
 	}

@@ -255,7 +255,7 @@ type lost struct {
 // where the file system shares blocks, else by an in-kernel copy; hard links
 // stay hard links; modes, mtimes and, where allowed, owners and xattrs as in
 // src. It never writes to src.
-func copyRoot(ctx context.Context, nodes []*node, src, dst string) (map[string]*lost, error) {
+func copyRoot(ctx context.Context, nodes []*node, src, dst string, progress func(int64)) (map[string]*lost, error) {
 	if err := os.Mkdir(dst, 0o700); err != nil {
 		return nil, err
 	}
@@ -287,6 +287,7 @@ func copyRoot(ctx context.Context, nodes []*node, src, dst string) (map[string]*
 					}
 				}
 				done[n.path] = true
+				progress(n.Size)
 				return copyFileAt(fd, name, filepath.Join(src, n.path[1:]))
 			case rootfs.TypeChar, rootfs.TypeBlock:
 				if !asRoot {
