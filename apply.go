@@ -198,7 +198,9 @@ func Apply(ctx context.Context, rec *recipes.Recipe, root string, ao ApplyOption
 		}
 		log.Warn("apply would fail: " + b)
 	}
-	if ao.DryRun {
+	// Nothing to change leaves no record either: the record would be the
+	// only change.
+	if ao.DryRun || len(p.Changes) == 0 {
 		return p, nil
 	}
 	if err := carryOver(ctx, live, scratch, before, after, p, ep, log); err != nil {

@@ -765,3 +765,29 @@ customize:
 		t.Fatalf("undo did not give back the root:\n%s", diffLines(orig, got))
 	}
 }
+
+// A recipe that changes nothing in the root leaves it exactly as it was,
+// with no record, so there is nothing to undo.
+func TestApplyNothingToChange(t *testing.T) {
+	dir := t.TempDir()
+	root := filepath.Join(dir, "root")
+	makeApplyRoot(t, root)
+	writeFiles(t, dir, map[string]string{"recipe.yaml": `apiVersion: stamp.dev/v1alpha1
+kind: Recipe
+name: noop
+epoch: 1700000000
+base: {tarball: ./unused.tar}
+customize:
+  layers:
+    - mkdir: [{path: /etc, mode: "0751"}]
+`})
+	orig := listRoot(t, root)
+	r := stamp(t, dir, nil, "apply", "recipe.yaml", "--root", root, "--cache-dir", filepath.Join(dir, "cache")).mustSucceed(t)
+	if r.stdout != "noop changed: 0 added, 0 replaced, 0 removed, 0 changed\n" {
+		t.Errorf("stdout:\n%s", r.stdout)
+	}
+	if got := listRoot(t, root); got != orig {
+		t.Fatalf("a recipe that changes nothing changed the root:\n%s", diffLines(orig, got))
+	}
+	stamp(t, dir, nil, "apply", "--undo", "--root", root).mustFail(t, 1, "nothing to undo")
+}
