@@ -55,6 +55,7 @@ var commands = map[string]command{
 	"journalctl":               cmdJournalctl,
 	"ucf":                      cmdUcf,
 	"ucfr":                     cmdUcfr,
+	"openssl":                  cmdOpenssl,
 	"update-locale":            cmdUpdateLocale,
 	"ssh-keygen":               cmdSshKeygen,
 	"systemd-machine-id-setup": cmdMachineIDSetup,
@@ -106,6 +107,7 @@ var commands = map[string]command{
 // exec runs a command through its handler; no program of the host ever runs.
 func (r *run) exec(ctx context.Context, args []string) error {
 	hc := interp.HandlerCtx(ctx)
+	r.cwd = hc.Dir
 	name := path.Base(args[0])
 	h, ok := commands[name]
 	// Not in the table: these run scripts, which run commands through
@@ -115,7 +117,7 @@ func (r *run) exec(ctx context.Context, args []string) error {
 		h, ok = cmdRunParts, true
 	case "stamp-debconf":
 		h, ok = cmdDebconf, true
-	case "runit-helper", "locale-gen":
+	case "runit-helper", "locale-gen", "update-ca-certificates":
 		// Shell scripts of the image, interpreted.
 		h, ok = cmdImageScript, true
 	}

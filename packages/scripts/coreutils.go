@@ -770,8 +770,18 @@ func cmdFind(r *run, hc interp.HandlerContext, args []string) error {
 	}
 	var typ byte
 	var names []string
+	// existsTest is -exec test -e {} \; (negated with !): whether the
+	// path, followed, leads somewhere.
+	existsTest, negateExists, negate := false, false, false
 	for ; i < len(args); i++ {
 		switch a := args[i]; {
+		case a == "!":
+			negate = true
+			continue
+		case a == "-exec" && i+4 < len(args) && args[i+1] == "test" && args[i+2] == "-e" && args[i+3] == "{}" && args[i+4] == ";":
+			existsTest, negateExists, negate = true, negate, false
+			i += 4
+			continue
 		case a == "-type" && i+1 < len(args) && len(args[i+1]) == 1:
 			typ = args[i+1][0]
 			i++
@@ -781,6 +791,9 @@ func cmdFind(r *run, hc interp.HandlerContext, args []string) error {
 		case a == "-print" || a == "-follow":
 			follow = follow || a == "-follow"
 		default:
+			return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		}
+		if negate {
 			return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
 		}
 	}
@@ -810,6 +823,12 @@ func cmdFind(r *run, hc interp.HandlerContext, args []string) error {
 		}
 		for _, n := range names {
 			if m, _ := path.Match(n, path.Base(shown)); !m {
+				ok = false
+			}
+		}
+		if existsTest {
+			_, err := r.env.Tree.Lookup(p, true)
+			if (err == nil) == negateExists {
 				ok = false
 			}
 		}

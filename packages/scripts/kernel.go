@@ -644,7 +644,7 @@ var runPartsName = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
 // interpreted like a maintainer script with the --arg arguments.
 func cmdRunParts(r *run, hc interp.HandlerContext, args []string) error {
 	var runArgs []string
-	exitOnError, report := false, false
+	exitOnError, report, test := false, false, false
 	var dir string
 	for i := 1; i < len(args); i++ {
 		a := args[i]
@@ -653,6 +653,8 @@ func cmdRunParts(r *run, hc interp.HandlerContext, args []string) error {
 			exitOnError = true
 		case a == "--report" || a == "-v" || a == "--verbose":
 			report = true
+		case a == "--test":
+			test = true
 		case strings.HasPrefix(a, "--arg="):
 			runArgs = append(runArgs, strings.TrimPrefix(a, "--arg="))
 		case (a == "-a" || a == "--arg") && i+1 < len(args):
@@ -689,6 +691,10 @@ func cmdRunParts(r *run, hc interp.HandlerContext, args []string) error {
 		}
 		e, err := t.Lookup(rd+"/"+name, true)
 		if err != nil || e.Type != rootfs.TypeRegular || e.Perm&0o111 == 0 {
+			continue
+		}
+		if test {
+			fmt.Fprintf(hc.Stdout, "%s/%s\n", strings.TrimRight(dir, "/"), name)
 			continue
 		}
 		body, err := r.readFile(e.Path)

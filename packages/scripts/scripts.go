@@ -131,6 +131,8 @@ type run struct {
 	umask uint32
 	// dsh is the instance deb-systemd-helper works on in this call.
 	dsh *dshInstance
+	// cwd is the interpreter's working directory when a handler runs.
+	cwd string
 }
 
 // Run interprets the script with args ($1, $2...) against the tree, as
@@ -242,6 +244,11 @@ func (r *run) unhandled(what string) error {
 // the working directory) into a clean path inside the tree.
 func (r *run) treePath(p string) string {
 	dir := r.env.Tree.Dir()
+	if !path.IsAbs(p) && r.cwd != "" {
+		// A handler's relative operand is relative to the script's
+		// working directory (after a cd).
+		p = path.Join(r.cwd, p)
+	}
 	if p == dir {
 		return "/"
 	}
@@ -277,6 +284,12 @@ func (r *run) call(ctx context.Context, args []string) ([]string, error) {
 	case "[", "test":
 		out := append([]string(nil), args...)
 		for i := 1; i+1 < len(out); i++ {
+			if fileTests[out[i]] && out[i+1] == "" {
+				// An empty name is no file, wherever the script is.
+				out[i+1] = r.hostPath("/nonexistent-empty-operand", false)
+				i++
+				continue
+			}
 			if fileTests[out[i]] && strings.HasPrefix(out[i+1], "/") {
 				follow := out[i] != "-h" && out[i] != "-L"
 				out[i+1] = r.hostPath(out[i+1], follow)
