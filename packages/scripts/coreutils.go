@@ -856,6 +856,11 @@ func cmdAwk(r *run, hc interp.HandlerContext, args []string) error {
 	if len(args) < 2 {
 		return exit(2)
 	}
+	if _, found := r.lookPath(path.Base(args[0])); !found {
+		// awk is no Essential package: an image may lack it.
+		fmt.Fprintf(hc.Stderr, "%s: %s: not found\n", r.s.Name, args[0])
+		return exit(127)
+	}
 	prog := strings.TrimSpace(args[1])
 	in, ok := r.inputs(hc, "awk", args[2:], false)
 	if !ok {
