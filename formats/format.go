@@ -100,22 +100,44 @@ type Format interface {
 	Write(ctx context.Context, src *Source, spec *Spec, dir, base string) (*Result, error)
 }
 
-// Lookup returns the writer for a format name. The table is explicit so that
-// adding a format is one file and one line here.
+// Entry is one output format: its name, what an output of it can be made
+// from, and its writer and reader, which sit beside each other in the
+// format's own files.
+type Entry struct {
+	// Name is the format's name as a recipe spells it.
+	Name string
+	// MadeFrom lists, by the kind of output ("" for a format of one kind),
+	// the formats an output can be made from, nearest choice first; a kind
+	// it does not list is made from the tree. The recipe schema keeps the
+	// same graph (recipes.MadeFrom), and a test holds the two together.
+	MadeFrom map[string][]string
+	Writer   Format
+	// Reader reads the format back; its Match is the format's detector.
+	Reader Reader
+}
+
+// Table lists every output format in detection order: containers that may
+// hold another format (an OCI archive is a tar, a pxe bundle holds a cpio)
+// come before what they hold. Adding a format is its file and one line here
+// (and its schema in recipes); the table is explicit rather than filled
+// from init functions, so its order is the code's.
+func Table() []Entry {
+	return []Entry{
+		{Name: "qcow2", MadeFrom: map[string][]string{"": {"raw"}}, Writer: qcow2Format{}, Reader: qcow2ImageReader{}},
+		{Name: "raw", Writer: rawFormat{}, Reader: rawImageReader{}},
+		{Name: "pxe", MadeFrom: map[string][]string{"": {"cpio"}}, Writer: pxeFormat{}, Reader: pxeImageReader{}},
+		{Name: "oci", MadeFrom: map[string][]string{"containerdisk": {"qcow2", "raw"}}, Writer: ociFormat{}, Reader: ociImageReader{}},
+		{Name: "cpio", Writer: cpioFormat{}, Reader: cpioImageReader{}},
+		{Name: "tar", Writer: tarFormat{}, Reader: tarReader{}},
+	}
+}
+
+// Lookup returns the writer for a format name.
 func Lookup(name string) (Format, error) {
-	switch name {
-	case "tar":
-		return tarFormat{}, nil
-	case "raw":
-		return rawFormat{}, nil
-	case "qcow2":
-		return qcow2Format{}, nil
-	case "cpio":
-		return cpioFormat{}, nil
-	case "pxe":
-		return pxeFormat{}, nil
-	case "oci":
-		return ociFormat{}, nil
+	for _, e := range Table() {
+		if e.Name == name {
+			return e.Writer, nil
+		}
 	}
 	return nil, fmt.Errorf("output format %q is not supported by this version of stamp", name)
 }

@@ -132,8 +132,8 @@ type Head struct {
 // HeadSize is how much of a file detection reads.
 const HeadSize = 64 << 10
 
-// Reader reads one output format back. Adding a format's reader is one
-// entry in Readers.
+// Reader reads one output format back; each format's Entry in Table holds
+// its reader.
 type Reader interface {
 	// Format is the format's name as a recipe spells it.
 	Format() string
@@ -143,17 +143,14 @@ type Reader interface {
 	Read(ctx context.Context, h *Head) (*Image, error)
 }
 
-// Readers lists every reader in detection order: containers that may hold
-// another format (an OCI archive is a tar) come before what they hold.
+// Readers lists every format's reader in Table's detection order.
 func Readers() []Reader {
-	return []Reader{
-		qcow2ImageReader{},
-		rawImageReader{},
-		pxeImageReader{},
-		ociImageReader{},
-		cpioImageReader{},
-		tarReader{},
+	t := Table()
+	out := make([]Reader, len(t))
+	for i, e := range t {
+		out[i] = e.Reader
 	}
+	return out
 }
 
 // ReadEntries detects the format of the file or directory at path and reads

@@ -1,0 +1,99 @@
+package formats
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stamp-dev/stamp/rootfs"
+)
+
+// TestTableWritesAndReadsEveryFormat writes one output of every format in
+// Table (and of every kind a format makes from another output) from one
+// tree, each made from the first format its entry names, and reads each back
+// by detection alone: every entry has a writer, a detector that knows its
+// own output and no other's, and a reader.
+func TestTableWritesAndReadsEveryFormat(t *testing.T) {
+	ctx := context.Background()
+	tree := rawTestTree(t, "amd64")
+	if _, err := tree.Create("/usr/bin/busybox", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o755, MTime: tarEpoch},
+		strings.NewReader("\x7fELF busybox")); err != nil {
+		t.Fatal(err)
+	}
+	// One spec per format and kind, in an order where what an output is
+	// made from comes first. A format added to Table without a line here
+	// fails below.
+	specs := []*Spec{
+		rawSpec(),
+		{Format: "qcow2", Name: "qcow2"},
+		{Format: "cpio", Name: "cpio"},
+		{Format: "pxe", Name: "pxe"},
+		{Format: "tar", Name: "tar"},
+		{Format: "oci", Name: "oci", Kind: "rootfs"},
+		{Format: "oci", Name: "containerdisk", Kind: "containerdisk"},
+	}
+	table := Table()
+	byName := map[string]Entry{}
+	for _, e := range table {
+		if _, dup := byName[e.Name]; dup {
+			t.Fatalf("format %s is in the table twice", e.Name)
+		}
+		byName[e.Name] = e
+		if e.Writer == nil || e.Reader == nil {
+			t.Fatalf("format %s has no writer or no reader", e.Name)
+		}
+		if e.Reader.Format() != e.Name {
+			t.Errorf("format %s: its reader names itself %s", e.Name, e.Reader.Format())
+		}
+	}
+	dir := t.TempDir()
+	written := map[string]string{} // format -> main file, the first written
+	adds := map[string][]string{}
+	for _, spec := range specs {
+		e, ok := byName[spec.Format]
+		if !ok {
+			t.Fatalf("the test writes format %s, which Table lacks", spec.Format)
+		}
+		src := rawSource(tree, "amd64")
+		if from := e.MadeFrom[spec.Kind]; len(from) > 0 {
+			if written[from[0]] == "" {
+				t.Fatalf("%s (%s) is made from %s, which the test has not written yet", spec.Name, spec.Kind, from[0])
+			}
+			src.From, src.FromAdds = filepath.Join(dir, written[from[0]]), adds[from[0]]
+		}
+		src.WorkDir = t.TempDir()
+		res, err := e.Writer.Write(ctx, src, spec, dir, "node-"+spec.Name)
+		if err != nil {
+			t.Fatalf("%s: %v", spec.Name, err)
+		}
+		if written[spec.Format] == "" {
+			written[spec.Format], adds[spec.Format] = res.Files[0], res.Adds
+		}
+		im, err := ReadEntries(ctx, filepath.Join(dir, res.Files[0]))
+		if err != nil {
+			t.Fatalf("%s: reading %s back: %v", spec.Name, res.Files[0], err)
+		}
+		if im.Format != spec.Format {
+			t.Errorf("%s: %s is read back as %s", spec.Name, res.Files[0], im.Format)
+		}
+		if len(im.Entries) == 0 {
+			t.Errorf("%s: %s reads back with no entries", spec.Name, res.Files[0])
+		}
+	}
+	for _, e := range table {
+		if written[e.Name] == "" {
+			t.Errorf("format %s is in Table but this test writes none", e.Name)
+		}
+		for kind, from := range e.MadeFrom {
+			for _, f := range from {
+				if _, ok := byName[f]; !ok {
+					t.Errorf("format %s (kind %q) is made from %s, which Table lacks", e.Name, kind, f)
+				}
+			}
+		}
+	}
+	if _, err := Lookup("vhd"); err == nil || !strings.Contains(err.Error(), "not supported") {
+		t.Errorf("Lookup of an unknown format: %v", err)
+	}
+}
