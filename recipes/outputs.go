@@ -15,28 +15,102 @@ type outputNode struct {
 	seen map[string]*yaml.Node
 }
 
-// outputKeys says which keys apply to each format; a key given to a format
-// that ignores it is an error rather than a silent no-op.
-var outputKeys = map[string][]string{
-	FormatTar:   {"compression"},
-	FormatCpio:  {"compression"},
-	FormatPXE:   {"compression", "from", "boot"},
-	FormatRaw:   {"size", "partitions", "boot", "freeSpace", "grow"},
-	FormatQcow2: {"from", "compression"},
-	FormatOCI:   {"from", "kind", "layout", "compression", "entrypoint", "env", "labels"},
+// outputFormat is one output format as a recipe writes it. Adding a format
+// to the schema is one line in outputFormats (and its keys' handlers in
+// output, when it brings new keys).
+type outputFormat struct {
+	name string
+	// keys are those that apply besides format and name; a key given to a
+	// format that ignores it is an error rather than a silent no-op.
+	keys []string
+	// compressions are what the format's compression may be.
+	compressions []string
+	// defaultCompression is filled when the recipe gives none; "" leaves it
+	// out.
+	defaultCompression string
+	// madeFrom lists, by kind ("" for a format of one kind), the formats an
+	// output can be made from, nearest choice first; a kind it does not list
+	// is made from the tree. The formats package keeps the same graph beside
+	// its writers, and the conductor's tests hold the two together.
+	madeFrom map[string][]string
+	// fromOptional means an output with a madeFrom entry may still be made
+	// from the tree when from is left out.
+	fromOptional bool
+	// defaults fills the format's own defaults and checks what depends on
+	// more than one key.
+	defaults func(d *decoder, on *outputNode)
 }
 
-var formats = []string{FormatTar, FormatRaw, FormatQcow2, FormatCpio, FormatPXE, FormatOCI}
-
+// compressions are the whole-file codecs of archives.
 var compressions = []string{"none", "gzip", "zstd", "xz"}
 
-// qcow2Compressions are what qcow2 clusters can hold (zlib deflate).
-var qcow2Compressions = []string{"none", "zlib"}
+// outputFormats lists every output format in the order errors name them.
+var outputFormats = []outputFormat{
+	{name: FormatTar, keys: []string{"compression"}, compressions: compressions, defaultCompression: "none"},
+	{name: FormatRaw, keys: []string{"size", "partitions", "boot", "freeSpace", "grow"}, defaults: (*decoder).rawDefaults},
+	// qcow2 clusters hold zlib deflate or nothing.
+	{name: FormatQcow2, keys: []string{"from", "compression"}, compressions: []string{"none", "zlib"},
+		madeFrom: map[string][]string{"": {FormatRaw}}},
+	{name: FormatCpio, keys: []string{"compression"}, compressions: compressions, defaultCompression: "zstd"},
+	{name: FormatPXE, keys: []string{"compression", "from", "boot"}, compressions: compressions, defaultCompression: "zstd",
+		madeFrom: map[string][]string{"": {FormatCpio}}, fromOptional: true},
+	// An OCI layer's media types are tar+gzip, tar+zstd and tar; gzip is
+	// the default because every registry and client reads it.
+	{name: FormatOCI, keys: []string{"from", "kind", "layout", "compression", "entrypoint", "env", "labels"},
+		compressions: []string{"gzip", "zstd", "none"}, defaultCompression: "gzip",
+		madeFrom: map[string][]string{"containerdisk": {FormatQcow2, FormatRaw}}, defaults: (*decoder).ociDefaults},
+}
 
-// ociCompressions are the layer media types the image spec names
-// (tar+gzip, tar+zstd, tar); gzip comes first as the default because it is
-// the one every registry and client reads.
-var ociCompressions = []string{"gzip", "zstd", "none"}
+// outputFormatNamed returns the schema of a format, nil for an unknown one.
+func outputFormatNamed(name string) *outputFormat {
+	for i := range outputFormats {
+		if outputFormats[i].name == name {
+			return &outputFormats[i]
+		}
+	}
+	return nil
+}
+
+// formatNames are the names of outputFormats, in order.
+func formatNames() []string {
+	out := make([]string, len(outputFormats))
+	for i, f := range outputFormats {
+		out[i] = f.name
+	}
+	return out
+}
+
+// allCompressions is every compression some format takes, for the first
+// check of the key; the format's own set is checked once the format is known.
+func allCompressions() []string {
+	var out []string
+	for _, f := range outputFormats {
+		for _, c := range f.compressions {
+			if !oneOf(c, out...) {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// Formats lists the output formats a recipe may name.
+func Formats() []string { return formatNames() }
+
+// MadeFrom says, by kind ("" for a format of one kind), which formats an
+// output of format can be made from; nil for a format always made from the
+// tree. The conductor's tests hold it against formats.Table.
+func MadeFrom(format string) map[string][]string {
+	f := outputFormatNamed(format)
+	if f == nil || f.madeFrom == nil {
+		return nil
+	}
+	out := make(map[string][]string, len(f.madeFrom))
+	for k, v := range f.madeFrom {
+		out[k] = append([]string(nil), v...)
+	}
+	return out
+}
 
 func oneOf(s string, set ...string) bool {
 	for _, x := range set {
@@ -72,7 +146,7 @@ func (d *decoder) size(n *yaml.Node, field string, auto bool) string {
 func (d *decoder) output(n *yaml.Node, field string) outputNode {
 	o := Output{Line: line(n), Field: field}
 	seen := d.mapping(n, field, map[string]handler{
-		"format": func(v *yaml.Node, f string) { o.Format = d.enum(v, f, "format", formats...) },
+		"format": func(v *yaml.Node, f string) { o.Format = d.enum(v, f, "format", formatNames()...) },
 		"name": func(v *yaml.Node, f string) {
 			o.Name = d.str(v, f)
 			if !d.failed(v) && !nameRE.MatchString(o.Name) {
@@ -80,7 +154,7 @@ func (d *decoder) output(n *yaml.Node, field string) outputNode {
 			}
 		},
 		"compression": func(v *yaml.Node, f string) {
-			o.Compression = d.enum(v, f, "compression", append(append([]string{}, compressions...), "zlib")...)
+			o.Compression = d.enum(v, f, "compression", allCompressions()...)
 		},
 		"size": func(v *yaml.Node, f string) { o.Size = d.size(v, f, true) },
 		"partitions": func(v *yaml.Node, f string) {
@@ -116,13 +190,14 @@ func (d *decoder) output(n *yaml.Node, field string) outputNode {
 		return on
 	}
 	if seen["format"] == nil {
-		d.fail(on.node, child(field, "format"), "format is required (one of %s)", strings.Join(formats, ", "))
+		d.fail(on.node, child(field, "format"), "format is required (one of %s)", strings.Join(formatNames(), ", "))
 		return on
 	}
-	allowed, ok := outputKeys[o.Format]
-	if !ok {
+	of := outputFormatNamed(o.Format)
+	if of == nil {
 		return on
 	}
+	allowed := of.keys
 	// Report keys in document order.
 	for i := 0; i+1 < len(on.node.Content); i += 2 {
 		k := on.node.Content[i].Value
@@ -132,72 +207,62 @@ func (d *decoder) output(n *yaml.Node, field string) outputNode {
 			}
 		}
 	}
-	d.outputDefaults(&on)
+	d.outputDefaults(&on, of)
 	return on
 }
 
 // keyFormats reports whether k is a key some format uses.
 func keyFormats(k string) ([]string, bool) {
 	var fs []string
-	for _, f := range formats {
-		if oneOf(k, outputKeys[f]...) {
-			fs = append(fs, f)
+	for _, f := range outputFormats {
+		if oneOf(k, f.keys...) {
+			fs = append(fs, f.name)
 		}
 	}
 	return fs, len(fs) > 0
 }
 
-func (d *decoder) outputDefaults(on *outputNode) {
+func (d *decoder) outputDefaults(on *outputNode, of *outputFormat) {
 	o := &on.out
 	if o.Name == "" {
 		o.Name = o.Format
 	}
-	if c := on.seen["compression"]; c != nil && o.Compression != "" {
-		set := compressions
-		switch o.Format {
-		case FormatQcow2:
-			set = qcow2Compressions
-		case FormatOCI:
-			set = ociCompressions
-		}
-		if !oneOf(o.Compression, set...) {
-			d.fail(c, child(o.Field, "compression"), "compression %q must be one of %s for format %s", o.Compression, strings.Join(set, ", "), o.Format)
+	if c := on.seen["compression"]; c != nil && o.Compression != "" && len(of.compressions) > 0 && !oneOf(o.Compression, of.compressions...) {
+		d.fail(c, child(o.Field, "compression"), "compression %q must be one of %s for format %s", o.Compression, strings.Join(of.compressions, ", "), o.Format)
+	}
+	if o.Compression == "" {
+		o.Compression = of.defaultCompression
+	}
+	if of.defaults != nil {
+		of.defaults(d, on)
+	}
+}
+
+func (d *decoder) ociDefaults(on *outputNode) {
+	o := &on.out
+	if o.Kind == "" {
+		o.Kind = "rootfs"
+	}
+	if o.Layout == "" {
+		o.Layout = "dir"
+	}
+	if o.Kind == "rootfs" && on.seen["from"] != nil {
+		d.fail(on.seen["from"], child(o.Field, "from"), "an oci rootfs is made from the tree; from applies to kind containerdisk")
+	}
+}
+
+func (d *decoder) rawDefaults(on *outputNode) {
+	o := &on.out
+	if o.Size == "" {
+		o.Size = "auto"
+	}
+	if on.seen["partitions"] == nil {
+		o.Partitions = []Partition{
+			{Name: "esp", Type: "esp", Size: "256MiB", Filesystem: "vfat"},
+			{Name: "root", Type: "root", Size: "auto", Filesystem: "ext4"},
 		}
 	}
-	switch o.Format {
-	case FormatTar:
-		if o.Compression == "" {
-			o.Compression = "none"
-		}
-	case FormatCpio, FormatPXE:
-		if o.Compression == "" {
-			o.Compression = "zstd"
-		}
-	case FormatOCI:
-		if o.Kind == "" {
-			o.Kind = "rootfs"
-		}
-		if o.Layout == "" {
-			o.Layout = "dir"
-		}
-		if o.Compression == "" {
-			o.Compression = ociCompressions[0]
-		}
-		if o.Kind == "rootfs" && on.seen["from"] != nil {
-			d.fail(on.seen["from"], child(o.Field, "from"), "an oci rootfs is made from the tree; from applies to kind containerdisk")
-		}
-	case FormatRaw:
-		if o.Size == "" {
-			o.Size = "auto"
-		}
-		if on.seen["partitions"] == nil {
-			o.Partitions = []Partition{
-				{Name: "esp", Type: "esp", Size: "256MiB", Filesystem: "vfat"},
-				{Name: "root", Type: "root", Size: "auto", Filesystem: "ext4"},
-			}
-		}
-		d.checkPartitions(on)
-	}
+	d.checkPartitions(on)
 }
 
 func (d *decoder) checkPartitions(on *outputNode) {
@@ -292,14 +357,6 @@ func (d *decoder) boot(n *yaml.Node, field string) Boot {
 	return b
 }
 
-// sources says which earlier formats an output may be made from. A format
-// missing here is made from the tree and takes no from.
-var sources = map[string][]string{
-	FormatQcow2:                       {FormatRaw},
-	FormatPXE:                         {FormatCpio},
-	FormatOCI + "/" + "containerdisk": {FormatQcow2, FormatRaw},
-}
-
 // linkOutputs checks names are unique and each from names an earlier output
 // of a format it can be made from, filling from where there is one choice.
 func (d *decoder) linkOutputs(ons []outputNode) []Output {
@@ -321,12 +378,16 @@ func (d *decoder) linkOutputs(ons []outputNode) []Output {
 		} else {
 			byName[o.Name] = i
 		}
-		key := o.Format
-		if o.Format == FormatOCI {
-			key += "/" + o.Kind
+		of := outputFormatNamed(o.Format)
+		var from []string
+		if of != nil {
+			kind := ""
+			if oneOf("kind", of.keys...) {
+				kind = o.Kind
+			}
+			from = of.madeFrom[kind]
 		}
-		from, ok := sources[key]
-		if !ok {
+		if len(from) == 0 {
 			if k := on.seen["from"]; k != nil && o.Format != FormatOCI {
 				d.fail(k, child(o.Field, "from"), "format %s is made from the tree and takes no from", o.Format)
 			}
@@ -341,7 +402,7 @@ func (d *decoder) linkOutputs(ons []outputNode) []Output {
 			case !oneOf(ons[j].out.Format, from...):
 				d.fail(k, child(o.Field, "from"), "%s %q cannot be made from %s output %q (use %s)", o.Format, o.Name, ons[j].out.Format, o.From, strings.Join(from, " or "))
 			}
-		} else if o.Format != FormatPXE {
+		} else if !of.fromOptional {
 			// The nearest earlier output of a usable format is the obvious source.
 			for j := i - 1; j >= 0; j-- {
 				if oneOf(ons[j].out.Format, from...) {
