@@ -82,7 +82,7 @@ func plan(rec *recipes.Recipe) ([]phase, []plannedInput, error) {
 			if field == "" {
 				field = fmt.Sprintf("%s.layers[%d]", ph.name, i)
 			}
-			layer, err := convert(l, hostPath, tarballInput)
+			layer, err := convert(l, hostInputs{path: hostPath, tarball: tarballInput})
 			if err != nil {
 				return nil, nil, fmt.Errorf("%s.%s: %w", field, l.Kind(), err)
 			}
@@ -134,76 +134,103 @@ func mode(m *recipes.Mode) *uint32 {
 	return &v
 }
 
-// convert maps one recipe layer to the layer that applies it.
-func convert(l *recipes.Layer, hostPath func(string) string, tarballInput func(field, uri, sha string) layers.Input) (layers.Layer, error) {
-	switch l.Kind() {
-	case "tarball":
-		return &layers.Tarball{Input: tarballInput(l.Field, l.Tarball.Path, l.Tarball.SHA256), Dest: l.Tarball.Dest}, nil
-	case "files":
-		var items []layers.File
-		for _, f := range l.Files {
-			it := layers.File{Path: f.Path, Content: f.Content, Mode: mode(f.Mode), Owner: owner(f.Owner)}
-			if f.From != "" {
-				it.From = hostPath(f.From)
-			}
-			if f.MTime != nil {
-				t := time.Unix(*f.MTime, 0).UTC()
-				it.MTime = &t
-			}
-			items = append(items, it)
-		}
-		return &layers.Files{Items: items}, nil
-	case "symlink":
+// hostInputs turns a recipe's host paths and tarball references into the
+// layers' terms.
+type hostInputs struct {
+	path    func(string) string
+	tarball func(field, uri, sha string) layers.Input
+}
+
+// layerConverters maps every layer kind a recipe may name (recipes.LayerKinds)
+// to the conversion that makes its layers.Layer; a new kind is its file in
+// layers, its schema in recipes and one line here. A test holds the two
+// tables together.
+var layerConverters = map[string]func(l *recipes.Layer, h hostInputs) layers.Layer{
+	"tarball": func(l *recipes.Layer, h hostInputs) layers.Layer {
+		return &layers.Tarball{Input: h.tarball(l.Field, l.Tarball.Path, l.Tarball.SHA256), Dest: l.Tarball.Dest}
+	},
+	"files": convertFiles,
+	"symlink": func(l *recipes.Layer, _ hostInputs) layers.Layer {
 		var links []layers.Link
 		for _, s := range l.Symlink {
 			links = append(links, layers.Link{Path: s.Path, Target: s.Target, Owner: owner(s.Owner)})
 		}
-		return &layers.Symlink{Links: links}, nil
-	case "mkdir":
+		return &layers.Symlink{Links: links}
+	},
+	"mkdir": func(l *recipes.Layer, _ hostInputs) layers.Layer {
 		var dirs []layers.Dir
 		for _, d := range l.Mkdir {
 			dirs = append(dirs, layers.Dir{Path: d.Path, Mode: mode(d.Mode), Owner: owner(d.Owner)})
 		}
-		return &layers.Mkdir{Dirs: dirs}, nil
-	case "remove":
-		return &layers.Remove{Patterns: l.Remove}, nil
-	case "users":
+		return &layers.Mkdir{Dirs: dirs}
+	},
+	"remove": func(l *recipes.Layer, _ hostInputs) layers.Layer { return &layers.Remove{Patterns: l.Remove} },
+	"users": func(l *recipes.Layer, _ hostInputs) layers.Layer {
 		var users []layers.User
 		for _, u := range l.Users {
 			users = append(users, layers.User{Name: u.Name, UID: u.UID, Group: u.Group, GID: u.GID, Groups: u.Groups,
 				Home: u.Home, Shell: u.Shell, Comment: u.Comment, System: u.System, Password: u.Password, CreateHome: u.CreateHome})
 		}
-		return &layers.Users{Users: users}, nil
-	case "groups":
+		return &layers.Users{Users: users}
+	},
+	"groups": func(l *recipes.Layer, _ hostInputs) layers.Layer {
 		var groups []layers.Group
 		for _, g := range l.Groups {
 			groups = append(groups, layers.Group{Name: g.Name, GID: g.GID, Members: g.Members, System: g.System})
 		}
-		return &layers.Groups{Groups: groups}, nil
-	case "systemd":
+		return &layers.Groups{Groups: groups}
+	},
+	"systemd": func(l *recipes.Layer, _ hostInputs) layers.Layer {
 		s := l.Systemd
-		return &layers.Systemd{Enable: s.Enable, Disable: s.Disable, Mask: s.Mask, Default: s.Default}, nil
-	case "hook":
-		return &layers.Hook{Run: hostPath(l.Hook.Run), Args: l.Hook.Args, Env: l.Hook.Env}, nil
-	case "debs":
-		return convertDebs(l.Debs, hostPath), nil
-	case "oci":
+		return &layers.Systemd{Enable: s.Enable, Disable: s.Disable, Mask: s.Mask, Default: s.Default}
+	},
+	"hook": func(l *recipes.Layer, h hostInputs) layers.Layer {
+		return &layers.Hook{Run: h.path(l.Hook.Run), Args: l.Hook.Args, Env: l.Hook.Env}
+	},
+	"debs": func(l *recipes.Layer, h hostInputs) layers.Layer { return convertDebs(l.Debs, h.path) },
+	"oci": func(l *recipes.Layer, _ hostInputs) layers.Layer {
 		o := l.OCI
 		in := layers.Input{Kind: layers.InputOCI, URI: o.Ref}
 		if _, _, d := splitOCIRef(o.Ref); d != "" {
 			in.Digest, in.Pinned = d, true
 		}
-		return &layers.OCI{Input: in, Dest: o.Dest, Paths: o.Paths, Mode: mode(o.Mode), Owner: owner(o.Owner), Platform: o.Platform}, nil
-	case "run":
-		return &layers.Run{Command: l.Run.Command, Env: l.Run.Env, Network: l.Run.Network}, nil
-	case "images":
+		return &layers.OCI{Input: in, Dest: o.Dest, Paths: o.Paths, Mode: mode(o.Mode), Owner: owner(o.Owner), Platform: o.Platform}
+	},
+	"run": func(l *recipes.Layer, _ hostInputs) layers.Layer {
+		return &layers.Run{Command: l.Run.Command, Env: l.Run.Env, Network: l.Run.Network}
+	},
+	"images": func(l *recipes.Layer, _ hostInputs) layers.Layer {
 		im := &layers.Images{}
 		for _, i := range l.Images {
 			im.Images = append(im.Images, &layers.Input{Kind: layers.InputImage, URI: i.Ref, Digest: i.Digest(), Pinned: true})
 		}
-		return im, nil
+		return im
+	},
+}
+
+func convertFiles(l *recipes.Layer, h hostInputs) layers.Layer {
+	var items []layers.File
+	for _, f := range l.Files {
+		it := layers.File{Path: f.Path, Content: f.Content, Mode: mode(f.Mode), Owner: owner(f.Owner)}
+		if f.From != "" {
+			it.From = h.path(f.From)
+		}
+		if f.MTime != nil {
+			t := time.Unix(*f.MTime, 0).UTC()
+			it.MTime = &t
+		}
+		items = append(items, it)
 	}
-	return nil, fmt.Errorf("layer kind %q is not supported by this version of stamp", l.Kind())
+	return &layers.Files{Items: items}
+}
+
+// convert maps one recipe layer to the layer that applies it.
+func convert(l *recipes.Layer, h hostInputs) (layers.Layer, error) {
+	c, ok := layerConverters[l.Kind()]
+	if !ok {
+		return nil, fmt.Errorf("layer kind %q is not supported by this version of stamp", l.Kind())
+	}
+	return c(l, h), nil
 }
 
 // ociPlatform is the platform an OCI input of layer l is pulled for: the

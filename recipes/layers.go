@@ -7,6 +7,101 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
+// layerKind is one layer kind as a recipe writes it: its key, how its value
+// is decoded into a Layer, and whether a Layer holds it. Adding a kind to
+// the schema is its field on Layer, its decoder and one line in layerKinds;
+// the conductor's own table (plan.go) turns it into a layers.Layer.
+type layerKind struct {
+	name string
+	// list kinds take one item or a list of them and may not be empty.
+	list   bool
+	decode func(d *decoder, l *Layer, v *yaml.Node, f string)
+	holds  func(l *Layer) bool
+}
+
+// layerKinds lists every layer kind in the order the schema documents them.
+var layerKinds = []layerKind{
+	{"tarball", false, func(d *decoder, l *Layer, v *yaml.Node, f string) { t := d.tarball(v, f); l.Tarball = &t },
+		func(l *Layer) bool { return l.Tarball != nil }},
+	{"files", true, func(d *decoder, l *Layer, v *yaml.Node, f string) {
+		l.Files = []File{}
+		d.oneOrList(v, f, func(v *yaml.Node, f string) { l.Files = append(l.Files, d.fileEntry(v, f)) })
+	}, func(l *Layer) bool { return l.Files != nil }},
+	{"symlink", true, func(d *decoder, l *Layer, v *yaml.Node, f string) {
+		l.Symlink = []Symlink{}
+		d.oneOrList(v, f, func(v *yaml.Node, f string) { l.Symlink = append(l.Symlink, d.symlink(v, f)) })
+	}, func(l *Layer) bool { return l.Symlink != nil }},
+	{"mkdir", true, func(d *decoder, l *Layer, v *yaml.Node, f string) {
+		l.Mkdir = []Mkdir{}
+		d.oneOrList(v, f, func(v *yaml.Node, f string) { l.Mkdir = append(l.Mkdir, d.mkdir(v, f)) })
+	}, func(l *Layer) bool { return l.Mkdir != nil }},
+	{"remove", true, func(d *decoder, l *Layer, v *yaml.Node, f string) {
+		l.Remove = []string{}
+		d.oneOrList(v, f, func(v *yaml.Node, f string) { l.Remove = append(l.Remove, d.glob(v, f)) })
+	}, func(l *Layer) bool { return l.Remove != nil }},
+	{"users", true, func(d *decoder, l *Layer, v *yaml.Node, f string) {
+		l.Users = []User{}
+		names := map[string]int{}
+		d.oneOrList(v, f, func(v *yaml.Node, f string) {
+			u := d.user(v, f)
+			d.unique(names, u.Name, v, child(f, "name"), "user")
+			l.Users = append(l.Users, u)
+		})
+	}, func(l *Layer) bool { return l.Users != nil }},
+	{"groups", true, func(d *decoder, l *Layer, v *yaml.Node, f string) {
+		l.Groups = []Group{}
+		names := map[string]int{}
+		d.oneOrList(v, f, func(v *yaml.Node, f string) {
+			g := d.group(v, f)
+			d.unique(names, g.Name, v, child(f, "name"), "group")
+			l.Groups = append(l.Groups, g)
+		})
+	}, func(l *Layer) bool { return l.Groups != nil }},
+	{"systemd", false, func(d *decoder, l *Layer, v *yaml.Node, f string) { s := d.systemd(v, f); l.Systemd = &s },
+		func(l *Layer) bool { return l.Systemd != nil }},
+	{"hook", false, func(d *decoder, l *Layer, v *yaml.Node, f string) { h := d.hook(v, f); l.Hook = &h },
+		func(l *Layer) bool { return l.Hook != nil }},
+	{"oci", false, func(d *decoder, l *Layer, v *yaml.Node, f string) { o := d.oci(v, f); l.OCI = &o },
+		func(l *Layer) bool { return l.OCI != nil }},
+	{"debs", false, func(d *decoder, l *Layer, v *yaml.Node, f string) { b := d.debs(v, f); l.Debs = &b },
+		func(l *Layer) bool { return l.Debs != nil }},
+	{"images", true, func(d *decoder, l *Layer, v *yaml.Node, f string) {
+		l.Images = []Image{}
+		d.oneOrList(v, f, func(v *yaml.Node, f string) { l.Images = append(l.Images, d.image(v, f)) })
+	}, func(l *Layer) bool { return l.Images != nil }},
+	{"run", false, func(d *decoder, l *Layer, v *yaml.Node, f string) { r := d.run(v, f); l.Run = &r },
+		func(l *Layer) bool { return l.Run != nil }},
+}
+
+// LayerKinds lists every layer kind key, in the order the schema documents them.
+func LayerKinds() []string {
+	out := make([]string, len(layerKinds))
+	for i, k := range layerKinds {
+		out[i] = k.name
+	}
+	return out
+}
+
+// Kind is the YAML key that selects the layer, e.g. "files"; the conductor
+// picks the layer's conversion by it.
+func (l *Layer) Kind() string {
+	for _, k := range layerKinds {
+		if k.holds(l) {
+			return k.name
+		}
+	}
+	return ""
+}
+
+func layerKindNamed(name string) *layerKind {
+	for i := range layerKinds {
+		if layerKinds[i].name == name {
+			return &layerKinds[i]
+		}
+	}
+	return nil
+}
+
 // layer decodes one item of a layers list: a mapping with exactly one kind key.
 func (d *decoder) layer(n *yaml.Node, field string) (Layer, bool) {
 	l := Layer{Line: line(n), Field: field}
@@ -15,7 +110,7 @@ func (d *decoder) layer(n *yaml.Node, field string) (Layer, bool) {
 		return l, false
 	}
 	if r.Kind != yaml.MappingNode || len(r.Content) == 0 {
-		d.fail(r, field, "a layer is a mapping with exactly one kind key (%s); got %s", strings.Join(LayerKinds, ", "), describe(r))
+		d.fail(r, field, "a layer is a mapping with exactly one kind key (%s); got %s", strings.Join(LayerKinds(), ", "), describe(r))
 		return l, false
 	}
 	if len(r.Content) > 2 {
@@ -28,65 +123,14 @@ func (d *decoder) layer(n *yaml.Node, field string) (Layer, bool) {
 	}
 	k, v := r.Content[0], r.Content[1]
 	f := child(field, k.Value)
-	switch k.Value {
-	case "tarball":
-		t := d.tarball(v, f)
-		l.Tarball = &t
-	case "files":
-		l.Files = []File{}
-		d.oneOrList(v, f, func(v *yaml.Node, f string) { l.Files = append(l.Files, d.fileEntry(v, f)) })
-	case "symlink":
-		l.Symlink = []Symlink{}
-		d.oneOrList(v, f, func(v *yaml.Node, f string) { l.Symlink = append(l.Symlink, d.symlink(v, f)) })
-	case "mkdir":
-		l.Mkdir = []Mkdir{}
-		d.oneOrList(v, f, func(v *yaml.Node, f string) { l.Mkdir = append(l.Mkdir, d.mkdir(v, f)) })
-	case "remove":
-		l.Remove = []string{}
-		d.oneOrList(v, f, func(v *yaml.Node, f string) { l.Remove = append(l.Remove, d.glob(v, f)) })
-	case "users":
-		l.Users = []User{}
-		names := map[string]int{}
-		d.oneOrList(v, f, func(v *yaml.Node, f string) {
-			u := d.user(v, f)
-			d.unique(names, u.Name, v, child(f, "name"), "user")
-			l.Users = append(l.Users, u)
-		})
-	case "groups":
-		l.Groups = []Group{}
-		names := map[string]int{}
-		d.oneOrList(v, f, func(v *yaml.Node, f string) {
-			g := d.group(v, f)
-			d.unique(names, g.Name, v, child(f, "name"), "group")
-			l.Groups = append(l.Groups, g)
-		})
-	case "systemd":
-		s := d.systemd(v, f)
-		l.Systemd = &s
-	case "hook":
-		h := d.hook(v, f)
-		l.Hook = &h
-	case "oci":
-		o := d.oci(v, f)
-		l.OCI = &o
-	case "debs":
-		db := d.debs(v, f)
-		l.Debs = &db
-	case "images":
-		l.Images = []Image{}
-		d.oneOrList(v, f, func(v *yaml.Node, f string) { l.Images = append(l.Images, d.image(v, f)) })
-	case "run":
-		r := d.run(v, f)
-		l.Run = &r
-	default:
-		d.fail(k, f, "unknown layer kind %q; use one of: %s", k.Value, strings.Join(LayerKinds, ", "))
+	kind := layerKindNamed(k.Value)
+	if kind == nil {
+		d.fail(k, f, "unknown layer kind %q; use one of: %s", k.Value, strings.Join(LayerKinds(), ", "))
 		return l, false
 	}
-	if rv := d.resolveQuiet(v); rv != nil && (isNull(rv) || rv.Kind == yaml.SequenceNode && len(rv.Content) == 0) {
-		switch k.Value {
-		case "files", "symlink", "mkdir", "remove", "users", "groups", "images":
-			d.fail(rv, f, "%s layer is empty; list at least one item or drop the layer", k.Value)
-		}
+	kind.decode(d, &l, v, f)
+	if rv := d.resolveQuiet(v); kind.list && rv != nil && (isNull(rv) || rv.Kind == yaml.SequenceNode && len(rv.Content) == 0) {
+		d.fail(rv, f, "%s layer is empty; list at least one item or drop the layer", k.Value)
 	}
 	return l, true
 }

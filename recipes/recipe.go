@@ -74,7 +74,7 @@ type Phase struct {
 }
 
 // Layer is one item of a phase's layers list. Exactly one of the kind fields
-// is set; Kind names it.
+// is set; Kind names it (see layerKinds).
 type Layer struct {
 	Line  int
 	Field string // e.g. "customize.layers[2]"
@@ -92,42 +92,6 @@ type Layer struct {
 	Debs    *Debs
 	Images  []Image
 	Run     *Run
-}
-
-// LayerKinds lists every layer kind key, in the order the schema documents them.
-var LayerKinds = []string{"tarball", "files", "symlink", "mkdir", "remove", "users", "groups", "systemd", "hook", "oci", "debs", "images", "run"}
-
-// Kind is the YAML key that selects the layer, e.g. "files".
-func (l *Layer) Kind() string {
-	switch {
-	case l.Tarball != nil:
-		return "tarball"
-	case l.Files != nil:
-		return "files"
-	case l.Symlink != nil:
-		return "symlink"
-	case l.Mkdir != nil:
-		return "mkdir"
-	case l.Remove != nil:
-		return "remove"
-	case l.Users != nil:
-		return "users"
-	case l.Groups != nil:
-		return "groups"
-	case l.Systemd != nil:
-		return "systemd"
-	case l.Hook != nil:
-		return "hook"
-	case l.OCI != nil:
-		return "oci"
-	case l.Debs != nil:
-		return "debs"
-	case l.Images != nil:
-		return "images"
-	case l.Run != nil:
-		return "run"
-	}
-	return ""
 }
 
 // Tarball is a tarball layer, extracted over the tree.
