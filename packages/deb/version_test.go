@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/stamp-dev/stamp/test/harness"
 )
 
 // versionTable holds pairs with the answer dpkg --compare-versions gives;
@@ -79,9 +81,7 @@ func randomVersion(r *rand.Rand) string {
 // TestCompareMatchesDpkg asks the real dpkg about the table and about
 // hundreds of generated pairs, in one shell so it stays fast.
 func TestCompareMatchesDpkg(t *testing.T) {
-	if _, err := exec.LookPath("dpkg"); err != nil {
-		t.Skip("dpkg not installed")
-	}
+	harness.Tool(t, "dpkg")
 	type pair struct{ a, b string }
 	var pairs []pair
 	for _, c := range versionTable {

@@ -17,7 +17,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -102,41 +101,9 @@ outputs:
 // the package once into the shared deb cache.
 func debFile(t *testing.T, pkg, path string) []byte {
 	t.Helper()
-	harness.RequireTools(t, "apt-get", "dpkg-deb")
-	cache := harness.DebCacheDir()
-	if err := os.MkdirAll(cache, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	found, _ := filepath.Glob(filepath.Join(cache, pkg+"_*.deb"))
-	if len(found) == 0 {
-		tmp, err := os.MkdirTemp(cache, ".download-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer os.RemoveAll(tmp)
-		args := []string{"download", "-q"}
-		if os.Geteuid() == 0 {
-			args = append(args, "-o", "APT::Sandbox::User=root")
-		}
-		cmd := exec.Command("apt-get", append(args, pkg)...)
-		cmd.Dir = tmp
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("apt-get download %s: %v\n%s", pkg, err, out)
-		}
-		got, _ := filepath.Glob(filepath.Join(tmp, "*.deb"))
-		for _, f := range got {
-			if err := os.Rename(f, filepath.Join(cache, filepath.Base(f))); err != nil {
-				t.Fatal(err)
-			}
-		}
-		found, _ = filepath.Glob(filepath.Join(cache, pkg+"_*.deb"))
-		if len(found) == 0 {
-			t.Fatalf("apt-get download %s gave no .deb", pkg)
-		}
-	}
-	sort.Strings(found)
+	deb := harness.Debs(t, pkg)[0]
 	x := t.TempDir()
-	if out, err := exec.Command("dpkg-deb", "-x", found[len(found)-1], x).CombinedOutput(); err != nil {
+	if out, err := exec.Command("dpkg-deb", "-x", deb, x).CombinedOutput(); err != nil {
 		t.Fatalf("dpkg-deb -x: %v\n%s", err, out)
 	}
 	b, err := os.ReadFile(filepath.Join(x, path))
