@@ -9,56 +9,37 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stamp-dev/stamp/packages/deb"
 	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/test/harness"
 )
-
-const debDir = "/var/cache/stamp-test/debs"
 
 var epoch = time.Unix(1700000000, 0).UTC()
 
 // requireOracle skips unless the real ldconfig can be run in a chroot.
+// Only root may chroot; CI runs as root, so there the oracle always runs.
 func requireOracle(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to chroot into the tree")
+		t.Skip("needs root: the oracle chroots into the tree to run its ldconfig")
 	}
-	if _, err := exec.LookPath("chroot"); err != nil {
-		t.Skip("no chroot(8)")
-	}
-	if _, err := os.Stat(debDir); err != nil {
-		t.Skipf("no cached .deb files: %v", err)
-	}
+	harness.Tool(t, "chroot")
 }
 
 // baseDebs are the packages of the test tree: libc-bin for ldconfig and its
-// configuration, and every cached library package.
+// configuration, libc6, and a fixed set of common libraries (zlib and zstd
+// for TestMatchesLdconfigExtraDirs), named so the tree is the same whatever
+// else the deb cache holds.
 func baseDebs(t *testing.T) []string {
 	t.Helper()
-	var debs []string
-	for _, pattern := range []string{"lib*_amd64.deb", "zlib1g_*_amd64.deb"} {
-		m, err := filepath.Glob(filepath.Join(debDir, pattern))
-		if err != nil {
-			t.Fatal(err)
-		}
-		debs = append(debs, m...)
-	}
-	var have []string
-	for _, d := range debs {
-		if strings.HasPrefix(filepath.Base(d), "libc-bin_") || strings.HasPrefix(filepath.Base(d), "libc6_") {
-			have = append(have, filepath.Base(d))
-		}
-	}
-	if len(have) < 2 {
-		t.Skipf("%s lacks libc6 or libc-bin", debDir)
-	}
-	sort.Strings(debs)
-	return debs
+	return harness.Debs(t, "libc6", "libc-bin", "zlib1g", "libzstd1", "liblzma5",
+		"libacl1", "libattr1", "libselinux1", "libpcre2-8-0", "libtinfo6", "libgmp10",
+		"libgcc-s1", "libstdc++6", "libssl3", "libcap2", "libcrypt1", "libmount1",
+		"libblkid1", "libuuid1", "libsystemd0", "libudev1", "libkrb5-3", "libgssapi-krb5-2")
 }
 
 func symlink(t *testing.T, tr *rootfs.Tree, p, target string) {
