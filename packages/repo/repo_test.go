@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -164,40 +165,76 @@ func TestLoadRefusesTampering(t *testing.T) {
 	})
 }
 
+// debianKeyring reads Debian's archive keyring from its package, so the test
+// needs neither the host's copy nor its version of it.
 func debianKeyring(t *testing.T) []byte {
-	b, err := os.ReadFile("/usr/share/keyrings/debian-archive-keyring.gpg")
+	t.Helper()
+	deb := harness.Debs(t, "debian-archive-keyring")[0]
+	x := t.TempDir()
+	if out, err := exec.Command("dpkg-deb", "-x", deb, x).CombinedOutput(); err != nil {
+		t.Fatalf("dpkg-deb -x %s: %v\n%s", deb, err, out)
+	}
+	b, err := os.ReadFile(filepath.Join(x, "usr/share/keyrings/debian-archive-keyring.gpg"))
 	if err != nil {
-		t.Skip("no Debian archive keyring on this machine")
+		t.Fatal(err)
 	}
 	return b
 }
 
-// TestVerifyDebianInRelease checks the real Debian archive signature that
-// apt verified on this machine, when apt's lists hold an InRelease.
-func TestVerifyDebianInRelease(t *testing.T) {
-	found, _ := filepath.Glob("/var/lib/apt/lists/*_InRelease")
-	if len(found) == 0 {
-		t.Skip("no InRelease in /var/lib/apt/lists")
+// debianInReleases has apt fetch the InRelease of every Debian source the
+// host is configured with into a private lists directory, and nothing else,
+// so the test never reads the host's apt lists (which may be missing or old).
+func debianInReleases(t *testing.T) []string {
+	t.Helper()
+	harness.Tool(t, "apt-get")
+	dir := t.TempDir()
+	lists, cacheDir := filepath.Join(dir, "lists"), filepath.Join(dir, "cache")
+	for _, d := range []string{filepath.Join(lists, "partial"), cacheDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
+	args := []string{"update", "-q", "-o", "Dir::State::Lists=" + lists, "-o", "Dir::Cache=" + cacheDir,
+		"-o", "Acquire::Languages=none"}
+	for _, target := range []string{"Packages", "Translations", "DEP-11", "DEP-11-icons", "DEP-11-icons-hidpi"} {
+		args = append(args, "-o", "Acquire::IndexTargets::deb::"+target+"::DefaultEnabled=false")
+	}
+	if os.Geteuid() == 0 {
+		// As root apt drops to _apt, which cannot write a directory root made.
+		args = append(args, "-o", "APT::Sandbox::User=root")
+	}
+	if out, err := exec.Command("apt-get", args...).CombinedOutput(); err != nil {
+		t.Fatalf("apt-get update into %s: %v\n%s", lists, err, out)
+	}
+	found, err := filepath.Glob(filepath.Join(lists, "*_InRelease"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(found) == 0 {
+		t.Fatalf("apt-get update fetched no InRelease into %s", lists)
+	}
+	return found
+}
+
+// TestVerifyDebianInRelease checks the real Debian archive signatures, as
+// apt fetches them now, against Debian's keyring.
+func TestVerifyDebianInRelease(t *testing.T) {
 	kr, err := ReadKeyring(debianKeyring(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range found {
-		if !strings.Contains(f, "debian.org") {
-			continue
-		}
+	for _, f := range debianInReleases(t) {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
 		rel, err := VerifyInRelease(b, kr)
 		if err != nil {
-			t.Errorf("%s: %v", f, err)
+			t.Errorf("%s: %v", filepath.Base(f), err)
 			continue
 		}
 		if len(rel.Files) == 0 {
-			t.Errorf("%s: no files", f)
+			t.Errorf("%s: no files", filepath.Base(f))
 		}
 	}
 }
