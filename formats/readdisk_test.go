@@ -14,15 +14,13 @@ import (
 	"testing"
 
 	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/test/harness"
 )
 
 // diskTool runs a tool the disk reader's tests build their images with.
 func diskTool(t *testing.T, name string, args ...string) {
 	t.Helper()
-	if _, err := exec.LookPath(name); err != nil {
-		t.Skipf("%s is not installed (test/scripts/deps.sh installs it)", name)
-	}
-	out, err := exec.Command(name, args...).CombinedOutput()
+	out, err := exec.Command(harness.Tool(t, name), args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/test/harness"
 )
 
 // A Debian bookworm base, as base-passwd and a few packages leave it.
@@ -158,9 +159,7 @@ func TestUsersMatchUseradd(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("useradd --prefix needs root")
 	}
-	if _, err := exec.LookPath("useradd"); err != nil {
-		t.Skip("no useradd")
-	}
+	harness.RequireTools(t, "useradd", "groupadd")
 	env := acctTestEnv(t)
 	files := debianAccounts(t, env)
 	oracle := t.TempDir()

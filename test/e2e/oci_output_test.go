@@ -309,11 +309,6 @@ outputs:
 `
 
 func TestOCIContainerDiskOutput(t *testing.T) {
-	for _, f := range []string{"raw", "qcow2"} {
-		if _, err := formats.Lookup(f); err != nil {
-			t.Skipf("format %s has not landed yet: %v", f, err)
-		}
-	}
 	harness.RequireSetpriv(t)
 	dir := recipeDir(t, containerDiskRecipe, nil)
 	out1 := filepath.Join(dir, "out-root")
