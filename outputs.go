@@ -15,6 +15,7 @@ import (
 	"github.com/stamp-dev/stamp/formats"
 	"github.com/stamp-dev/stamp/recipes"
 	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/rootfs/compress"
 )
 
 // Names of the files every build writes beside its outputs.
@@ -74,7 +75,11 @@ func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, work str
 			src.FromAdds = addsOf[out.From]
 		}
 		start := time.Now()
-		res, err := f.Write(ctx, src, outputSpec(out), staging, outputBase(rec, out))
+		spec, err := outputSpec(out)
+		if err != nil {
+			return nil, err
+		}
+		res, err := f.Write(ctx, src, spec, staging, outputBase(rec, out))
 		os.RemoveAll(scratch)
 		if err != nil {
 			return nil, fmt.Errorf("%s (%s): %w", out.Field, out.Format, err)
@@ -152,12 +157,90 @@ func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, work str
 }
 
 // outputSpec is an output as the recipe asks for it, in the formats' terms.
-func outputSpec(out *recipes.Output) *formats.Spec {
-	return &formats.Spec{Format: out.Format, Name: out.Name, Compression: out.Compression, Size: out.Size,
-		FreeSpace: out.FreeSpace, From: out.From, Kind: out.Kind, Layout: out.Layout,
-		Entrypoint: out.Entrypoint, Env: out.Env, Labels: out.Labels,
-		Partitions: partitionSpecs(out.Partitions), Boot: bootSpec(out.Boot),
-		Grow: out.Format == recipes.FormatRaw && (out.Grow == nil || *out.Grow)}
+func outputSpec(out *recipes.Output) (*formats.Spec, error) {
+	conv, ok := outputOptions[out.Format]
+	if !ok {
+		return nil, &UsageError{Msg: fmt.Sprintf("%s.format: output format %q is not supported by this version of stamp", out.Field, out.Format)}
+	}
+	opts, err := conv(out)
+	if err != nil {
+		return nil, &UsageError{Msg: fmt.Sprintf("%s.%v", out.Field, err)}
+	}
+	return &formats.Spec{Format: out.Format, Name: out.Name, From: out.From, Options: opts}, nil
+}
+
+// outputOptions turns each format's options as the recipe schema decoded
+// them into the format's own typed options (formats does not import
+// recipes); a new format is one line here. A test holds it against both
+// tables.
+var outputOptions = map[string]func(out *recipes.Output) (any, error){
+	recipes.FormatTar: func(out *recipes.Output) (any, error) {
+		alg, err := outputCompression(out)
+		return &formats.TarSpec{Compression: alg}, err
+	},
+	recipes.FormatCpio: func(out *recipes.Output) (any, error) {
+		alg, err := outputCompression(out)
+		return &formats.CpioSpec{Compression: alg}, err
+	},
+	recipes.FormatPXE: func(out *recipes.Output) (any, error) {
+		alg, err := outputCompression(out)
+		o := &formats.PXESpec{Compression: alg}
+		if out.Boot != nil {
+			o.Cmdline = out.Boot.Cmdline
+		}
+		return o, err
+	},
+	recipes.FormatQcow2: func(out *recipes.Output) (any, error) {
+		return &formats.Qcow2Spec{Compress: out.Compression == "zlib"}, nil
+	},
+	recipes.FormatOCI: func(out *recipes.Output) (any, error) {
+		alg, err := outputCompression(out)
+		return &formats.OCISpec{Kind: out.Kind, Layout: out.Layout, Compression: alg,
+			Entrypoint: out.Entrypoint, Env: out.Env, Labels: out.Labels}, err
+	},
+	recipes.FormatRaw: rawOptions,
+}
+
+func outputCompression(out *recipes.Output) (compress.Algorithm, error) {
+	alg, err := compress.Parse(out.Compression)
+	if err != nil {
+		return "", fmt.Errorf("compression: %w", err)
+	}
+	return alg, nil
+}
+
+// rawOptions carries a raw disk's layout into the formats' terms, its
+// sizes read by the one size parser, recipes.ParseSize.
+func rawOptions(out *recipes.Output) (any, error) {
+	size := func(field, s string) (int64, error) {
+		if s == "" {
+			return 0, nil
+		}
+		n, err := recipes.ParseSize(s)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", field, err)
+		}
+		return n, nil
+	}
+	o := &formats.RawSpec{Grow: out.Grow == nil || *out.Grow}
+	var err error
+	if o.Size, err = size("size", out.Size); err != nil {
+		return nil, err
+	}
+	if o.FreeSpace, err = size("freeSpace", out.FreeSpace); err != nil {
+		return nil, err
+	}
+	for i, p := range out.Partitions {
+		n, err := size(fmt.Sprintf("partitions[%d].size", i), p.Size)
+		if err != nil {
+			return nil, err
+		}
+		o.Partitions = append(o.Partitions, formats.PartitionSpec{Name: p.Name, Type: p.Type, Size: n, Filesystem: p.Filesystem, Label: p.Label})
+	}
+	if b := out.Boot; b != nil {
+		o.Boot = &formats.BootSpec{Loader: b.Loader, Cmdline: b.Cmdline, BIOS: b.BIOS}
+	}
+	return o, nil
 }
 
 func seed(rec *recipes.Recipe) string {
@@ -178,21 +261,4 @@ func fileSHA256(p string) (string, error) {
 		return "", fmt.Errorf("%s: %w", p, err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// partitionSpecs and bootSpec carry a raw disk's layout into the formats'
-// own terms (formats does not import recipes).
-func partitionSpecs(ps []recipes.Partition) []formats.PartitionSpec {
-	out := make([]formats.PartitionSpec, len(ps))
-	for i, p := range ps {
-		out[i] = formats.PartitionSpec{Name: p.Name, Type: p.Type, Size: p.Size, Filesystem: p.Filesystem, Label: p.Label}
-	}
-	return out
-}
-
-func bootSpec(b *recipes.Boot) *formats.BootSpec {
-	if b == nil {
-		return nil
-	}
-	return &formats.BootSpec{Loader: b.Loader, Cmdline: b.Cmdline, BIOS: b.BIOS}
 }

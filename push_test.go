@@ -83,10 +83,10 @@ func TestPushRoundTrip(t *testing.T) {
 		name string
 		spec *formats.Spec
 	}{
-		{"rootfs-dir", &formats.Spec{Kind: "rootfs", Layout: "dir", Env: []string{"A=1"}}},
-		{"rootfs-archive", &formats.Spec{Kind: "rootfs", Layout: "archive"}},
-		{"disk-dir", &formats.Spec{Kind: "containerdisk", Layout: "dir"}},
-		{"disk-archive", &formats.Spec{Kind: "containerdisk", Layout: "archive"}},
+		{"rootfs-dir", &formats.Spec{Options: &formats.OCISpec{Kind: "rootfs", Layout: "dir", Env: []string{"A=1"}}}},
+		{"rootfs-archive", &formats.Spec{Options: &formats.OCISpec{Kind: "rootfs", Layout: "archive"}}},
+		{"disk-dir", &formats.Spec{Options: &formats.OCISpec{Kind: "containerdisk", Layout: "dir"}}},
+		{"disk-archive", &formats.Spec{Options: &formats.OCISpec{Kind: "containerdisk", Layout: "archive"}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

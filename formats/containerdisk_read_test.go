@@ -28,7 +28,7 @@ func TestReadContainerDiskQcow2Fails(t *testing.T) {
 		t.Helper()
 		src := ociSource(t, tree)
 		src.From = qcow
-		dir, res := ociWrite(t, src, &Spec{Format: "oci", Kind: "containerdisk"})
+		dir, res := ociWrite(t, src, &Spec{Format: "oci", Options: &OCISpec{Kind: "containerdisk"}})
 		return filepath.Join(dir, res.Files[0])
 	}
 

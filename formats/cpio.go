@@ -683,14 +683,21 @@ func (f *forwardReaderAt) ReadAt(p []byte, off int64) (int, error) {
 	return n, err
 }
 
+// CpioSpec is a cpio output's options.
+type CpioSpec struct {
+	// Compression is that of the whole file; "" is zstd.
+	Compression compress.Algorithm
+}
+
 // cpioFormat is "format: cpio": the whole tree as an initramfs.
 type cpioFormat struct{}
 
 func (cpioFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base string) (*Result, error) {
-	alg, err := cpioCompression(spec.Compression)
+	o, err := optionsOf[CpioSpec](spec)
 	if err != nil {
 		return nil, err
 	}
+	alg := cpioCompression(o.Compression)
 	name := base + ".cpio" + alg.Ext()
 	res := &Result{Files: []string{name}}
 	var xfiles []string
@@ -709,9 +716,9 @@ func (cpioFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base 
 
 // cpioCompression is the compression of an initramfs: zstd unless the
 // recipe says otherwise, since every kernel stamp boots decodes it quickly.
-func cpioCompression(name string) (compress.Algorithm, error) {
-	if name == "" {
-		return compress.Zstd, nil
+func cpioCompression(alg compress.Algorithm) compress.Algorithm {
+	if alg == "" {
+		return compress.Zstd
 	}
-	return compress.Parse(name)
+	return alg
 }

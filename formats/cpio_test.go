@@ -504,7 +504,7 @@ func TestCpioFormat(t *testing.T) {
 	if !bytes.Equal(data, writeCpioBytes(t, tree, CpioOptions{Compression: compress.Zstd, MTime: tarEpoch})) {
 		t.Errorf("the format's file differs from WriteCpio's bytes")
 	}
-	if _, err := f.Write(context.Background(), &Source{Tree: tree, Epoch: tarEpoch}, &Spec{Format: "cpio", Compression: "lz4"}, dir, "bad"); err == nil {
+	if _, err := f.Write(context.Background(), &Source{Tree: tree, Epoch: tarEpoch}, &Spec{Format: "cpio", Options: &CpioSpec{Compression: "lz4"}}, dir, "bad"); err == nil {
 		t.Errorf("lz4: no error")
 	}
 	var ctxErr error

@@ -2,8 +2,6 @@ package formats
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path"
@@ -13,8 +11,6 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/stamp-dev/stamp/rootfs"
-	"github.com/stamp-dev/stamp/rootfs/compress"
-	"github.com/stamp-dev/stamp/rootfs/hashio"
 )
 
 // Source is the sealed tree and the build facts a format may use.
@@ -38,25 +34,31 @@ type Source struct {
 	Progress rootfs.Progress
 }
 
-// Spec is one output as the recipe asks for it, in the formats' own terms.
+// Spec is one output as the recipe asks for it: what every format has, and
+// the format's own options, typed, which the recipe schema has decoded and
+// checked once. formats does not import recipes, so the conductor converts
+// a recipe's output into a Spec.
 type Spec struct {
-	Format      string
-	Name        string
-	Compression string
-	Size        string
-	FreeSpace   string
-	From        string
-	Kind        string
-	Layout      string
-	Entrypoint  []string
-	Env         []string
-	Labels      map[string]string
-	// Partitions and Boot lay out a raw disk (see PartitionSpec, BootSpec).
-	Partitions []PartitionSpec
-	Boot       *BootSpec
-	// Grow gives a raw disk's view of the tree a systemd-repart drop-in
-	// that grows the root to fill a larger disk on first boot.
-	Grow bool
+	Format string
+	Name   string
+	// From names the output this one is made from; "" for the tree.
+	From string
+	// Options are the format's own, of the type its file declares beside
+	// its writer (*TarSpec for tar, *RawSpec for raw, ...); nil takes the
+	// format's defaults.
+	Options any
+}
+
+// optionsOf returns spec's options as the format's own type T, T's zero
+// value (the format's defaults) when there are none.
+func optionsOf[T any](spec *Spec) (*T, error) {
+	switch o := spec.Options.(type) {
+	case nil:
+		return new(T), nil
+	case *T:
+		return o, nil
+	}
+	return nil, fmt.Errorf("%s: options are a %T, not a %T", spec.Format, spec.Options, new(T))
 }
 
 // Result says what a format wrote.
@@ -140,37 +142,6 @@ func Lookup(name string) (Format, error) {
 		}
 	}
 	return nil, fmt.Errorf("output format %q is not supported by this version of stamp", name)
-}
-
-type tarFormat struct{}
-
-func (tarFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base string) (*Result, error) {
-	alg, err := compress.Parse(spec.Compression)
-	if err != nil {
-		return nil, err
-	}
-	name := base + ".tar" + alg.Ext()
-	var skipped []string
-	var sum [sha256.Size]byte
-	err = writeFile(filepath.Join(dir, name), func(f *os.File) error {
-		// Writing and hashing happen behind the walk, which spends its own
-		// time reading the tree's files.
-		hw := hashio.NewWriter(f)
-		err := WriteTar(ctx, src.Tree, hw, TarOptions{Compression: alg, Skipped: &skipped})
-		if cerr := hw.Close(); err == nil {
-			err = cerr
-		}
-		sum = hw.Sum()
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	res := &Result{Files: []string{name}, Sums: map[string]string{name: hex.EncodeToString(sum[:])}}
-	for _, p := range skipped {
-		res.Warnings = append(res.Warnings, fmt.Sprintf("%s: a socket cannot be stored in a tar; left out", p))
-	}
-	return res, nil
 }
 
 // writeFile creates p and lets fn fill it. On failure p is removed. It does

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/rootfs/compress"
 )
 
 // TestTableWritesAndReadsEveryFormat writes one output of every format in
@@ -25,13 +26,13 @@ func TestTableWritesAndReadsEveryFormat(t *testing.T) {
 	// made from comes first. A format added to Table without a line here
 	// fails below.
 	specs := []*Spec{
-		rawSpec(),
-		{Format: "qcow2", Name: "qcow2"},
-		{Format: "cpio", Name: "cpio"},
-		{Format: "pxe", Name: "pxe"},
-		{Format: "tar", Name: "tar"},
-		{Format: "oci", Name: "oci", Kind: "rootfs"},
-		{Format: "oci", Name: "containerdisk", Kind: "containerdisk"},
+		{Format: "raw", Name: "raw", Options: rawSpec()},
+		{Format: "qcow2", Name: "qcow2", Options: &Qcow2Spec{Compress: true}},
+		{Format: "cpio", Name: "cpio", Options: &CpioSpec{Compression: compress.Gzip}},
+		{Format: "pxe", Name: "pxe", Options: &PXESpec{Cmdline: "console=ttyS0"}},
+		{Format: "tar", Name: "tar", Options: &TarSpec{Compression: compress.Zstd}},
+		{Format: "oci", Name: "oci", Options: &OCISpec{Kind: "rootfs"}},
+		{Format: "oci", Name: "containerdisk", Options: &OCISpec{Kind: "containerdisk", Layout: "archive"}},
 	}
 	table := Table()
 	byName := map[string]Entry{}
@@ -56,9 +57,13 @@ func TestTableWritesAndReadsEveryFormat(t *testing.T) {
 			t.Fatalf("the test writes format %s, which Table lacks", spec.Format)
 		}
 		src := rawSource(tree, "amd64")
-		if from := e.MadeFrom[spec.Kind]; len(from) > 0 {
+		kind := ""
+		if o, ok := spec.Options.(*OCISpec); ok {
+			kind = o.Kind
+		}
+		if from := e.MadeFrom[kind]; len(from) > 0 {
 			if written[from[0]] == "" {
-				t.Fatalf("%s (%s) is made from %s, which the test has not written yet", spec.Name, spec.Kind, from[0])
+				t.Fatalf("%s (%s) is made from %s, which the test has not written yet", spec.Name, kind, from[0])
 			}
 			src.From, src.FromAdds = filepath.Join(dir, written[from[0]]), adds[from[0]]
 		}

@@ -119,9 +119,9 @@ func ociReadDigestFile(t *testing.T, p string) string {
 
 func TestOCIRootfsLayout(t *testing.T) {
 	tree := tarTestTree(t)
-	spec := &Spec{Format: "oci", Kind: "rootfs", Layout: "dir",
+	spec := &Spec{Format: "oci", Options: &OCISpec{Kind: "rootfs", Layout: "dir",
 		Entrypoint: []string{"/sbin/init"}, Env: []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8"},
-		Labels: map[string]string{"org.example.z": "last", "org.example.a": "first"}}
+		Labels: map[string]string{"org.example.z": "last", "org.example.a": "first"}}}
 	dir, res := ociWrite(t, ociSource(t, tree), spec)
 	if want := []string{"node.oci", "node.oci.digest"}; !reflect.DeepEqual(res.Files, want) {
 		t.Fatalf("files %q, want %q", res.Files, want)
@@ -171,7 +171,7 @@ func TestOCIRootfsLayout(t *testing.T) {
 	if im.RefName != OCIRefName || im.Arch != "amd64" || im.OS != "linux" || !im.Created.Equal(tarEpoch) {
 		t.Errorf("ref %q arch %q os %q created %v", im.RefName, im.Arch, im.OS, im.Created)
 	}
-	if !reflect.DeepEqual(im.Entry, spec.Entrypoint) || !reflect.DeepEqual(im.Env, spec.Env) || !reflect.DeepEqual(im.Labels, spec.Labels) {
+	if !reflect.DeepEqual(im.Entry, spec.Options.(*OCISpec).Entrypoint) || !reflect.DeepEqual(im.Env, spec.Options.(*OCISpec).Env) || !reflect.DeepEqual(im.Labels, spec.Options.(*OCISpec).Labels) {
 		t.Errorf("entrypoint %q env %q labels %v", im.Entry, im.Env, im.Labels)
 	}
 	if im.Layer != (OCIDescriptor{MediaType: OCILayerGzipMediaType, Digest: "sha256:" + layerHex, Size: int64(len(gz))}) || im.DiffID != diffID {
@@ -220,7 +220,7 @@ func TestOCIRootfsLayout(t *testing.T) {
 	// copies it.
 	for _, ref := range []string{"oci:" + layout, "oci:" + layout + ":latest"} {
 		d, arch, osName, env, labels := ociInspect(t, ref)
-		if d != digest || arch != "amd64" || osName != "linux" || !reflect.DeepEqual(env, spec.Env) || !reflect.DeepEqual(labels, spec.Labels) {
+		if d != digest || arch != "amd64" || osName != "linux" || !reflect.DeepEqual(env, spec.Options.(*OCISpec).Env) || !reflect.DeepEqual(labels, spec.Options.(*OCISpec).Labels) {
 			t.Errorf("skopeo inspect %s: digest %s arch %s os %s env %q labels %v", ref, d, arch, osName, env, labels)
 		}
 	}
@@ -243,7 +243,7 @@ func itoa(n int) string {
 func TestOCIDeterministic(t *testing.T) {
 	tree := tarTestTree(t)
 	for _, layout := range []string{"dir", "archive"} {
-		spec := &Spec{Format: "oci", Kind: "rootfs", Layout: layout, Labels: map[string]string{"b": "2", "a": "1", "c": "3"}}
+		spec := &Spec{Format: "oci", Options: &OCISpec{Kind: "rootfs", Layout: layout, Labels: map[string]string{"b": "2", "a": "1", "c": "3"}}}
 		d1, r1 := ociWrite(t, ociSource(t, tree), spec)
 		d2, r2 := ociWrite(t, ociSource(t, tree), spec)
 		if !reflect.DeepEqual(r1, r2) {
@@ -275,7 +275,7 @@ func TestOCIDeterministic(t *testing.T) {
 
 func TestOCIArchive(t *testing.T) {
 	tree := tarTestTree(t)
-	spec := &Spec{Format: "oci", Kind: "rootfs", Layout: "archive"}
+	spec := &Spec{Format: "oci", Options: &OCISpec{Kind: "rootfs", Layout: "archive"}}
 	dir, res := ociWrite(t, ociSource(t, tree), spec)
 	if want := []string{"node.oci.tar", "node.oci.tar.digest"}; !reflect.DeepEqual(res.Files, want) {
 		t.Fatalf("files %q, want %q", res.Files, want)
@@ -284,7 +284,7 @@ func TestOCIArchive(t *testing.T) {
 	digest := ociReadDigestFile(t, archive+".digest")
 
 	// The archive is the layout dir's files, sorted, owned 0:0, at the epoch.
-	dirOut, _ := ociWrite(t, ociSource(t, tree), &Spec{Layout: "dir"})
+	dirOut, _ := ociWrite(t, ociSource(t, tree), &Spec{Options: &OCISpec{Layout: "dir"}})
 	if d := ociReadDigestFile(t, filepath.Join(dirOut, "node.oci.digest")); d != digest {
 		t.Fatalf("archive image %s, dir image %s", digest, d)
 	}
@@ -353,7 +353,7 @@ func TestOCIContainerDisk(t *testing.T) {
 			src := ociSource(t, tree)
 			src.From = disk
 			src.Arch = "arm64"
-			dir, res := ociWrite(t, src, &Spec{Format: "oci", Kind: "containerdisk", Layout: layout, Labels: map[string]string{"k": "v"}})
+			dir, res := ociWrite(t, src, &Spec{Format: "oci", Options: &OCISpec{Kind: "containerdisk", Layout: layout, Labels: map[string]string{"k": "v"}}})
 			main := filepath.Join(dir, res.Files[0])
 			digest := ociReadDigestFile(t, filepath.Join(dir, res.Files[1]))
 			if len(res.Warnings) != 0 {
@@ -424,25 +424,25 @@ func TestOCIContainerDisk(t *testing.T) {
 
 func TestOCIContainerDiskNeedsFrom(t *testing.T) {
 	tree := tarTestTree(t)
-	_, err := ociFormat{}.Write(context.Background(), ociSource(t, tree), &Spec{Kind: "containerdisk"}, t.TempDir(), "node")
+	_, err := ociFormat{}.Write(context.Background(), ociSource(t, tree), &Spec{Options: &OCISpec{Kind: "containerdisk"}}, t.TempDir(), "node")
 	if err == nil || !strings.Contains(err.Error(), "from") {
 		t.Fatalf("err %v, want one about from", err)
 	}
 	src := ociSource(t, tree)
 	src.From = filepath.Join(t.TempDir(), "missing.qcow2")
 	dir := t.TempDir()
-	_, err = ociFormat{}.Write(context.Background(), src, &Spec{Kind: "containerdisk"}, dir, "node")
+	_, err = ociFormat{}.Write(context.Background(), src, &Spec{Options: &OCISpec{Kind: "containerdisk"}}, dir, "node")
 	if err == nil || !strings.Contains(err.Error(), "missing.qcow2") {
 		t.Fatalf("err %v, want one naming the source", err)
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Errorf("a failed write left %d files", len(ents))
 	}
-	if _, err := (ociFormat{}).Write(context.Background(), ociSource(t, tree), &Spec{Compression: "xz"}, dir, "node"); err == nil || !strings.Contains(err.Error(), "gzip, zstd or none") {
+	if _, err := (ociFormat{}).Write(context.Background(), ociSource(t, tree), &Spec{Options: &OCISpec{Compression: "xz"}}, dir, "node"); err == nil || !strings.Contains(err.Error(), "gzip, zstd or none") {
 		t.Errorf("compression xz: %v", err)
 	}
 	src.Arch = "riscv64"
-	if _, err := (ociFormat{}).Write(context.Background(), ociSource(t, tree), &Spec{Kind: "wasm"}, dir, "node"); err == nil {
+	if _, err := (ociFormat{}).Write(context.Background(), ociSource(t, tree), &Spec{Options: &OCISpec{Kind: "wasm"}}, dir, "node"); err == nil {
 		t.Error("kind wasm accepted")
 	}
 	if _, err := (ociFormat{}).Write(context.Background(), src, &Spec{}, dir, "node"); err == nil || !strings.Contains(err.Error(), "riscv64") {
@@ -491,7 +491,7 @@ func TestOCIReadRejectsCorruption(t *testing.T) {
 		}
 	})
 	t.Run("disk", func(t *testing.T) {
-		p, im := fresh(t, &Spec{Kind: "containerdisk"})
+		p, im := fresh(t, &Spec{Options: &OCISpec{Kind: "containerdisk"}})
 		flip(t, blob(p, im.Layer.Digest), im.Layer.Size-2000)
 		if _, err := ReadOCI(context.Background(), p); err == nil || !strings.Contains(err.Error(), im.Layer.Digest[7:]) {
 			t.Fatalf("err %v", err)
@@ -515,7 +515,7 @@ func TestOCIReadRejectsCorruption(t *testing.T) {
 		}
 	})
 	t.Run("archive", func(t *testing.T) {
-		p, im := fresh(t, &Spec{Layout: "archive"})
+		p, im := fresh(t, &Spec{Options: &OCISpec{Layout: "archive"}})
 		// The layer's data begins after the two directory headers and the
 		// member header of the first blob at the earliest; flip inside the
 		// layer wherever it lies.
@@ -538,7 +538,7 @@ func TestOCIReadRejectsCorruption(t *testing.T) {
 		}
 	})
 	t.Run("diff_id", func(t *testing.T) {
-		p, _ := fresh(t, &Spec{Compression: "gzip"})
+		p, _ := fresh(t, &Spec{Options: &OCISpec{Compression: "gzip"}})
 		ociRewrite(t, p, func(m, cfg map[string]any) {
 			cfg["rootfs"].(map[string]any)["diff_ids"] = []string{"sha256:" + strings.Repeat("0", 64)}
 		})
@@ -547,7 +547,7 @@ func TestOCIReadRejectsCorruption(t *testing.T) {
 		}
 	})
 	t.Run("zstd as gzip", func(t *testing.T) {
-		p, _ := fresh(t, &Spec{Compression: "zstd"})
+		p, _ := fresh(t, &Spec{Options: &OCISpec{Compression: "zstd"}})
 		ociRewrite(t, p, func(m, cfg map[string]any) {
 			m["layers"].([]any)[0].(map[string]any)["mediaType"] = OCILayerGzipMediaType
 		})
@@ -628,7 +628,7 @@ func TestOCICancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	dir := t.TempDir()
-	if _, err := (ociFormat{}).Write(ctx, ociSource(t, tree), &Spec{Layout: "archive"}, dir, "node"); err == nil {
+	if _, err := (ociFormat{}).Write(ctx, ociSource(t, tree), &Spec{Options: &OCISpec{Layout: "archive"}}, dir, "node"); err == nil {
 		t.Fatal("a cancelled write succeeded")
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
@@ -652,7 +652,7 @@ func FuzzReadOCI(f *testing.F) {
 		disk := filepath.Join(dir, "d.raw")
 		os.WriteFile(disk, []byte("a disk"), 0o644)
 		src := &Source{Tree: tree, Epoch: tarEpoch, Arch: "amd64", From: disk}
-		res, err := ociFormat{}.Write(context.Background(), src, &Spec{Kind: kind, Layout: "archive"}, dir, "n")
+		res, err := ociFormat{}.Write(context.Background(), src, &Spec{Options: &OCISpec{Kind: kind, Layout: "archive"}}, dir, "n")
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -770,7 +770,7 @@ func TestOCICompressions(t *testing.T) {
 					if kind == "containerdisk" {
 						src.From = disk
 					}
-					spec := &Spec{Format: "oci", Kind: kind, Layout: lay, Compression: c}
+					spec := &Spec{Format: "oci", Options: &OCISpec{Kind: kind, Layout: lay, Compression: compress.Algorithm(c)}}
 					d1, r1 := ociWrite(t, src, spec)
 					d2, r2 := ociWrite(t, src, spec)
 					prev := runtime.GOMAXPROCS(1)
@@ -870,7 +870,7 @@ func TestOCIGzipToRegistry(t *testing.T) {
 		for _, lay := range []string{"dir", "archive"} {
 			src := ociSource(t, tree)
 			src.From = disk
-			dir, res := ociWrite(t, src, &Spec{Format: "oci", Kind: kind, Layout: lay})
+			dir, res := ociWrite(t, src, &Spec{Format: "oci", Options: &OCISpec{Kind: kind, Layout: lay}})
 			main := filepath.Join(dir, res.Files[0])
 			digest := ociReadDigestFile(t, filepath.Join(dir, res.Files[1]))
 			from := "oci:" + main

@@ -31,8 +31,27 @@ import (
 // (a qcow2 or raw disk) as /disk/<its file name>.
 type ociFormat struct{}
 
+// OCISpec is an oci output's options.
+type OCISpec struct {
+	// Kind is rootfs (the tree as the image's layer, the default) or
+	// containerdisk (the disk of the output it is made from, for KubeVirt).
+	Kind string
+	// Layout is dir (an OCI layout directory, the default) or archive (an
+	// oci-archive tar of one).
+	Layout string
+	// Compression is the layer's: gzip (the default), zstd or none.
+	Compression compress.Algorithm
+	Entrypoint  []string
+	Env         []string          // KEY=VALUE
+	Labels      map[string]string // sorted where used
+}
+
 func (ociFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base string) (*Result, error) {
-	kind, layout := spec.Kind, spec.Layout
+	so, err := optionsOf[OCISpec](spec)
+	if err != nil {
+		return nil, err
+	}
+	kind, layout := so.Kind, so.Layout
 	if kind == "" {
 		kind = "rootfs"
 	}
@@ -48,7 +67,7 @@ func (ociFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base s
 	if kind == "containerdisk" && src.From == "" {
 		return nil, errors.New("oci: a containerdisk is made from a raw or qcow2 output; from is not set")
 	}
-	alg, err := ociCompression(spec.Compression)
+	alg, err := ociCompression(so.Compression)
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +92,7 @@ func (ociFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base s
 	if layout == "archive" {
 		defer os.RemoveAll(layoutDir)
 	}
-	w := &ociWriter{ctx: ctx, src: src, spec: spec, dir: layoutDir, plat: plat, alg: alg}
+	w := &ociWriter{ctx: ctx, src: src, spec: so, dir: layoutDir, plat: plat, alg: alg}
 	res, digest, err := w.write(kind)
 	if err != nil {
 		os.RemoveAll(layoutDir)
@@ -106,16 +125,12 @@ func (ociFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base s
 
 // ociCompression reads the layer compression of a spec: gzip when none is
 // given, and only what a layer media type can name.
-func ociCompression(name string) (compress.Algorithm, error) {
-	if name == "" {
+func ociCompression(alg compress.Algorithm) (compress.Algorithm, error) {
+	if alg == "" {
 		return compress.Gzip, nil
 	}
-	alg, err := compress.Parse(name)
-	if err != nil {
-		return "", fmt.Errorf("oci: %w", err)
-	}
 	if _, ok := ociLayerMediaTypes[alg]; !ok {
-		return "", fmt.Errorf("oci: compression %q: a layer is gzip, zstd or none", name)
+		return "", fmt.Errorf("oci: compression %q: a layer is gzip, zstd or none", alg)
 	}
 	return alg, nil
 }
@@ -134,7 +149,7 @@ func ociPlatform(arch string) (ociPlatformJSON, error) {
 type ociWriter struct {
 	ctx  context.Context
 	src  *Source
-	spec *Spec
+	spec *OCISpec
 	dir  string
 	plat ociPlatformJSON
 	alg  compress.Algorithm

@@ -298,18 +298,23 @@ say "copying the tree into a tmpfs"
 cd / && $bb tar -c -f - %s | $bb tar -x -f - -C "$new" || fail "copying the tree into $new failed"
 `
 
+// PXESpec is a pxe output's options.
+type PXESpec struct {
+	// Compression is the initramfs's; "" is zstd.
+	Compression compress.Algorithm
+	// Cmdline is the kernel command line the bundle boots with.
+	Cmdline string
+}
+
 // pxeFormat is "format: pxe": a directory BASE.pxe holding the bundle.
 type pxeFormat struct{}
 
 func (pxeFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base string) (*Result, error) {
-	alg, err := cpioCompression(spec.Compression)
+	so, err := optionsOf[PXESpec](spec)
 	if err != nil {
 		return nil, err
 	}
-	o := PXEOptions{Compression: alg, FromCpio: src.From, MTime: src.Epoch, Name: src.Name}
-	if spec.Boot != nil {
-		o.Cmdline = spec.Boot.Cmdline
-	}
+	o := PXEOptions{Compression: cpioCompression(so.Compression), FromCpio: src.From, MTime: src.Epoch, Name: src.Name, Cmdline: so.Cmdline}
 	name := base + ".pxe"
 	bdir := filepath.Join(dir, name)
 	if err := os.Mkdir(bdir, 0o755); err != nil {

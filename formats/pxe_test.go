@@ -243,7 +243,7 @@ func TestPXEFormat(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err := f.Write(context.Background(), &Source{Tree: tree, Epoch: tarEpoch, Name: "node"},
-		&Spec{Format: "pxe", Boot: &BootSpec{Cmdline: "console=ttyS0"}}, dir, "node")
+		&Spec{Format: "pxe", Options: &PXESpec{Cmdline: "console=ttyS0"}}, dir, "node")
 	if err != nil {
 		t.Fatal(err)
 	}

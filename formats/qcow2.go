@@ -10,6 +10,12 @@ import (
 	"github.com/stamp-dev/stamp/disk/qcow2"
 )
 
+// Qcow2Spec is a qcow2 output's options.
+type Qcow2Spec struct {
+	// Compress deflates (zlib) every cluster that gets smaller.
+	Compress bool
+}
+
 // qcow2Format encodes a raw disk output as qcow2. The raw disk is read back
 // from its file, so the qcow2 holds exactly the bytes the raw output does.
 type qcow2Format struct{}
@@ -18,13 +24,9 @@ func (qcow2Format) Write(ctx context.Context, src *Source, spec *Spec, dir, base
 	if src.From == "" {
 		return nil, errors.New("from: a qcow2 is made from a raw output")
 	}
-	var compress bool
-	switch spec.Compression {
-	case "", "none":
-	case "zlib", "deflate":
-		compress = true
-	default:
-		return nil, fmt.Errorf("compression: %q is not one qcow2 has (none or zlib)", spec.Compression)
+	so, err := optionsOf[Qcow2Spec](spec)
+	if err != nil {
+		return nil, err
 	}
 	in, err := os.Open(src.From)
 	if err != nil {
@@ -35,7 +37,7 @@ func (qcow2Format) Write(ctx context.Context, src *Source, spec *Spec, dir, base
 	if err != nil {
 		return nil, fmt.Errorf("from: %w", err)
 	}
-	o := qcow2.Options{Compress: compress}
+	o := qcow2.Options{Compress: so.Compress}
 	if src.Progress != nil {
 		add, done := src.Progress(spec.Name, fi.Size())
 		defer done()

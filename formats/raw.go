@@ -14,7 +14,6 @@ import (
 	"path"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -24,11 +23,24 @@ import (
 	"github.com/stamp-dev/stamp/rootfs"
 )
 
+// RawSpec is a raw disk output's options.
+type RawSpec struct {
+	// Size is the disk's size in bytes; 0 sizes it to its partitions.
+	Size int64
+	// FreeSpace is room added to auto-sized ext4 partitions, in bytes.
+	FreeSpace  int64
+	Partitions []PartitionSpec
+	Boot       *BootSpec
+	// Grow gives the disk's view of the tree a systemd-repart drop-in that
+	// grows the root to fill a larger disk on first boot.
+	Grow bool
+}
+
 // PartitionSpec is one GPT partition of a raw disk as the recipe asks for it.
 type PartitionSpec struct {
 	Name       string
 	Type       string // esp | root | xbootldr | swap | linux | bios
-	Size       string // "auto" or a size such as "256MiB"
+	Size       int64  // bytes; 0 is auto
 	Filesystem string // vfat | ext4 | swap | none
 	Label      string
 }
@@ -66,7 +78,11 @@ var efiArch = map[string]struct{ bootFile, systemdBoot string }{
 type rawFormat struct{}
 
 func (rawFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base string) (*Result, error) {
-	p, err := planDisk(ctx, src, spec)
+	rs, err := optionsOf[RawSpec](spec)
+	if err != nil {
+		return nil, err
+	}
+	p, err := planDisk(ctx, src, rs)
 	if err != nil {
 		return nil, err
 	}
@@ -111,22 +127,19 @@ func (p *diskPlan) close() {
 // planDisk works out every partition's size, identifiers and content, and
 // checks that everything fits, so that a disk that cannot be made fails
 // before its file exists.
-func planDisk(ctx context.Context, src *Source, spec *Spec) (_ *diskPlan, err error) {
+func planDisk(ctx context.Context, src *Source, spec *RawSpec) (_ *diskPlan, err error) {
 	p := &diskPlan{src: src, diskGUID: disk.DiskGUID(src.Seed)}
 	defer func() {
 		if err != nil {
 			p.close()
 		}
 	}()
-	diskSize, err := parseSize(spec.Size)
-	if err != nil {
-		return nil, fmt.Errorf("size: %w", err)
+	diskSize, free := spec.Size, spec.FreeSpace
+	if diskSize < 0 {
+		return nil, fmt.Errorf("size: %d bytes is less than nothing", diskSize)
 	}
-	var free int64
-	if spec.FreeSpace != "" {
-		if free, err = parseSize(spec.FreeSpace); err != nil || free == 0 {
-			return nil, fmt.Errorf("freeSpace: %q must be a size such as 512MiB", spec.FreeSpace)
-		}
+	if free < 0 {
+		return nil, fmt.Errorf("freeSpace: %d bytes is less than nothing", free)
 	}
 	if len(spec.Partitions) == 0 {
 		return nil, errors.New("partitions: a raw disk needs at least a root partition")
@@ -228,7 +241,7 @@ func planDisk(ctx context.Context, src *Source, spec *Spec) (_ *diskPlan, err er
 			esp.digests = append(esp.digests, f.digest)
 		}
 	}
-	if err := p.sizePartitions(diskSize, spec.Size); err != nil {
+	if err := p.sizePartitions(diskSize); err != nil {
 		return nil, err
 	}
 	p.adds = p.manifestAdds()
@@ -237,15 +250,14 @@ func planDisk(ctx context.Context, src *Source, spec *Spec) (_ *diskPlan, err er
 
 // sizePartitions gives every partition its size and start, and the disk its
 // size. A fixed size that is too small is an error naming its field.
-func (p *diskPlan) sizePartitions(diskSize int64, sizeText string) error {
+func (p *diskPlan) sizePartitions(diskSize int64) error {
 	var fixedSum int64
 	var autoRoot *plannedPart
 	for _, pp := range p.parts {
-		size, err := parseSize(pp.spec.Size)
-		if err != nil {
-			return fmt.Errorf("%s.size: %w", pp.field, err)
+		if pp.spec.Size < 0 {
+			return fmt.Errorf("%s.size: %d bytes is less than nothing", pp.field, pp.spec.Size)
 		}
-		size = disk.AlignUp(size)
+		size := disk.AlignUp(pp.spec.Size)
 		switch {
 		case pp.vfat != nil:
 			need, err := fat.MinSize(pp.files, pp.vfat.Label)
@@ -257,7 +269,7 @@ func (p *diskPlan) sizePartitions(diskSize int64, sizeText string) error {
 				// beside the old one.
 				size = disk.AlignUp(max(minAutoESP, 2*need))
 			} else if size < need {
-				return fmt.Errorf("%s.size: %s is too small for the %d files of the ESP; they need %s", pp.field, pp.spec.Size, len(pp.files), human(need))
+				return fmt.Errorf("%s.size: %s is too small for the %d files of the ESP; they need %s", pp.field, human(pp.spec.Size), len(pp.files), human(need))
 			}
 			if _, err := fat.ChooseGeometry(size, 0); err != nil {
 				return fmt.Errorf("%s.size: %w", pp.field, err)
@@ -292,7 +304,7 @@ func (p *diskPlan) sizePartitions(diskSize int64, sizeText string) error {
 			return fmt.Errorf("%s: %w", autoRoot.field, err)
 		}
 		if avail < disk.AlignUp(need) {
-			return fmt.Errorf("size: %s leaves %s for the root partition; the tree needs %s", sizeText, human(max(avail, 0)), human(disk.AlignUp(need)))
+			return fmt.Errorf("size: %s leaves %s for the root partition; the tree needs %s", human(diskSize), human(max(avail, 0)), human(disk.AlignUp(need)))
 		}
 		autoRoot.gpt.Size = avail
 	}
@@ -310,7 +322,7 @@ func (p *diskPlan) sizePartitions(diskSize int64, sizeText string) error {
 	p.size = disk.DiskSize(end)
 	if diskSize != 0 {
 		if p.size > disk.AlignUp(diskSize) {
-			return fmt.Errorf("size: %s is smaller than the partitions need (%s)", sizeText, human(p.size))
+			return fmt.Errorf("size: %s is smaller than the partitions need (%s)", human(diskSize), human(p.size))
 		}
 		p.size = disk.AlignUp(diskSize)
 	}
@@ -565,39 +577,6 @@ func writeSwap(w io.WriterAt, size int64, uuid [16]byte, label string) error {
 	copy(b[swapPageSize-10:], "SWAPSPACE2")
 	_, err := w.WriteAt(b, 0)
 	return err
-}
-
-// parseSize reads a size as recipes write them: "auto" (0), or a number of
-// bytes with an optional unit; K, M, G, T and KiB... are powers of 1024, KB,
-// MB... powers of 1000.
-func parseSize(s string) (int64, error) {
-	if s == "" || s == "auto" {
-		return 0, nil
-	}
-	i := 0
-	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-		i++
-	}
-	n, err := strconv.ParseInt(s[:i], 10, 64)
-	if i == 0 || err != nil {
-		return 0, fmt.Errorf("size %q must be \"auto\" or a number with an optional unit such as 256MiB", s)
-	}
-	mult, ok := sizeUnits[strings.TrimSpace(s[i:])]
-	if !ok {
-		return 0, fmt.Errorf("size %q has an unknown unit", s)
-	}
-	if n <= 0 || n > math.MaxInt64/mult/2 {
-		return 0, fmt.Errorf("size %q is out of range", s)
-	}
-	return n * mult, nil
-}
-
-var sizeUnits = map[string]int64{
-	"": 1, "B": 1,
-	"K": 1 << 10, "KiB": 1 << 10, "KB": 1e3,
-	"M": 1 << 20, "MiB": 1 << 20, "MB": 1e6,
-	"G": 1 << 30, "GiB": 1 << 30, "GB": 1e9,
-	"T": 1 << 40, "TiB": 1 << 40, "TB": 1e12,
 }
 
 // human prints a byte count in the largest binary unit that keeps it exact

@@ -58,11 +58,11 @@ func rawTestTree(t testing.TB, arch string) *rootfs.Tree {
 	return tree
 }
 
-func rawSpec() *Spec {
-	return &Spec{Format: "raw", Name: "raw", Size: "auto",
+func rawSpec() *RawSpec {
+	return &RawSpec{
 		Partitions: []PartitionSpec{
-			{Name: "esp", Type: "esp", Size: "64MiB", Filesystem: "vfat"},
-			{Name: "root", Type: "root", Size: "auto", Filesystem: "ext4"},
+			{Name: "esp", Type: "esp", Size: 64 << 20, Filesystem: "vfat"},
+			{Name: "root", Type: "root", Filesystem: "ext4"},
 		},
 		Boot: &BootSpec{Loader: "systemd-boot", Cmdline: "console=ttyS0"}}
 }
@@ -71,10 +71,10 @@ func rawSource(tree *rootfs.Tree, arch string) *Source {
 	return &Source{Tree: tree, Epoch: tarEpoch, Name: "node", Arch: arch, Seed: "node"}
 }
 
-func writeRaw(t testing.TB, src *Source, spec *Spec) (string, *Result) {
+func writeRaw(t testing.TB, src *Source, spec *RawSpec) (string, *Result) {
 	t.Helper()
 	dir := t.TempDir()
-	res, err := rawFormat{}.Write(context.Background(), src, spec, dir, "node")
+	res, err := rawFormat{}.Write(context.Background(), src, &Spec{Format: "raw", Name: "raw", Options: spec}, dir, "node")
 	if err != nil {
 		t.Fatalf("raw: %v", err)
 	}
@@ -273,7 +273,7 @@ func TestRawAndQcow2(t *testing.T) {
 				src := rawSource(tree, "amd64")
 				src.From = img
 				src.FromAdds = readAdds(t, img, tree)
-				res, err := qcow2Format{}.Write(context.Background(), src, &Spec{Format: "qcow2", Name: "qcow2", From: "raw", Compression: comp}, dir, "node")
+				res, err := qcow2Format{}.Write(context.Background(), src, &Spec{Format: "qcow2", Name: "qcow2", From: "raw", Options: &Qcow2Spec{Compress: comp == "zlib"}}, dir, "node")
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -300,10 +300,10 @@ func TestRawFixedSizes(t *testing.T) {
 	harness.RequireTools(t, "sgdisk", "e2fsck", "dd", "swaplabel")
 	tree := rawTestTree(t, "amd64")
 	spec := rawSpec()
-	spec.Size = "300MiB"
+	spec.Size = 300 << 20
 	spec.Partitions = append(spec.Partitions,
-		PartitionSpec{Name: "swap", Type: "swap", Size: "16MiB", Filesystem: "swap", Label: "swap"},
-		PartitionSpec{Name: "data", Type: "linux", Size: "32MiB", Filesystem: "ext4", Label: "data"},
+		PartitionSpec{Name: "swap", Type: "swap", Size: 16 << 20, Filesystem: "swap", Label: "swap"},
+		PartitionSpec{Name: "data", Type: "linux", Size: 32 << 20, Filesystem: "ext4", Label: "data"},
 	)
 	img, res := writeRaw(t, rawSource(tree, "amd64"), spec)
 	if fi, _ := os.Stat(img); fi.Size() != 300<<20 {
@@ -337,28 +337,28 @@ func TestRawFailuresLeaveNoFile(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		tree *rootfs.Tree
-		edit func(s *Spec)
+		edit func(s *RawSpec)
 		want string
 	}{
-		{"root too small", big, func(s *Spec) { s.Partitions[1].Size = "16MiB" }, "partitions[1].size:"},
-		{"esp too small", big, func(s *Spec) { s.Partitions[0].Size = "1MiB" }, "partitions[0].size:"},
-		{"disk too small", big, func(s *Spec) { s.Size = "64MiB" }, "size:"},
-		{"fixed parts over a fixed disk", big, func(s *Spec) { s.Size = "100MiB"; s.Partitions[1].Size = "200MiB" }, "size: 100MiB is smaller"},
-		{"unknown filesystem", big, func(s *Spec) { s.Partitions[1].Filesystem = "btrfs" }, "partitions[1].filesystem"},
-		{"unknown filesystem elsewhere", big, func(s *Spec) {
-			s.Partitions = append(s.Partitions, PartitionSpec{Name: "x", Type: "linux", Size: "8MiB", Filesystem: "zfs"})
+		{"root too small", big, func(s *RawSpec) { s.Partitions[1].Size = 16 << 20 }, "partitions[1].size:"},
+		{"esp too small", big, func(s *RawSpec) { s.Partitions[0].Size = 1 << 20 }, "partitions[0].size:"},
+		{"disk too small", big, func(s *RawSpec) { s.Size = 64 << 20 }, "size:"},
+		{"fixed parts over a fixed disk", big, func(s *RawSpec) { s.Size = 100 << 20; s.Partitions[1].Size = 200 << 20 }, "size: 100.0 MiB is smaller"},
+		{"unknown filesystem", big, func(s *RawSpec) { s.Partitions[1].Filesystem = "btrfs" }, "partitions[1].filesystem"},
+		{"unknown filesystem elsewhere", big, func(s *RawSpec) {
+			s.Partitions = append(s.Partitions, PartitionSpec{Name: "x", Type: "linux", Size: 8 << 20, Filesystem: "zfs"})
 		}, `partitions[2].filesystem: unknown filesystem "zfs"`},
-		{"bad size", big, func(s *Spec) { s.Partitions[0].Size = "64 parsecs" }, "partitions[0].size"},
-		{"no kernel", noKernel, func(s *Spec) {}, "boot.loader"},
-		{"bios", big, func(s *Spec) { s.Boot.BIOS = true }, "boot.bios"},
-		{"grub", big, func(s *Spec) { s.Boot.Loader = "grub" }, "boot.loader"},
-		{"no root", big, func(s *Spec) { s.Partitions = s.Partitions[:1] }, "partitions: "},
+		{"bad size", big, func(s *RawSpec) { s.Partitions[0].Size = -1 }, "partitions[0].size"},
+		{"no kernel", noKernel, func(s *RawSpec) {}, "boot.loader"},
+		{"bios", big, func(s *RawSpec) { s.Boot.BIOS = true }, "boot.bios"},
+		{"grub", big, func(s *RawSpec) { s.Boot.Loader = "grub" }, "boot.loader"},
+		{"no root", big, func(s *RawSpec) { s.Partitions = s.Partitions[:1] }, "partitions: "},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			spec := rawSpec()
 			c.edit(spec)
 			dir := t.TempDir()
-			_, err := rawFormat{}.Write(context.Background(), rawSource(c.tree, "amd64"), spec, dir, "node")
+			_, err := rawFormat{}.Write(context.Background(), rawSource(c.tree, "amd64"), &Spec{Format: "raw", Options: spec}, dir, "node")
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("got %v, want an error with %q", err, c.want)
 			}
@@ -375,7 +375,7 @@ func TestRawFailuresLeaveNoFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	if _, err := (rawFormat{}).Write(context.Background(), rawSource(tree, "amd64"), rawSpec(), dir, "node"); err == nil {
+	if _, err := (rawFormat{}).Write(context.Background(), rawSource(tree, "amd64"), &Spec{Format: "raw", Options: rawSpec()}, dir, "node"); err == nil {
 		t.Fatal("a missing kernel file: want an error")
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {

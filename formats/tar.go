@@ -10,11 +10,14 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/stamp-dev/stamp/rootfs"
 	"github.com/stamp-dev/stamp/rootfs/compress"
+	"github.com/stamp-dev/stamp/rootfs/hashio"
 )
 
 // tarXattrPrefix is the PAX record prefix GNU tar, bsdtar and star agree on.
@@ -371,4 +374,46 @@ func (r *tarCtxReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	return r.r.Read(p)
+}
+
+// TarSpec is a tar output's options.
+type TarSpec struct {
+	// Compression is that of the whole file; "" is none.
+	Compression compress.Algorithm
+}
+
+// tarFormat is "format: tar": the tree as one canonical tar.
+type tarFormat struct{}
+
+func (tarFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base string) (*Result, error) {
+	o, err := optionsOf[TarSpec](spec)
+	if err != nil {
+		return nil, err
+	}
+	alg := o.Compression
+	if alg == "" {
+		alg = compress.None
+	}
+	name := base + ".tar" + alg.Ext()
+	var skipped []string
+	var sum [sha256.Size]byte
+	err = writeFile(filepath.Join(dir, name), func(f *os.File) error {
+		// Writing and hashing happen behind the walk, which spends its own
+		// time reading the tree's files.
+		hw := hashio.NewWriter(f)
+		err := WriteTar(ctx, src.Tree, hw, TarOptions{Compression: alg, Skipped: &skipped})
+		if cerr := hw.Close(); err == nil {
+			err = cerr
+		}
+		sum = hw.Sum()
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{Files: []string{name}, Sums: map[string]string{name: hex.EncodeToString(sum[:])}}
+	for _, p := range skipped {
+		res.Warnings = append(res.Warnings, fmt.Sprintf("%s: a socket cannot be stored in a tar; left out", p))
+	}
+	return res, nil
 }

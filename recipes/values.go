@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
 	"strconv"
 	"strings"
 
@@ -157,10 +156,16 @@ func NormalizeSHA256(s string) (string, error) {
 	return h, nil
 }
 
+// MaxSize is the largest size a recipe may give: 1 EiB, where ext4 with
+// 64-bit block numbers ends, and far enough below the int64 limit that no
+// sum or alignment of sizes overflows.
+const MaxSize int64 = 1 << 60
+
 // ParseSize reads a size: a number of bytes with an optional unit. K, M, G, T
 // and KiB, MiB, GiB, TiB are powers of 1024 (as systemd-repart and mkosi read
 // them); KB, MB, GB, TB are powers of 1000. "auto" returns 0, and 0 is never
-// returned for anything else: a zero size is an error. So 0 means auto.
+// returned for anything else: a zero size is an error. So 0 means auto. It is
+// the only size parser: formats takes the bytes it returns.
 func ParseSize(s string) (int64, error) {
 	if s == "auto" {
 		return 0, nil
@@ -183,8 +188,8 @@ func ParseSize(s string) (int64, error) {
 	if n == 0 {
 		return 0, fmt.Errorf("size %q must be greater than zero", s)
 	}
-	if n > math.MaxInt64/mult {
-		return 0, fmt.Errorf("size %q is too large", s)
+	if n > MaxSize/mult {
+		return 0, fmt.Errorf("size %q is larger than 1 EiB", s)
 	}
 	return n * mult, nil
 }

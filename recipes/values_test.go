@@ -31,6 +31,8 @@ func TestParseSize(t *testing.T) {
 		{"1.5G", 0, false},
 		{"4gb", 0, false},
 		{"9999999999T", 0, false},
+		{"1048576TiB", 1 << 60, true},
+		{"1048577TiB", 0, false},
 		{"99999999999999999999", 0, false},
 	} {
 		got, err := ParseSize(tt.in)
