@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/rootfs/rootfstest"
 	"github.com/stamp-dev/stamp/test/harness"
 )
 
@@ -23,7 +24,7 @@ import (
 // as binaries have.
 func benchTree(b *testing.B) (*rootfs.Tree, int64) {
 	b.Helper()
-	tr := newTree(b)
+	tr := rootfstest.New(b, testEpoch)
 	rng := rand.New(rand.NewPCG(3, 4))
 	const (
 		dirs   = 550
@@ -53,7 +54,7 @@ func benchTree(b *testing.B) (*rootfs.Tree, int64) {
 	}
 	sum += total / 2
 	for d := range dirs {
-		create(b, tr, fmt.Sprintf("/usr/d%03d", d), rootfs.Header{Type: rootfs.TypeDir, Perm: 0o755}, "")
+		rootfstest.Add(b, tr, fmt.Sprintf("/usr/d%03d", d), rootfs.Header{Type: rootfs.TypeDir, Perm: 0o755}, "")
 	}
 	for i, size := range sizes {
 		p := fmt.Sprintf("/usr/d%03d/f%05d", i%dirs, i)
@@ -63,7 +64,7 @@ func benchTree(b *testing.B) (*rootfs.Tree, int64) {
 		}
 	}
 	for i := range links {
-		create(b, tr, fmt.Sprintf("/usr/d%03d/l%05d", i%dirs, i), rootfs.Header{Type: rootfs.TypeSymlink, Perm: 0o777,
+		rootfstest.Add(b, tr, fmt.Sprintf("/usr/d%03d/l%05d", i%dirs, i), rootfs.Header{Type: rootfs.TypeSymlink, Perm: 0o777,
 			Target: fmt.Sprintf("../d%03d/f%05d", (i+7)%dirs, i+7)}, "")
 	}
 	for i := range hard {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/rootfs/rootfstest"
 	"github.com/stamp-dev/stamp/test/harness"
 )
 
@@ -66,14 +67,14 @@ var ext4ACL = "01 00 00 00 01 00 07 00 02 00 06 00 e8 03 00 00 04 00 05 00 08 00
 
 // mixedTree is a small tree with one of everything.
 func mixedTree(t testing.TB) *rootfs.Tree {
-	tr := newTree(t)
+	tr := rootfstest.New(t, testEpoch)
 	m1 := testEpoch.Add(-24 * time.Hour)
 	m2 := time.Unix(1600000000, 0)
 	reg := func(p string, perm uint32, uid, gid uint32, mt time.Time, data string, xattrs map[string]string) {
-		create(t, tr, p, rootfs.Header{Type: rootfs.TypeRegular, Perm: perm, UID: uid, GID: gid, MTime: mt, Xattrs: xattrs}, data)
+		rootfstest.Add(t, tr, p, rootfs.Header{Type: rootfs.TypeRegular, Perm: perm, UID: uid, GID: gid, MTime: mt, Xattrs: xattrs}, data)
 	}
-	create(t, tr, "/", rootfs.Header{Type: rootfs.TypeDir, Perm: 0o755, MTime: m1}, "")
-	create(t, tr, "/etc", rootfs.Header{Type: rootfs.TypeDir, Perm: 0o755, MTime: m2}, "")
+	rootfstest.Add(t, tr, "/", rootfs.Header{Type: rootfs.TypeDir, Perm: 0o755, MTime: m1}, "")
+	rootfstest.Add(t, tr, "/etc", rootfs.Header{Type: rootfs.TypeDir, Perm: 0o755, MTime: m2}, "")
 	reg("/etc/hostname", 0o644, 0, 0, m1, "node\n", nil)
 	reg("/etc/shadow", 0o640, 0, 42, m2, "root:*:19000:0:99999:7:::\n", nil)
 	reg("/etc/empty", 0o600, 0, 0, m1, "", nil)
@@ -82,22 +83,22 @@ func mixedTree(t testing.TB) *rootfs.Tree {
 	reg("/usr/lib/big", 0o644, 70000, 70001, m1, content(3, 3<<20+123, 5, 6, 7, 100, 700), nil)
 	reg("/usr/lib/cap", 0o755, 0, 0, m1, "caps", map[string]string{"security.capability": "\x01\x00\x00\x02\x00\x20\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"})
 	reg("/home/u/notes", 0o600, 1000, 1000, m1, "hello", map[string]string{"user.a": "1", "user.big": strings.Repeat("b", 300), "trusted.t": "x", "user.empty": ""})
-	create(t, tr, "/tmp", rootfs.Header{Type: rootfs.TypeDir, Perm: 0o1777, MTime: m1}, "")
-	create(t, tr, "/srv/shared", rootfs.Header{Type: rootfs.TypeDir, Perm: 0o2770, GID: 100, MTime: m1,
+	rootfstest.Add(t, tr, "/tmp", rootfs.Header{Type: rootfs.TypeDir, Perm: 0o1777, MTime: m1}, "")
+	rootfstest.Add(t, tr, "/srv/shared", rootfs.Header{Type: rootfs.TypeDir, Perm: 0o2770, GID: 100, MTime: m1,
 		Xattrs: map[string]string{"system.posix_acl_access": testACL, "system.posix_acl_default": testACL}}, "")
 	reg("/srv/shared/doc", 0o664, 0, 100, m1, "doc", map[string]string{"system.posix_acl_access": testACL})
-	create(t, tr, "/bin", rootfs.Header{Type: rootfs.TypeSymlink, Perm: 0o777, Target: "usr/bin", MTime: m1}, "")
-	create(t, tr, "/usr/lib/long", rootfs.Header{Type: rootfs.TypeSymlink, Perm: 0o777, Target: strings.Repeat("deep/", 30) + "x", MTime: m2}, "")
-	create(t, tr, "/usr/lib/edge59", rootfs.Header{Type: rootfs.TypeSymlink, Perm: 0o777, Target: strings.Repeat("e", 59), MTime: m2}, "")
-	create(t, tr, "/usr/lib/labelled", rootfs.Header{Type: rootfs.TypeSymlink, Perm: 0o777, Target: "x", MTime: m2,
+	rootfstest.Add(t, tr, "/bin", rootfs.Header{Type: rootfs.TypeSymlink, Perm: 0o777, Target: "usr/bin", MTime: m1}, "")
+	rootfstest.Add(t, tr, "/usr/lib/long", rootfs.Header{Type: rootfs.TypeSymlink, Perm: 0o777, Target: strings.Repeat("deep/", 30) + "x", MTime: m2}, "")
+	rootfstest.Add(t, tr, "/usr/lib/edge59", rootfs.Header{Type: rootfs.TypeSymlink, Perm: 0o777, Target: strings.Repeat("e", 59), MTime: m2}, "")
+	rootfstest.Add(t, tr, "/usr/lib/labelled", rootfs.Header{Type: rootfs.TypeSymlink, Perm: 0o777, Target: "x", MTime: m2,
 		Xattrs: map[string]string{"security.selinux": strings.Repeat("s", 150)}}, "")
-	create(t, tr, "/usr/lib/edge60", rootfs.Header{Type: rootfs.TypeSymlink, Perm: 0o777, Target: strings.Repeat("e", 60), MTime: m2}, "")
-	create(t, tr, "/dev/null", rootfs.Header{Type: rootfs.TypeChar, Perm: 0o666, Major: 1, Minor: 3, MTime: m1}, "")
-	create(t, tr, "/dev/sda", rootfs.Header{Type: rootfs.TypeBlock, Perm: 0o660, GID: 6, Major: 8, Minor: 0, MTime: m1}, "")
-	create(t, tr, "/dev/nvme0n1p300", rootfs.Header{Type: rootfs.TypeBlock, Perm: 0o660, GID: 6, Major: 259, Minor: 70000, MTime: m1}, "")
-	create(t, tr, "/dev/ttyX", rootfs.Header{Type: rootfs.TypeChar, Perm: 0o620, Major: 4095, Minor: 1048575, MTime: m1}, "")
-	create(t, tr, "/run/initctl", rootfs.Header{Type: rootfs.TypeFifo, Perm: 0o600, MTime: m1}, "")
-	create(t, tr, "/run/sock", rootfs.Header{Type: rootfs.TypeSocket, Perm: 0o755, MTime: m1}, "")
+	rootfstest.Add(t, tr, "/usr/lib/edge60", rootfs.Header{Type: rootfs.TypeSymlink, Perm: 0o777, Target: strings.Repeat("e", 60), MTime: m2}, "")
+	rootfstest.Add(t, tr, "/dev/null", rootfs.Header{Type: rootfs.TypeChar, Perm: 0o666, Major: 1, Minor: 3, MTime: m1}, "")
+	rootfstest.Add(t, tr, "/dev/sda", rootfs.Header{Type: rootfs.TypeBlock, Perm: 0o660, GID: 6, Major: 8, Minor: 0, MTime: m1}, "")
+	rootfstest.Add(t, tr, "/dev/nvme0n1p300", rootfs.Header{Type: rootfs.TypeBlock, Perm: 0o660, GID: 6, Major: 259, Minor: 70000, MTime: m1}, "")
+	rootfstest.Add(t, tr, "/dev/ttyX", rootfs.Header{Type: rootfs.TypeChar, Perm: 0o620, Major: 4095, Minor: 1048575, MTime: m1}, "")
+	rootfstest.Add(t, tr, "/run/initctl", rootfs.Header{Type: rootfs.TypeFifo, Perm: 0o600, MTime: m1}, "")
+	rootfstest.Add(t, tr, "/run/sock", rootfs.Header{Type: rootfs.TypeSocket, Perm: 0o755, MTime: m1}, "")
 	for _, l := range []string{"/usr/bin/su-link", "/usr/sbin/su"} {
 		if _, err := tr.Link(l, "/usr/bin/su", rootfs.Origin{}); err != nil {
 			t.Fatal(err)
@@ -408,8 +409,8 @@ func TestACL(t *testing.T) {
 }
 
 func TestBadACL(t *testing.T) {
-	tr := newTree(t)
-	create(t, tr, "/f", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, Xattrs: map[string]string{"system.posix_acl_access": "\x01\x00\x00\x00"}}, "")
+	tr := rootfstest.New(t, testEpoch)
+	rootfstest.Add(t, tr, "/f", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, Xattrs: map[string]string{"system.posix_acl_access": "\x01\x00\x00\x00"}}, "")
 	sealTree(t, tr)
 	if _, err := Plan(tr, testOptions()); err == nil || !strings.Contains(err.Error(), "/f") {
 		t.Fatalf("Plan with a malformed ACL: %v", err)
@@ -422,7 +423,7 @@ func TestBadACL(t *testing.T) {
 // blocks below 512 MiB).
 func TestFeaturesMatchMke2fs(t *testing.T) {
 	mke2fs := harness.Tool(t, "mke2fs")
-	tr := newTree(t)
+	tr := rootfstest.New(t, testEpoch)
 	sealTree(t, tr)
 	same := []string{"Filesystem features", "Filesystem flags", "Default mount options", "Filesystem state",
 		"Errors behavior", "Filesystem OS type", "Inode count", "Block count", "Reserved block count",
@@ -537,8 +538,8 @@ func fileDigest(t testing.TB, p string) string {
 }
 
 func TestTooSmall(t *testing.T) {
-	tr := newTree(t)
-	create(t, tr, "/data", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644}, content(7, 40<<20))
+	tr := rootfstest.New(t, testEpoch)
+	rootfstest.Add(t, tr, "/data", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644}, content(7, 40<<20))
 	sealTree(t, tr)
 	o := testOptions()
 	o.Size = 32 << 20
@@ -560,9 +561,9 @@ func TestTooSmall(t *testing.T) {
 	}
 
 	// Inodes run out before blocks.
-	tr = newTree(t)
+	tr = rootfstest.New(t, testEpoch)
 	for i := range 3000 {
-		create(t, tr, fmt.Sprintf("/f%d", i), rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644}, "")
+		rootfstest.Add(t, tr, fmt.Sprintf("/f%d", i), rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644}, "")
 	}
 	sealTree(t, tr)
 	o.Size = 8 << 20
@@ -578,8 +579,8 @@ func TestTooSmall(t *testing.T) {
 func mustErr(_ int64, err error) error { return err }
 
 func TestAutoSize(t *testing.T) {
-	tr := newTree(t)
-	create(t, tr, "/data", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644}, content(8, 10<<20))
+	tr := rootfstest.New(t, testEpoch)
+	rootfstest.Add(t, tr, "/data", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644}, content(8, 10<<20))
 	sealTree(t, tr)
 	o := testOptions()
 	size, err := Plan(tr, o)
@@ -605,7 +606,7 @@ func TestAutoSize(t *testing.T) {
 // TestSparse writes a 5 GiB file that is almost all holes, into an auto
 // sized filesystem and into one far smaller than the file's size.
 func TestSparse(t *testing.T) {
-	tr := newTree(t)
+	tr := rootfstest.New(t, testEpoch)
 	const size = 5 << 30
 	data := map[int64]byte{0: 1, 1 << 30: 2, 1<<30 + blockSize: 3, size - 1: 4}
 	if _, err := tr.Create("/var/lib/disk.img", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o600}, &sparseReader{size: size, data: data}); err != nil {

@@ -28,40 +28,11 @@ func testOptions() Options {
 	return Options{UUID: testUUID, HashSeed: testSeed, Epoch: testEpoch}
 }
 
-func newTree(t testing.TB) *rootfs.Tree {
-	t.Helper()
-	tr, err := rootfs.New(filepath.Join(t.TempDir(), "tree"), rootfs.Options{DefaultMTime: testEpoch})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tr.Close() })
-	return tr
-}
-
 func sealTree(t testing.TB, tr *rootfs.Tree) {
 	t.Helper()
 	if _, err := rootfs.Seal(context.Background(), tr, rootfs.SealOptions{Epoch: testEpoch, NoDefaultCleanup: true}); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func create(t testing.TB, tr *rootfs.Tree, p string, h rootfs.Header, content string) *rootfs.Entry {
-	t.Helper()
-	var r *strings.Reader
-	if h.Type == rootfs.TypeRegular {
-		r = strings.NewReader(content)
-	}
-	var e *rootfs.Entry
-	var err error
-	if r != nil {
-		e, err = tr.Create(p, h, r)
-	} else {
-		e, err = tr.Create(p, h, nil)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return e
 }
 
 // writeImage writes the tree into a new sparse file and returns its path.

@@ -11,18 +11,19 @@ import (
 	"time"
 
 	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/rootfs/rootfstest"
 )
 
 // TestLostFoundFromTree keeps a lost+found the tree already has, with its
 // owner, mode, time and contents, as inode 11.
 func TestLostFoundFromTree(t *testing.T) {
-	tr := newTree(t)
+	tr := rootfstest.New(t, testEpoch)
 	m := testEpoch.Add(-time.Hour)
-	create(t, tr, "/lost+found", rootfs.Header{Type: rootfs.TypeDir, Perm: 0o750, UID: 5, GID: 6, MTime: m}, "")
+	rootfstest.Add(t, tr, "/lost+found", rootfs.Header{Type: rootfs.TypeDir, Perm: 0o750, UID: 5, GID: 6, MTime: m}, "")
 	for i := range 400 {
-		create(t, tr, fmt.Sprintf("/lost+found/#%d-recovered-entry", 1000+i), rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o600, MTime: m}, "x")
+		rootfstest.Add(t, tr, fmt.Sprintf("/lost+found/#%d-recovered-entry", 1000+i), rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o600, MTime: m}, "x")
 	}
-	create(t, tr, "/a", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, MTime: m}, "a")
+	rootfstest.Add(t, tr, "/a", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, MTime: m}, "a")
 	sealTree(t, tr)
 	img, sum := writeImage(t, tr, testOptions())
 	fsck(t, img)
@@ -39,8 +40,8 @@ func TestLostFoundFromTree(t *testing.T) {
 	}
 
 	// A lost+found that is not a directory cannot be kept.
-	tr = newTree(t)
-	create(t, tr, "/lost+found", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644}, "")
+	tr = rootfstest.New(t, testEpoch)
+	rootfstest.Add(t, tr, "/lost+found", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644}, "")
 	sealTree(t, tr)
 	if _, err := Plan(tr, testOptions()); err == nil || !strings.Contains(err.Error(), "/lost+found") {
 		t.Errorf("Plan with a file at /lost+found: %v", err)
@@ -50,9 +51,9 @@ func TestLostFoundFromTree(t *testing.T) {
 // TestLabelAndTimes checks the label, and times past 2038 (the epoch bits
 // of the extra time words) in an unsealed tree.
 func TestLabelAndTimes(t *testing.T) {
-	tr := newTree(t)
+	tr := rootfstest.New(t, testEpoch)
 	late := time.Date(2100, 1, 2, 3, 4, 5, 0, time.UTC)
-	create(t, tr, "/late", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, MTime: late}, "x")
+	rootfstest.Add(t, tr, "/late", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, MTime: late}, "x")
 	o := testOptions()
 	o.Label = "root-fs-label-16"
 	o.Epoch = time.Date(2040, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -78,8 +79,8 @@ func TestLabelAndTimes(t *testing.T) {
 // TestChangedAfterSeal fails when a file's content no longer matches the
 // index, rather than writing what the index does not describe.
 func TestChangedAfterSeal(t *testing.T) {
-	tr := newTree(t)
-	create(t, tr, "/f", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644}, "short")
+	tr := rootfstest.New(t, testEpoch)
+	rootfstest.Add(t, tr, "/f", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644}, "short")
 	sealTree(t, tr)
 	if err := os.WriteFile(tr.DiskPath("/f"), []byte("much longer now"), 0o644); err != nil {
 		t.Fatal(err)
@@ -95,8 +96,8 @@ func TestChangedAfterSeal(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
-	tr := newTree(t)
-	create(t, tr, "/f", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644}, "x")
+	tr := rootfstest.New(t, testEpoch)
+	rootfstest.Add(t, tr, "/f", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644}, "x")
 	sealTree(t, tr)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

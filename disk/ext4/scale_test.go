@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/rootfs/rootfstest"
 )
 
 // TestLargeDirectory puts more than 100,000 entries in one directory: an
@@ -16,15 +17,15 @@ func TestLargeDirectory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("large directory")
 	}
-	tr := newTree(t)
+	tr := rootfstest.New(t, testEpoch)
 	const n = 100_050
 	start := time.Now()
 	for i := range n {
 		// Names of varying length, some sharing long prefixes.
 		name := fmt.Sprintf("/big/entry-%d%s", i, strings.Repeat("x", i%23))
-		create(t, tr, name, rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644}, "")
+		rootfstest.Add(t, tr, name, rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644}, "")
 	}
-	create(t, tr, "/big/sub", rootfs.Header{Type: rootfs.TypeDir, Perm: 0o755}, "")
+	rootfstest.Add(t, tr, "/big/sub", rootfs.Header{Type: rootfs.TypeDir, Perm: 0o755}, "")
 	sealTree(t, tr)
 	t.Logf("tree of %d entries made in %v", tr.Len(), time.Since(start))
 	start = time.Now()
@@ -59,10 +60,10 @@ func TestManySubdirectories(t *testing.T) {
 	if testing.Short() {
 		t.Skip("many subdirectories")
 	}
-	tr := newTree(t)
+	tr := rootfstest.New(t, testEpoch)
 	const n = 65_010
 	for i := range n {
-		create(t, tr, fmt.Sprintf("/d/%05d", i), rootfs.Header{Type: rootfs.TypeDir, Perm: 0o700, UID: uint32(i)}, "")
+		rootfstest.Add(t, tr, fmt.Sprintf("/d/%05d", i), rootfs.Header{Type: rootfs.TypeDir, Perm: 0o700, UID: uint32(i)}, "")
 	}
 	sealTree(t, tr)
 	img, _ := writeImage(t, tr, testOptions())
@@ -78,7 +79,7 @@ func TestManySubdirectories(t *testing.T) {
 // TestExtentTrees writes files whose extents do not fit in the inode: one
 // and two levels of extent blocks.
 func TestExtentTrees(t *testing.T) {
-	tr := newTree(t)
+	tr := rootfstest.New(t, testEpoch)
 	sizes := map[string]int{"/one-level": 20, "/two-levels": 1500}
 	for _, p := range []string{"/one-level", "/two-levels"} {
 		runs := sizes[p]
@@ -86,7 +87,7 @@ func TestExtentTrees(t *testing.T) {
 		for i := range runs {
 			zero = append(zero, 2*i+1) // every other block is a hole
 		}
-		create(t, tr, p, rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644}, content(uint64(runs), 2*runs*blockSize-100, zero...))
+		rootfstest.Add(t, tr, p, rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644}, content(uint64(runs), 2*runs*blockSize-100, zero...))
 	}
 	sealTree(t, tr)
 	img, _ := writeImage(t, tr, testOptions())

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stamp-dev/stamp/packages/deb"
 	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/rootfs/rootfstest"
 	"github.com/stamp-dev/stamp/test/harness"
 )
 
@@ -44,53 +45,25 @@ func baseDebs(t *testing.T) []string {
 
 func symlink(t *testing.T, tr *rootfs.Tree, p, target string) {
 	t.Helper()
-	if _, err := tr.Create(p, rootfs.Header{Type: rootfs.TypeSymlink, Perm: 0o777, Target: target, MTime: epoch}, nil); err != nil {
-		t.Fatal(err)
-	}
+	rootfstest.Symlink(t, tr, p, target, epoch)
 }
 
 func mkdir(t *testing.T, tr *rootfs.Tree, p string) {
 	t.Helper()
-	if _, err := tr.MkdirAll(p, rootfs.Header{Perm: 0o755, MTime: epoch}); err != nil {
-		t.Fatal(err)
-	}
+	rootfstest.Dir(t, tr, p, 0o755, epoch)
 }
 
 func file(t *testing.T, tr *rootfs.Tree, p string, content []byte) {
 	t.Helper()
 	mkdir(t, tr, filepath.Dir(p))
-	if _, err := tr.Create(p, rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, MTime: epoch}, bytes.NewReader(content)); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func read(t *testing.T, tr *rootfs.Tree, p string) []byte {
-	t.Helper()
-	rp, err := tr.Resolve(p, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := tr.Open(rp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var buf bytes.Buffer
-	if _, err := buf.ReadFrom(f); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	rootfstest.File(t, tr, p, 0o644, epoch, string(content))
 }
 
 // baseTree unpacks the packages over the merged-/usr symlinks of a Debian
 // bookworm system.
 func baseTree(t *testing.T) *rootfs.Tree {
 	t.Helper()
-	tr, err := rootfs.New(filepath.Join(t.TempDir(), "root"), rootfs.Options{DefaultMTime: epoch})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tr.Close() })
+	tr := rootfstest.New(t, epoch)
 	for _, d := range []string{"bin", "sbin", "lib", "lib64"} {
 		mkdir(t, tr, "/usr/"+d)
 		symlink(t, tr, "/"+d, "usr/"+d)
@@ -247,11 +220,11 @@ func TestMatchesLdconfigExtraDirs(t *testing.T) {
 	t.Parallel()
 	tr := baseTree(t)
 	const ml = "/usr/lib/x86_64-linux-gnu"
-	libz := read(t, tr, ml+"/libz.so.1")
-	zstd := read(t, tr, ml+"/libzstd.so.1")
-	libc := read(t, tr, ml+"/libc.so.6")
-	noSoname := read(t, tr, ml+"/gconv/UTF-16.so")
-	ldconfig := read(t, tr, "/sbin/ldconfig")
+	libz := rootfstest.Read(t, tr, ml+"/libz.so.1")
+	zstd := rootfstest.Read(t, tr, ml+"/libzstd.so.1")
+	libc := rootfstest.Read(t, tr, ml+"/libc.so.6")
+	noSoname := rootfstest.Read(t, tr, ml+"/gconv/UTF-16.so")
+	ldconfig := rootfstest.Read(t, tr, "/sbin/ldconfig")
 
 	file(t, tr, "/etc/ld.so.conf.d/zz-extra.conf", []byte(strings.Join([]string{
 		"# extra libraries",

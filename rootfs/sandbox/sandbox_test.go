@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/stamp-dev/stamp/rootfs"
-	"github.com/stamp-dev/stamp/rootfs/compress"
+	"github.com/stamp-dev/stamp/rootfs/rootfstest"
 	"github.com/stamp-dev/stamp/rootfs/sandbox"
 	"github.com/stamp-dev/stamp/test/harness"
 )
@@ -22,24 +22,8 @@ var epoch = time.Unix(1700000000, 0).UTC()
 func baseTree(t *testing.T) *rootfs.Tree {
 	t.Helper()
 	harness.RequireTools(t, "unshare", "chroot", "mount")
-	tr, err := rootfs.New(filepath.Join(harness.TempDirFor65534(t), "tree"), rootfs.Options{DefaultMTime: epoch})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tr.Close() })
-	f, err := os.Open(harness.Base(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, _, err := compress.NewReaderAuto(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if _, err := rootfs.Extract(context.Background(), tr, r, rootfs.ExtractOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	tr := rootfstest.NewIn(t, harness.TempDirFor65534(t), epoch)
+	rootfstest.ExtractFile(t, tr, harness.Base(t), rootfs.ExtractOptions{})
 	return tr
 }
 
