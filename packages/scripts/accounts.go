@@ -176,7 +176,7 @@ func cmdAdduser(r *run, hc interp.HandlerContext, args []string) error {
 	if r.lookupAccount("/etc/passwd", name) != nil {
 		return nil
 	}
-	u := User{Name: name, System: true, Home: a.home, Shell: a.shell, Comment: a.gecos, UID: a.uid}
+	u := User{Name: name, System: true, Home: a.home, Shell: a.shell, Comment: chfnGecos(a.gecos), UID: a.uid}
 	if u.Home == "" {
 		u.Home = "/nonexistent"
 	}
@@ -429,11 +429,15 @@ func (r *run) applySysusers(file, text string) error {
 			if err := r.env.AddGroup(r.ctx, Group{Name: f[1], GID: id, System: true}); err != nil {
 				return err
 			}
+			if err := r.lockInvalid("/etc/gshadow", f[1]); err != nil {
+				return err
+			}
 		case "u":
 			if r.lookupAccount("/etc/passwd", f[1]) != nil {
 				continue
 			}
 			u := User{Name: f[1], UID: id, System: true, Comment: dash(f[3]), Home: dash(f[4]), Shell: dash(f[5])}
+			reuseGID := id == nil && idGroup == ""
 			if u.Home == "" {
 				u.Home = "/"
 			}
@@ -446,11 +450,27 @@ func (r *run) applySysusers(file, text string) error {
 				if err := r.env.AddGroup(r.ctx, Group{Name: f[1], GID: id, System: true}); err != nil {
 					return err
 				}
+				if err := r.lockInvalid("/etc/gshadow", f[1]); err != nil {
+					return err
+				}
 				u.Group = f[1]
 			} else {
 				u.Group = f[1]
 			}
+			if reuseGID {
+				// sysusers first tries the UID equal to the GID of the
+				// user's own group.
+				if g := r.lookupAccount("/etc/group", f[1]); g != nil && r.uidFree(g[2]) {
+					if v, err := strconv.ParseUint(g[2], 10, 32); err == nil {
+						uid := uint32(v)
+						u.UID = &uid
+					}
+				}
+			}
 			if err := r.env.AddUser(r.ctx, u); err != nil {
+				return err
+			}
+			if err := r.lockInvalid("/etc/shadow", f[1]); err != nil {
 				return err
 			}
 		case "m":
@@ -463,4 +483,51 @@ func (r *run) applySysusers(file, text string) error {
 		}
 	}
 	return nil
+}
+
+// uidFree reports whether no account of the tree has the UID id.
+func (r *run) uidFree(id string) bool {
+	b, _ := r.readFile("/etc/passwd")
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Split(l, ":"); len(f) > 2 && f[2] == id {
+			return false
+		}
+	}
+	return true
+}
+
+// lockInvalid sets the password field of name in a shadow file to "!*",
+// which systemd-sysusers writes for the accounts it makes (locked, and no
+// password could ever match), where useradd and groupadd write "!".
+func (r *run) lockInvalid(db, name string) error {
+	b, err := r.readFile(db)
+	if err != nil {
+		return nil
+	}
+	ls := strings.Split(string(b), "\n")
+	for i, l := range ls {
+		if f := strings.Split(l, ":"); len(f) > 2 && f[0] == name && f[1] == "!" {
+			f[1] = "!*"
+			ls[i] = strings.Join(f, ":")
+			return r.writeFile(db, []byte(strings.Join(ls, "\n")), 0o640)
+		}
+	}
+	return nil
+}
+
+// chfnGecos is the GECOS field adduser --gecos leaves: it runs chfn -f
+// (and -r, -w, -h, -o for comma-separated parts), and chfn writes the
+// full name, room, work and home phone fields, empty ones included.
+func chfnGecos(g string) string {
+	if g == "" {
+		return ""
+	}
+	f := strings.Split(g, ",")
+	for len(f) < 4 {
+		f = append(f, "")
+	}
+	if len(f) > 5 {
+		f = f[:5]
+	}
+	return strings.Join(f, ",")
 }
