@@ -19,22 +19,16 @@ import (
 
 	"github.com/stamp-dev/stamp/rootfs"
 	"github.com/stamp-dev/stamp/rootfs/compress"
+	"github.com/stamp-dev/stamp/rootfs/rootfstest"
 )
 
 // cpioSmallTree is a few entries, for tests that compress with xz, which
 // takes seconds for the big file of tarTestTree.
 func cpioSmallTree(t testing.TB) *rootfs.Tree {
 	t.Helper()
-	tree, err := rootfs.New(t.TempDir(), rootfs.Options{DefaultMTime: tarEpoch})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tree.Close() })
-	for p, content := range map[string]string{"/etc/passwd": "root:x:0:0:root:/root:/bin/sh\n", "/etc/hostname": "node\n"} {
-		if _, err := tree.Create(p, rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, MTime: tarEpoch}, strings.NewReader(content)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	tree := rootfstest.New(t, tarEpoch)
+	rootfstest.File(t, tree, "/etc/passwd", 0o644, tarEpoch, "root:x:0:0:root:/root:/bin/sh\n")
+	rootfstest.File(t, tree, "/etc/hostname", 0o644, tarEpoch, "node\n")
 	return tree
 }
 

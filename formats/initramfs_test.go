@@ -15,6 +15,7 @@ import (
 
 	"github.com/stamp-dev/stamp/rootfs"
 	"github.com/stamp-dev/stamp/rootfs/compress"
+	"github.com/stamp-dev/stamp/rootfs/rootfstest"
 	"github.com/stamp-dev/stamp/test/harness"
 )
 
@@ -38,19 +39,11 @@ func TestVersionLess(t *testing.T) {
 }
 
 func TestKernelOf(t *testing.T) {
-	tree, err := rootfs.New(t.TempDir(), rootfs.Options{DefaultMTime: tarEpoch})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tree.Close()
+	tree := rootfstest.New(t, tarEpoch)
 	if _, _, err := KernelOf(tree); err == nil || !strings.Contains(err.Error(), "/boot") {
 		t.Errorf("no /boot: err = %v", err)
 	}
-	file := func(p string) {
-		if _, err := tree.Create(p, rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, MTime: tarEpoch}, strings.NewReader("kernel")); err != nil {
-			t.Fatal(err)
-		}
-	}
+	file := func(p string) { rootfstest.File(t, tree, p, 0o644, tarEpoch, "kernel") }
 	file("/boot/config-6.1.0-10-amd64")
 	if _, _, err := KernelOf(tree); err == nil || !strings.Contains(err.Error(), "vmlinuz") {
 		t.Errorf("no kernel: err = %v", err)

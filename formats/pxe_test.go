@@ -12,6 +12,7 @@ import (
 
 	"github.com/stamp-dev/stamp/rootfs"
 	"github.com/stamp-dev/stamp/rootfs/compress"
+	"github.com/stamp-dev/stamp/rootfs/rootfstest"
 )
 
 // pxeTestTree is tarTestTree with a kernel and a busybox. Neither runs
@@ -20,9 +21,7 @@ func pxeTestTree(t *testing.T) *rootfs.Tree {
 	t.Helper()
 	tree := tarTestTree(t)
 	for p, c := range map[string]string{"/boot/vmlinuz-6.1.0-9-amd64": "old kernel", "/boot/vmlinuz-6.1.0-10-amd64": "kernel image", "/usr/bin/busybox": "\x7fELF busybox"} {
-		if _, err := tree.Create(p, rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o755, MTime: tarEpoch}, strings.NewReader(c)); err != nil {
-			t.Fatal(err)
-		}
+		rootfstest.File(t, tree, p, 0o755, tarEpoch, c)
 	}
 	return tree
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/stamp-dev/stamp/disk"
 	"github.com/stamp-dev/stamp/disk/fat"
 	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/rootfs/rootfstest"
 	"github.com/stamp-dev/stamp/test/harness"
 )
 
@@ -30,11 +31,7 @@ const (
 // these tests check structure, the boot test in test/e2e boots).
 func rawTestTree(t testing.TB, arch string) *rootfs.Tree {
 	t.Helper()
-	tree, err := rootfs.New(t.TempDir(), rootfs.Options{DefaultMTime: tarEpoch})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tree.Close() })
+	tree := rootfstest.New(t, tarEpoch)
 	efi := map[string]string{"amd64": "systemd-bootx64.efi", "arm64": "systemd-bootaa64.efi"}[arch]
 	files := []struct {
 		path, content string
@@ -48,13 +45,9 @@ func rawTestTree(t testing.TB, arch string) *rootfs.Tree {
 		{"/usr/bin/su", "setuid binary", 0o4755},
 	}
 	for _, f := range files {
-		if _, err := tree.Create(f.path, rootfs.Header{Type: rootfs.TypeRegular, Perm: f.perm, MTime: tarEpoch}, strings.NewReader(f.content)); err != nil {
-			t.Fatal(err)
-		}
+		rootfstest.File(t, tree, f.path, f.perm, tarEpoch, f.content)
 	}
-	if _, err := tree.Create("/sbin/init", rootfs.Header{Type: rootfs.TypeSymlink, Perm: 0o777, Target: "/usr/bin/su", MTime: tarEpoch}, nil); err != nil {
-		t.Fatal(err)
-	}
+	rootfstest.Symlink(t, tree, "/sbin/init", "/usr/bin/su", tarEpoch)
 	return tree
 }
 

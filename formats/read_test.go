@@ -10,6 +10,7 @@ import (
 
 	"github.com/stamp-dev/stamp/rootfs"
 	"github.com/stamp-dev/stamp/rootfs/compress"
+	"github.com/stamp-dev/stamp/rootfs/rootfstest"
 )
 
 // readTestTree is tarTestTree with an embedded record, as every build has.
@@ -17,13 +18,8 @@ func readTestTree(t *testing.T) (*rootfs.Tree, string) {
 	t.Helper()
 	tree := tarTestTree(t)
 	record := `{"apiVersion":"stamp.dev/v1alpha1","entries":[]}` + "\n"
-	if _, err := tree.MkdirAll("/usr/lib/stamp", rootfs.Header{Perm: 0o755, MTime: tarEpoch}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tree.Create(rootfs.RecordPath, rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, MTime: tarEpoch},
-		strings.NewReader(record)); err != nil {
-		t.Fatal(err)
-	}
+	rootfstest.Dir(t, tree, "/usr/lib/stamp", 0o755, tarEpoch)
+	rootfstest.File(t, tree, rootfs.RecordPath, 0o644, tarEpoch, record)
 	return tree, record
 }
 

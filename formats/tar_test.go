@@ -21,6 +21,7 @@ import (
 
 	"github.com/stamp-dev/stamp/rootfs"
 	"github.com/stamp-dev/stamp/rootfs/compress"
+	"github.com/stamp-dev/stamp/rootfs/rootfstest"
 )
 
 var tarEpoch = time.Unix(1700000000, 0).UTC()
@@ -31,23 +32,13 @@ var tarLongName = "/opt/" + strings.Repeat("long-directory-name/", 8) + strings.
 // to carry.
 func tarTestTree(t testing.TB) *rootfs.Tree {
 	t.Helper()
-	tree, err := rootfs.New(t.TempDir(), rootfs.Options{DefaultMTime: tarEpoch})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tree.Close() })
+	tree := rootfstest.New(t, tarEpoch)
 	mk := func(p string, h rootfs.Header, content string) {
 		t.Helper()
 		if h.MTime.IsZero() {
 			h.MTime = tarEpoch
 		}
-		var r io.Reader
-		if h.Type == rootfs.TypeRegular {
-			r = strings.NewReader(content)
-		}
-		if _, err := tree.Create(p, h, r); err != nil {
-			t.Fatal(err)
-		}
+		rootfstest.Add(t, tree, p, h, content)
 	}
 	dir := func(perm, uid, gid uint32) rootfs.Header {
 		return rootfs.Header{Type: rootfs.TypeDir, Perm: perm, UID: uid, GID: gid}
