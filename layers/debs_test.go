@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/stamp-dev/stamp/layers/cache"
 	"github.com/stamp-dev/stamp/packages/scripts"
 	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/rootfs/rootfstest"
 	"github.com/stamp-dev/stamp/test/harness"
 )
 
@@ -28,11 +28,7 @@ func debsEnv(t *testing.T) *Env {
 		t.Fatal(err)
 	}
 	ep := time.Unix(1700000000, 0).UTC()
-	tree, err := rootfs.New(filepath.Join(t.TempDir(), "root"), rootfs.Options{DefaultMTime: ep})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tree.Close() })
+	tree := rootfstest.New(t, ep)
 	env := &Env{Tree: tree, Cache: c, Log: log, Epoch: ep, Arch: "amd64", Label: "provision.layers[0].debs"}
 	for _, tb := range []string{base.Tarball, base.DB} {
 		d, err := c.Import(context.Background(), tb)
@@ -183,11 +179,7 @@ func TestDebsOnBaseWithoutDpkgDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	ep := time.Unix(1700000000, 0).UTC()
-	tree, err := rootfs.New(filepath.Join(t.TempDir(), "root"), rootfs.Options{DefaultMTime: ep})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tree.Close()
+	tree := rootfstest.New(t, ep)
 	env := &Env{Tree: tree, Cache: c, Log: log, Epoch: ep, Arch: "amd64", Label: "provision.layers[0].debs"}
 	b := harness.Base(t)
 	d, err := c.Import(context.Background(), b)

@@ -25,6 +25,7 @@ import (
 	"github.com/stamp-dev/stamp/layers/cache"
 	"github.com/stamp-dev/stamp/layers/ociremote"
 	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/rootfs/rootfstest"
 )
 
 var ociEpoch = time.Unix(1700000000, 0).UTC()
@@ -32,11 +33,7 @@ var ociEpoch = time.Unix(1700000000, 0).UTC()
 func ociEnv(t *testing.T) *Env {
 	t.Helper()
 	work := t.TempDir()
-	tree, err := rootfs.New(filepath.Join(work, "tree"), rootfs.Options{DefaultMTime: ociEpoch})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tree.Close() })
+	tree := rootfstest.NewIn(t, work, ociEpoch)
 	c, err := cache.Open(filepath.Join(t.TempDir(), "cache"), cache.Options{})
 	if err != nil {
 		t.Fatal(err)

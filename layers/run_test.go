@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/stamp-dev/stamp/layers/cache"
-	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/rootfs/rootfstest"
 	"github.com/stamp-dev/stamp/test/harness"
 )
 
@@ -26,11 +25,7 @@ func runEnv(t *testing.T) *Env {
 		t.Fatal(err)
 	}
 	ep := time.Unix(1700000000, 0).UTC()
-	tree, err := rootfs.New(filepath.Join(harness.TempDirFor65534(t), "root"), rootfs.Options{DefaultMTime: ep})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tree.Close() })
+	tree := rootfstest.NewIn(t, harness.TempDirFor65534(t), ep)
 	env := &Env{Tree: tree, Cache: c, Log: log, Epoch: ep, Arch: "amd64", Label: "provision.layers[2].run"}
 	base := harness.Base(t)
 	d, err := c.Import(context.Background(), base)

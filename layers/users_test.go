@@ -15,6 +15,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/rootfs/rootfstest"
 	"github.com/stamp-dev/stamp/test/harness"
 )
 
@@ -104,11 +105,7 @@ var acctEpoch = time.Unix(1700000000, 0).UTC() // day 19675
 
 func acctTestEnv(t *testing.T) *Env {
 	t.Helper()
-	tree, err := rootfs.New(filepath.Join(t.TempDir(), "root"), rootfs.Options{DefaultMTime: acctEpoch})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tree.Close() })
+	tree := rootfstest.New(t, acctEpoch)
 	log := logrus.New()
 	log.SetOutput(io.Discard)
 	return &Env{Tree: tree, Log: log, Epoch: acctEpoch, Label: "customize[0].test"}
