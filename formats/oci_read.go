@@ -12,8 +12,13 @@ import (
 	"io"
 	"os"
 	"path"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/stamp-dev/stamp/disk/qcow2"
 	"github.com/stamp-dev/stamp/rootfs"
 	"github.com/stamp-dev/stamp/rootfs/compress"
 )
@@ -318,4 +323,156 @@ func ociCopySparse(f *os.File, r io.Reader, size int64) error {
 func ociUncompressed(mediaType string) bool {
 	alg, ok := ociLayerCompression(mediaType)
 	return ok && alg == compress.None
+}
+
+// ociImageReader reads an OCI layout, as a directory or an oci-archive,
+// with ReadOCI. A rootfs image's entries are its layer's; a containerDisk's
+// are the disk file's.
+type ociImageReader struct{}
+
+func (ociImageReader) Format() string { return "oci" }
+
+func (ociImageReader) Match(h *Head) bool {
+	if h.IsDir {
+		_, err := os.Stat(filepath.Join(h.Path, "oci-layout"))
+		return err == nil
+	}
+	if len(h.Plain) < 512 || string(h.Plain[257:262]) != "ustar" {
+		return false
+	}
+	// An oci-archive is a tar whose first member is part of a layout; a
+	// stamp tar of a tree starts with "./".
+	first := strings.TrimPrefix(string(bytes.TrimRight(h.Plain[:100], "\x00")), "./")
+	return first == "blobs/" || first == "oci-layout" || first == "index.json" || strings.HasPrefix(first, "blobs/sha256/")
+}
+
+func (ociImageReader) Read(ctx context.Context, h *Head) (*Image, error) {
+	oi, err := ReadOCI(ctx, h.Path)
+	if err != nil {
+		return nil, err
+	}
+	im := &Image{Path: h.Path, Format: "oci", Compression: compress.None, Size: h.Size, Cannot: []rootfs.Type{rootfs.TypeSocket}}
+	if h.IsDir {
+		im.Size = 0
+		filepath.WalkDir(h.Path, func(_ string, d os.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				if fi, err := d.Info(); err == nil {
+					im.Size += fi.Size()
+				}
+			}
+			return nil
+		})
+	}
+	cfg := sha256.Sum256(oi.Config)
+	platform := oi.OS + "/" + oi.Arch
+	if oi.Variant != "" {
+		platform += "/" + oi.Variant
+	}
+	im.Facts = []Fact{
+		{"oci.kind", oi.Kind},
+		{"oci.manifest", oi.Digest},
+		{"oci.config", "sha256:" + hex.EncodeToString(cfg[:])},
+		{"oci.layer", oi.Layer.Digest + " " + oi.Layer.MediaType + " " + strconv.FormatInt(oi.Layer.Size, 10) + " bytes"},
+		{"oci.platform", platform},
+		{"oci.created", oi.Created.UTC().Format("2006-01-02T15:04:05Z")},
+	}
+	if oi.RefName != "" {
+		im.Facts = append(im.Facts, Fact{"oci.ref.name", oi.RefName})
+	}
+	im.Entries = oi.Entries
+	if oi.Kind == "containerdisk" {
+		// The tree is on the disk inside the layer: read that disk, and
+		// keep the layer's own entries as the format's.
+		if err := readContainerDisk(ctx, oi, im); err != nil {
+			return nil, err
+		}
+		im.Filesystems = append([]Filesystem{{Type: "oci layer", Files: len(oi.Entries), Size: oi.Layer.Size}}, im.Filesystems...)
+		return im, nil
+	}
+	var layerRegions []Region
+	if oi.Kind == "rootfs" {
+		im.Complete = true
+		if im.Record, layerRegions, err = ociRecord(ctx, h.Path, oi.Layer.Digest); err != nil {
+			return nil, err
+		}
+	}
+	if !h.IsDir {
+		// Place offsets of an oci-archive: its members, and inside the
+		// layer blob (uncompressed, as stamp writes it) the layer's members.
+		if im.Regions, err = tarMemberRegions(h.Path); err != nil {
+			return nil, err
+		}
+		blob := "oci-archive member blobs/sha256/" + strings.TrimPrefix(oi.Layer.Digest, "sha256:") + " (data)"
+		for _, r := range im.Regions {
+			if r.Name == blob && ociUncompressed(oi.Layer.MediaType) {
+				for _, lr := range layerRegions {
+					im.Regions = append(im.Regions, Region{Name: "layer " + lr.Name, Offset: r.Offset + lr.Offset, Size: lr.Size})
+				}
+				break
+			}
+		}
+	}
+	im.Filesystems = []Filesystem{{Type: "oci layer", Files: len(oi.Entries), Size: oi.Layer.Size}}
+	return im, nil
+}
+
+// ociRecord reads the embedded record out of an image's layer, and where
+// the layer's members lie in the decompressed layer.
+func ociRecord(ctx context.Context, p, layer string) ([]byte, []Region, error) {
+	s, err := openOCIStore(p)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer s.Close()
+	sr, closeBlob, err := s.blob(layer)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer closeBlob()
+	rc, _, err := compress.NewReaderAuto(sr)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rc.Close()
+	var scratch Image
+	if _, err := readTarRegions(ctx, rc, &scratch); err != nil {
+		return nil, nil, fmt.Errorf("layer %s: %w", layer, err)
+	}
+	return scratch.Record, scratch.Regions, nil
+}
+
+// readContainerDisk reads the raw or qcow2 disk a containerDisk carries,
+// in place in its layer.
+func readContainerDisk(ctx context.Context, oi *OCIImage, im *Image) error {
+	dr, err := oi.OpenDisk(ctx)
+	if err != nil {
+		return err
+	}
+	defer dr.Close()
+	var magic [4]byte
+	if _, err := dr.ReadAt(magic[:], 0); err != nil {
+		return fmt.Errorf("%s: %w", oi.Disk.Path, err)
+	}
+	var diskImage Image
+	var r io.ReaderAt = dr
+	size := dr.Size()
+	if string(magic[:]) == "QFI\xfb" {
+		q, err := qcow2.Open(dr)
+		if err != nil {
+			return fmt.Errorf("%s: %w", oi.Disk.Path, err)
+		}
+		r, size = q, q.Size()
+	}
+	if err := readDisk(ctx, r, size, &diskImage); err != nil {
+		return fmt.Errorf("%s: %w", oi.Disk.Path, err)
+	}
+	for _, e := range oi.Entries {
+		e.Path = "layer:" + e.Path
+	}
+	im.Extra = append(append(im.Extra, oi.Entries...), diskImage.Extra...)
+	im.Entries, im.Record, im.Complete = diskImage.Entries, diskImage.Record, diskImage.Complete
+	im.Partitions, im.Filesystems = diskImage.Partitions, diskImage.Filesystems
+	im.Facts = append(im.Facts, diskImage.Facts...)
+	sort.Slice(im.Extra, func(a, b int) bool { return im.Extra[a].Path < im.Extra[b].Path })
+	return nil
 }

@@ -1,11 +1,10 @@
-package formats
+package ext4
 
 import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,280 +19,30 @@ import (
 	"github.com/diskfs/go-diskfs/backend"
 	dext4 "github.com/diskfs/go-diskfs/filesystem/ext4"
 
-	"github.com/stamp-dev/stamp/disk"
-	"github.com/stamp-dev/stamp/disk/fat"
-	"github.com/stamp-dev/stamp/disk/qcow2"
 	"github.com/stamp-dev/stamp/rootfs"
-	"github.com/stamp-dev/stamp/rootfs/compress"
 )
 
-// Disk images are read without mounting: the GPT with the disk package's
-// reader (go-diskfs underneath), ext4 with go-diskfs's reader, FAT with the
-// disk/fat reader, qcow2 through the disk/qcow2 reader, which turns it into
-// the guest disk a raw image is. The root file system's entries are the
-// image's Entries; what other partitions hold is Extra, under the
-// partition's name ("esp:/EFI/BOOT/BOOTX64.EFI").
+// Fact is one named value of a file system's structure.
+type Fact struct{ Key, Value string }
 
-// Plain streams an Image's Regions are measured in.
-const (
-	PlainDecompressed = "decompressed"
-	PlainGuestDisk    = "guest disk"
-)
-
-// OpenPlain opens the stream an image's Regions are measured in: the
-// decompressed stream of a compressed file, the guest disk of a qcow2, or
-// the file itself.
-func OpenPlain(im *Image) (io.ReadCloser, error) {
-	f, err := os.Open(im.Path)
-	if err != nil {
-		return nil, err
-	}
-	switch im.Plain {
-	case "":
-		return f, nil
-	case PlainDecompressed:
-		rc, err := compress.NewReader(im.Compression, f)
-		if err != nil {
-			f.Close()
-			return nil, err
-		}
-		return readCloser{rc, func() error { rc.Close(); return f.Close() }}, nil
-	case PlainGuestDisk:
-		q, err := qcow2.Open(f)
-		if err != nil {
-			f.Close()
-			return nil, err
-		}
-		return readCloser{io.NewSectionReader(q, 0, q.Size()), f.Close}, nil
-	}
-	f.Close()
-	return nil, fmt.Errorf("%s: unknown plain stream %q", im.Path, im.Plain)
+// Region is a named byte range of a disk. A region made of equal items (an
+// inode table) names the items, their size and the number of the first;
+// ItemSize 0 means the region is not divided. It has the shape of
+// formats.Region, which converts from it.
+type Region struct {
+	Name         string
+	Offset, Size int64
+	Item         string
+	ItemSize     int64
+	FirstItem    int64
 }
 
-type readCloser struct {
-	io.Reader
-	close func() error
-}
-
-func (r readCloser) Close() error { return r.close() }
-
-// rawImageReader reads a raw disk with a GPT.
-type rawImageReader struct{}
-
-func (rawImageReader) Format() string { return "raw" }
-
-func (rawImageReader) Match(h *Head) bool {
-	return !h.IsDir && h.Compression == compress.None && len(h.Raw) >= 520 && string(h.Raw[512:520]) == "EFI PART"
-}
-
-func (rawImageReader) Read(ctx context.Context, h *Head) (*Image, error) {
-	f, err := os.Open(h.Path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	im := &Image{Path: h.Path, Format: "raw", Compression: compress.None, Size: h.Size}
-	if err := readDisk(ctx, f, h.Size, im); err != nil {
-		return nil, err
-	}
-	return im, nil
-}
-
-// qcow2ImageReader reads a qcow2 image's guest disk as a raw one.
-type qcow2ImageReader struct{}
-
-func (qcow2ImageReader) Format() string { return "qcow2" }
-
-func (qcow2ImageReader) Match(h *Head) bool {
-	return !h.IsDir && len(h.Raw) >= 4 && string(h.Raw[:4]) == "QFI\xfb"
-}
-
-func (qcow2ImageReader) Read(ctx context.Context, h *Head) (*Image, error) {
-	f, err := os.Open(h.Path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	q, err := qcow2.Open(f)
-	if err != nil {
-		return nil, err
-	}
-	im := &Image{Path: h.Path, Format: "qcow2", Compression: compress.None, Size: h.Size, Plain: PlainGuestDisk}
-	im.Facts = append(im.Facts, qcow2Facts(h.Raw)...)
-	if err := readDisk(ctx, q, q.Size(), im); err != nil {
-		return nil, err
-	}
-	return im, nil
-}
-
-// qcow2Facts are the header fields of a qcow2 image.
-func qcow2Facts(b []byte) []Fact {
-	if len(b) < 104 {
-		return nil
-	}
-	be := binary.BigEndian
-	u32 := func(o int) string { return strconv.FormatUint(uint64(be.Uint32(b[o:])), 10) }
-	u64 := func(o int) string { return strconv.FormatUint(be.Uint64(b[o:]), 10) }
-	return []Fact{
-		{"qcow2.version", u32(4)},
-		{"qcow2.cluster-bits", u32(20)},
-		{"qcow2.size", u64(24)},
-		{"qcow2.l1-size", u32(36)},
-		{"qcow2.l1-offset", u64(40)},
-		{"qcow2.refcount-table-offset", u64(48)},
-		{"qcow2.refcount-table-clusters", u32(56)},
-		{"qcow2.incompatible-features", u64(72)},
-		{"qcow2.compatible-features", u64(80)},
-		{"qcow2.refcount-order", u32(96)},
-	}
-}
-
-// readDisk reads the partition table and every partition's file system of
-// the disk in r.
-func readDisk(ctx context.Context, r io.ReaderAt, size int64, im *Image) error {
-	guid, parts, err := disk.ReadGPT(r, size)
-	if err != nil {
-		return err
-	}
-	im.Facts = append(im.Facts, Fact{"gpt.disk-guid", guid})
-	im.Regions = append(im.Regions,
-		Region{Name: "protective MBR", Offset: 0, Size: disk.SectorSize},
-		Region{Name: "GPT header", Offset: disk.SectorSize, Size: disk.SectorSize},
-		Region{Name: "GPT partition entries", Offset: 2 * disk.SectorSize, Size: 128 * 128},
-		Region{Name: "backup GPT", Offset: disk.LastUsable(size), Size: size - disk.LastUsable(size)})
-	root := -1
-	kinds := make([]string, len(parts))
-	for i, p := range parts {
-		kinds[i] = fsKind(r, p.Start)
-		im.Partitions = append(im.Partitions, Partition{Index: i + 1, Name: p.Name, Type: p.Type,
-			GUID: strings.ToLower(disk.FormatUUID(p.GUID)), Start: p.Start, Size: p.Size, Filesystem: kinds[i]})
-		im.Regions = append(im.Regions, Region{Name: fmt.Sprintf("partition %d (%s)", i+1, p.Name), Offset: p.Start, Size: p.Size})
-		isRoot := p.Type == disk.TypeRootAMD64 || p.Type == disk.TypeRootARM64
-		if kinds[i] == "ext4" && (root < 0 || isRoot) {
-			root = i
-		}
-	}
-	for i, p := range parts {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		sub := io.NewSectionReader(r, p.Start, p.Size)
-		fsys := Filesystem{Partition: i + 1, Type: kinds[i], Size: p.Size}
-		var entries []*rootfs.Entry
-		switch kinds[i] {
-		case "ext4":
-			sb, err := readExt4Super(sub)
-			if err != nil {
-				return fmt.Errorf("partition %d (%s): %w", i+1, p.Name, err)
-			}
-			fsys.UUID, fsys.Label, fsys.Facts = sb.uuid, sb.label, sb.facts
-			im.Regions = append(im.Regions, sb.regions(p.Start, fmt.Sprintf("partition %d ", i+1))...)
-			var data []Region
-			if entries, data, err = readExt4(ctx, r, size, p.Start, p.Size, sb); err != nil {
-				return fmt.Errorf("partition %d (%s): ext4: %w", i+1, p.Name, err)
-			}
-			im.Regions = append(im.Regions, data...)
-		case "vfat":
-			ffs, err := fat.Open(sub, p.Size)
-			if err != nil {
-				return fmt.Errorf("partition %d (%s): %w", i+1, p.Name, err)
-			}
-			g := ffs.Geometry()
-			fsys.UUID, fsys.Label = fmt.Sprintf("%04X-%04X", ffs.VolumeID>>16, ffs.VolumeID&0xffff), ffs.Label
-			fsys.Facts = []Fact{{"type", fmt.Sprint(g.Type)}, {"clusters", fmt.Sprint(g.Clusters)},
-				{"sectors-per-cluster", fmt.Sprint(g.SectorsPerCluster)}, {"volume-id", fsys.UUID}, {"label", ffs.Label}}
-			if entries, err = readFAT(ctx, ffs); err != nil {
-				return fmt.Errorf("partition %d (%s): %w", i+1, p.Name, err)
-			}
-		}
-		// A file system's own root directory is not one of its entries, as
-		// fsck counts them.
-		fsys.Files = len(entries)
-		if len(entries) > 0 && entries[0].Path == "/" {
-			fsys.Files--
-		}
-		im.Filesystems = append(im.Filesystems, fsys)
-		if i == root {
-			im.Entries = entries
-			continue
-		}
-		for _, e := range entries {
-			if e.Path == "/" {
-				continue
-			}
-			e.Path = partName(p, i) + ":" + e.Path
-			im.Extra = append(im.Extra, e)
-		}
-	}
-	if root < 0 {
-		return errors.New("no ext4 root partition")
-	}
-	im.Record = recordOf(ctx, r, size, parts[root], im.Entries)
-	if _, ok := treePaths(im.Record); ok {
-		// What the root file system holds beyond the record is the
-		// output's own (lost+found, a repart drop-in).
-		splitRecorded(im, partName(parts[root], root))
-	} else if lf := findEntry(im.Entries, "/lost+found"); lf != nil && !recordPaths(im.Record)["/lost+found"] {
-		// Without a stamp record, lost+found is taken for the file
-		// system's unless the record names it.
-		im.Entries = removeEntry(im.Entries, lf)
-		lf.Path = partName(parts[root], root) + ":/lost+found"
-		im.Extra = append(im.Extra, lf)
-	}
-	im.Complete = true
-	sort.Slice(im.Extra, func(a, b int) bool { return im.Extra[a].Path < im.Extra[b].Path })
-	sort.SliceStable(im.Regions, func(a, b int) bool { return im.Regions[a].Offset < im.Regions[b].Offset })
-	return nil
-}
-
-// partName is how Extra names a partition: its GPT name, or pN.
-func partName(p disk.Partition, i int) string {
-	if p.Name == "" {
-		return fmt.Sprintf("p%d", i+1)
-	}
-	return p.Name
-}
-
-// splitRecorded moves every entry of im.Entries that the embedded record
-// does not name (other than the record itself and the directories above
-// it, which it cannot list) to im.Extra under prefix.
-func splitRecorded(im *Image, prefix string) {
-	recorded := recordPaths(im.Record)
-	var tree []*rootfs.Entry
-	for _, e := range im.Entries {
-		if recorded[e.Path] || holdsRecordPath(e.Path) {
-			tree = append(tree, e)
-			continue
-		}
-		e.Path = prefix + ":" + e.Path
-		im.Extra = append(im.Extra, e)
-	}
-	im.Entries = tree
-	rootfs.SetNlink(im.Entries)
-}
-
-// fsKind names the file system at off by its magic.
-func fsKind(r io.ReaderAt, off int64) string {
-	b := make([]byte, 2048)
-	if n, _ := r.ReadAt(b, off); n < len(b) {
-		return ""
-	}
-	switch {
-	case binary.LittleEndian.Uint16(b[1024+56:]) == 0xEF53:
-		return "ext4"
-	case b[510] == 0x55 && b[511] == 0xAA && (string(b[54:57]) == "FAT" || string(b[82:85]) == "FAT"):
-		return "vfat"
-	case string(b[4086:4096]) == "SWAPSPACE2" || string(b[4086:4096]) == "SWAP-SPACE":
-		return "swap"
-	}
-	return ""
-}
-
-// ext4Super is what inspect shows of an ext4 superblock, and what locates
+// Super is what a reader shows of an ext4 superblock, and what locates
 // offsets in its metadata.
-type ext4Super struct {
-	uuid, label     string
-	facts           []Fact
+type Super struct {
+	UUID, Label string
+	// Facts are the superblock's fields by name, in on-disk order.
+	Facts           []Fact
 	blockSize       int64
 	inodeSize       int64
 	inodesPerGroup  int64
@@ -304,7 +53,9 @@ type ext4Super struct {
 	inodeTableBytes int64
 }
 
-func readExt4Super(r io.ReaderAt) (*ext4Super, error) {
+// ReadSuper reads the superblock and group descriptors of the ext4 file
+// system r holds (a partition, from its first byte).
+func ReadSuper(r io.ReaderAt) (*Super, error) {
 	b := make([]byte, 1024)
 	if _, err := r.ReadAt(b, 1024); err != nil {
 		return nil, fmt.Errorf("ext4 superblock: %w", err)
@@ -312,7 +63,7 @@ func readExt4Super(r io.ReaderAt) (*ext4Super, error) {
 	le := binary.LittleEndian
 	u32 := func(o int) uint64 { return uint64(le.Uint32(b[o:])) }
 	u16 := func(o int) uint64 { return uint64(le.Uint16(b[o:])) }
-	s := &ext4Super{blockSize: 1024 << u32(24), inodeSize: int64(u16(88)), inodesPerGroup: int64(u32(40))}
+	s := &Super{blockSize: 1024 << u32(24), inodeSize: int64(u16(88)), inodesPerGroup: int64(u32(40))}
 	incompat := u32(96)
 	blocks := u32(4) | u32(0x150)<<32*(incompat>>7&1)
 	bpg := u32(32)
@@ -328,12 +79,12 @@ func readExt4Super(r io.ReaderAt) (*ext4Super, error) {
 	if s.blockSize == 1024 {
 		s.gdtBlock = 2
 	}
-	s.uuid = uuidString(b[104:120])
-	s.label = strings.TrimRight(string(b[120:136]), "\x00")
+	s.UUID = uuidString(b[104:120])
+	s.Label = strings.TrimRight(string(b[120:136]), "\x00")
 	s.inodeTableBytes = s.inodesPerGroup * s.inodeSize
-	s.facts = []Fact{
-		{"uuid", s.uuid},
-		{"label", s.label},
+	s.Facts = []Fact{
+		{"uuid", s.UUID},
+		{"label", s.Label},
 		{"blocks", strconv.FormatUint(blocks, 10)},
 		{"inodes", strconv.FormatUint(u32(0), 10)},
 		{"free-blocks", strconv.FormatUint(u32(12)|u32(0x158)<<32*(incompat>>7&1), 10)},
@@ -383,9 +134,9 @@ func readExt4Super(r io.ReaderAt) (*ext4Super, error) {
 	return s, nil
 }
 
-// regions names the superblock, group descriptors, bitmaps and inode tables
+// Regions names the superblock, group descriptors, bitmaps and inode tables
 // of the file system that starts at base.
-func (s *ext4Super) regions(base int64, prefix string) []Region {
+func (s *Super) Regions(base int64, prefix string) []Region {
 	out := []Region{
 		{Name: prefix + "ext4 superblock", Offset: base + 1024, Size: 1024},
 		{Name: prefix + "ext4 group descriptors", Offset: base + s.gdtBlock*s.blockSize, Size: s.groups * s.descSize},
@@ -405,6 +156,16 @@ func uuidString(b []byte) string {
 	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
+// ReadFile reads the file at p (absolute) of the ext4 file system in the
+// partition at start of the disk r of size bytes.
+func ReadFile(r io.ReaderAt, size, start, psize int64, p string) ([]byte, error) {
+	fsys, err := dext4.Read(&storage{r: r, size: size}, psize, start, 512)
+	if err != nil {
+		return nil, err
+	}
+	return fsys.ReadFile(strings.TrimPrefix(p, "/"))
+}
+
 // storage adapts an io.ReaderAt to go-diskfs's read-only backend.
 type storage struct {
 	r    io.ReaderAt
@@ -413,13 +174,17 @@ type storage struct {
 }
 
 func (s *storage) Stat() (fs.FileInfo, error) { return nil, errors.New("disk image: no file info") }
-func (s *storage) Close() error               { return nil }
+
+func (s *storage) Close() error { return nil }
+
 func (s *storage) Read(b []byte) (int, error) {
 	n, err := s.ReadAt(b, s.off)
 	s.off += int64(n)
 	return n, err
 }
+
 func (s *storage) ReadAt(b []byte, off int64) (int, error) { return s.r.ReadAt(b, off) }
+
 func (s *storage) Seek(off int64, whence int) (int64, error) {
 	switch whence {
 	case io.SeekStart:
@@ -431,13 +196,16 @@ func (s *storage) Seek(off int64, whence int) (int64, error) {
 	}
 	return s.off, nil
 }
+
 func (s *storage) Sys() (*os.File, error) { return nil, errors.New("disk image: not an os.File") }
+
 func (s *storage) Writable() (backend.WritableFile, error) {
 	return nil, errors.New("disk image: read only")
 }
+
 func (s *storage) Path() string { return "" }
 
-// readExt4 reads every entry of the ext4 file system in the partition at
+// Read reads every entry of the ext4 file system in the partition at
 // start, hashing file contents. Hard links are the non-directory entries
 // that share an inode number. go-diskfs lists the directories; each inode is
 // read here, once, straight from its table: go-diskfs's Stat walks the path
@@ -446,7 +214,7 @@ func (s *storage) Path() string { return "" }
 //
 // It also returns where each file's data lies on the disk, so an offset in
 // a data block names the file.
-func readExt4(ctx context.Context, r io.ReaderAt, size, start, psize int64, sb *ext4Super) ([]*rootfs.Entry, []Region, error) {
+func Read(ctx context.Context, r io.ReaderAt, size, start, psize int64, sb *Super) ([]*rootfs.Entry, []Region, error) {
 	fsys, err := dext4.Read(&storage{r: r, size: size}, psize, start, 512)
 	if err != nil {
 		return nil, nil, err
@@ -548,13 +316,11 @@ const (
 	ext4InodeExtraISize = 0x80
 	ext4InodeMTimeExtra = 0x88
 	ext4ExtentsFlag     = 0x80000
-	ext4ExtentMagic     = 0xF30A
 	ext4MaxExtentLen    = 32768
-	ext4XattrMagic      = 0xEA020000
 )
 
 // rawInode reads inode ino's bytes from its group's table.
-func (s *ext4Super) rawInode(r io.ReaderAt, ino uint32) ([]byte, error) {
+func (s *Super) rawInode(r io.ReaderAt, ino uint32) ([]byte, error) {
 	if ino == 0 {
 		return nil, errors.New("inode 0")
 	}
@@ -572,7 +338,7 @@ func (s *ext4Super) rawInode(r io.ReaderAt, ino uint32) ([]byte, error) {
 // readInode reads inode ino into the tree's terms: type, permission bits,
 // owner, mtime, symlink target, device numbers, xattrs, and for a regular
 // file its size and sha256 (read through the extent tree).
-func (s *ext4Super) readInode(ctx context.Context, r io.ReaderAt, ino uint32, buf []byte, onRun func(block, blocks int64)) (*rootfs.Inode, error) {
+func (s *Super) readInode(ctx context.Context, r io.ReaderAt, ino uint32, buf []byte, onRun func(block, blocks int64)) (*rootfs.Inode, error) {
 	raw, err := s.rawInode(r, ino)
 	if err != nil {
 		return nil, err
@@ -644,14 +410,21 @@ func (s *ext4Super) readInode(ctx context.Context, r io.ReaderAt, ino uint32, bu
 	return in, nil
 }
 
-// xattrPrefixes are the ext4 name indexes (fs/ext4/xattr.h).
-var xattrPrefixes = map[uint8]string{1: "user.", 2: "system.posix_acl_access", 3: "system.posix_acl_default",
-	4: "trusted.", 6: "security.", 7: "system.", 8: "system.richacl"}
+// xattrPrefix is the name prefix of an ext4 name index, from the table the
+// writer uses (fs/ext4/xattr.h).
+func xattrPrefix(index uint8) (string, bool) {
+	for _, p := range xattrPrefixes {
+		if p.index == index {
+			return p.prefix, true
+		}
+	}
+	return "", false
+}
 
 // xattrs reads an inode's extended attributes: those in the inode after its
 // extra fields, then those in its xattr block. ACLs are turned back into the
 // xattr form the tree holds.
-func (s *ext4Super) xattrs(r io.ReaderAt, raw []byte, extra int64) (map[string]string, error) {
+func (s *Super) xattrs(r io.ReaderAt, raw []byte, extra int64) (map[string]string, error) {
 	le := binary.LittleEndian
 	out := map[string]string{}
 	// entries parses a list of entries at b; values sit at base+offset.
@@ -665,7 +438,7 @@ func (s *ext4Super) xattrs(r io.ReaderAt, raw []byte, extra int64) (map[string]s
 			if inum != 0 {
 				return errors.New("values in separate inodes (ea_inode) are not read")
 			}
-			prefix, ok := xattrPrefixes[index]
+			prefix, ok := xattrPrefix(index)
 			if !ok {
 				return fmt.Errorf("unknown name index %d", index)
 			}
@@ -675,7 +448,7 @@ func (s *ext4Super) xattrs(r io.ReaderAt, raw []byte, extra int64) (map[string]s
 			name := prefix + string(b[i+16:i+16+nameLen])
 			v := values[off : off+vsize]
 			if index == 2 || index == 3 {
-				if pv, err := ext4ACLToXattr(v); err == nil {
+				if pv, err := aclFromDisk(v); err == nil {
 					v = pv
 				}
 			}
@@ -686,7 +459,7 @@ func (s *ext4Super) xattrs(r io.ReaderAt, raw []byte, extra int64) (map[string]s
 		}
 		return nil
 	}
-	if body := 128 + extra; extra > 0 && body+4 <= int64(len(raw)) && le.Uint32(raw[body:]) == ext4XattrMagic {
+	if body := 128 + extra; extra > 0 && body+4 <= int64(len(raw)) && le.Uint32(raw[body:]) == xattrMagic {
 		area := raw[body+4:]
 		if err := entries(area, area); err != nil {
 			return nil, err
@@ -698,7 +471,7 @@ func (s *ext4Super) xattrs(r io.ReaderAt, raw []byte, extra int64) (map[string]s
 		if _, err := r.ReadAt(b, blk*s.blockSize); err != nil {
 			return nil, fmt.Errorf("block %d: %w", blk, err)
 		}
-		if le.Uint32(b) != ext4XattrMagic {
+		if le.Uint32(b) != xattrMagic {
 			return nil, fmt.Errorf("block %d is not an xattr block", blk)
 		}
 		if err := entries(b[32:], b); err != nil {
@@ -711,10 +484,10 @@ func (s *ext4Super) xattrs(r io.ReaderAt, raw []byte, extra int64) (map[string]s
 	return out, nil
 }
 
-// ext4ACLToXattr turns an ACL as ext4 stores it (version 1, short entries
+// aclFromDisk turns an ACL as ext4 stores it (version 1, short entries
 // for the owner, group, mask and other) into the POSIX ACL xattr form
 // (version 2, every entry with an id) the tree holds.
-func ext4ACLToXattr(b []byte) ([]byte, error) {
+func aclFromDisk(b []byte) ([]byte, error) {
 	le := binary.LittleEndian
 	if len(b) < 4 || le.Uint32(b) != 1 {
 		return nil, errors.New("not an ext4 ACL")
@@ -744,116 +517,10 @@ func ext4ACLToXattr(b []byte) ([]byte, error) {
 	return out, nil
 }
 
-// readFAT reads every entry of a FAT file system. FAT has no owners or
-// modes: directories read as 0755, files as 0644, owned by root.
-func readFAT(ctx context.Context, ffs *fat.FS) ([]*rootfs.Entry, error) {
-	var out []*rootfs.Entry
-	err := fs.WalkDir(ffs, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		tp := "/" + p
-		if p == "." {
-			tp = "/"
-		}
-		in := &rootfs.Inode{Type: rootfs.TypeDir, Perm: 0o755, MTime: fi.ModTime().UTC()}
-		if !d.IsDir() {
-			in.Type, in.Perm = rootfs.TypeRegular, 0o644
-			f, err := ffs.Open(p)
-			if err != nil {
-				return err
-			}
-			h := sha256.New()
-			n, err := io.Copy(h, f)
-			f.Close()
-			if err != nil {
-				return fmt.Errorf("%s: %w", tp, err)
-			}
-			in.Size, in.Digest = n, hex.EncodeToString(h.Sum(nil))
-		}
-		out = append(out, &rootfs.Entry{Path: tp, Inode: in})
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	sort.Slice(out, func(a, b int) bool { return out[a].Path < out[b].Path })
-	rootfs.SetNlink(out)
-	return out, nil
-}
-
-// recordOf reads the embedded record from the root file system.
-func recordOf(ctx context.Context, r io.ReaderAt, size int64, root disk.Partition, entries []*rootfs.Entry) []byte {
-	e := findEntry(entries, rootfs.RecordPath)
-	if e == nil || e.Type != rootfs.TypeRegular || e.Size > maxRecord {
-		return nil
-	}
-	fsys, err := dext4.Read(&storage{r: r, size: size}, root.Size, root.Start, 512)
-	if err != nil {
-		return nil
-	}
-	data, err := fsys.ReadFile(strings.TrimPrefix(rootfs.RecordPath, "/"))
-	if err != nil {
-		return nil
-	}
-	return data
-}
-
-func findEntry(entries []*rootfs.Entry, p string) *rootfs.Entry {
-	i := sort.Search(len(entries), func(i int) bool { return entries[i].Path >= p })
-	if i < len(entries) && entries[i].Path == p {
-		return entries[i]
-	}
-	return nil
-}
-
-func removeEntry(entries []*rootfs.Entry, e *rootfs.Entry) []*rootfs.Entry {
-	out := entries[:0:0]
-	for _, x := range entries {
-		if x != e {
-			out = append(out, x)
-		}
-	}
-	rootfs.SetNlink(out)
-	return out
-}
-
-// recordPaths is the set of paths the record names; empty when there is
-// no record or it does not parse.
-func recordPaths(record []byte) map[string]bool {
-	out, _ := treePaths(record)
-	return out
-}
-
-// treePaths is the set of paths a stamp record names, and whether record
-// is one: only then does it list the whole tree, so that what an image
-// holds beyond it is the output's own.
-func treePaths(record []byte) (map[string]bool, bool) {
-	var r struct {
-		APIVersion string
-		Entries    []struct{ Path string }
-	}
-	out := map[string]bool{}
-	if json.Unmarshal(record, &r) != nil {
-		return out, false
-	}
-	for _, e := range r.Entries {
-		out[e.Path] = true
-	}
-	return out, strings.HasPrefix(r.APIVersion, "stamp.dev/")
-}
-
 // readFile writes the size bytes of inode ino (raw) to w, following its extent
 // tree: holes and unwritten extents read as zeros, as the kernel reads them.
 // onRun, when set, is told where each run of the file's blocks lies.
-func (s *ext4Super) readFile(ctx context.Context, r io.ReaderAt, ino uint32, raw []byte, size int64, w io.Writer, buf []byte, onRun func(block, blocks int64)) error {
+func (s *Super) readFile(ctx context.Context, r io.ReaderAt, ino uint32, raw []byte, size int64, w io.Writer, buf []byte, onRun func(block, blocks int64)) error {
 	le := binary.LittleEndian
 	if le.Uint32(raw[ext4InodeFlags:])&ext4ExtentsFlag == 0 {
 		return fmt.Errorf("inode %d does not use extents", ino)
@@ -862,7 +529,7 @@ func (s *ext4Super) readFile(ctx context.Context, r io.ReaderAt, ino uint32, raw
 	var runs []run
 	var walk func(node []byte, depth int) error
 	walk = func(node []byte, depth int) error {
-		if len(node) < 12 || le.Uint16(node) != ext4ExtentMagic || depth > 5 {
+		if len(node) < 12 || le.Uint16(node) != extentMagic || depth > 5 {
 			return fmt.Errorf("inode %d: bad extent tree node", ino)
 		}
 		n, d := int(le.Uint16(node[2:])), int(le.Uint16(node[6:]))

@@ -1,0 +1,286 @@
+package formats
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/stamp-dev/stamp/disk"
+	"github.com/stamp-dev/stamp/disk/ext4"
+	"github.com/stamp-dev/stamp/disk/fat"
+	"github.com/stamp-dev/stamp/disk/qcow2"
+	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/rootfs/compress"
+)
+
+// Disk images are read without mounting: the GPT with the disk package's
+// reader (go-diskfs underneath), ext4 with the disk/ext4 reader, FAT with the
+// disk/fat reader, qcow2 through the disk/qcow2 reader, which turns it into
+// the guest disk a raw image is. The root file system's entries are the
+// image's Entries; what other partitions hold is Extra, under the
+// partition's name ("esp:/EFI/BOOT/BOOTX64.EFI").
+
+// Plain streams an Image's Regions are measured in.
+const (
+	PlainDecompressed = "decompressed"
+	PlainGuestDisk    = "guest disk"
+)
+
+// OpenPlain opens the stream an image's Regions are measured in: the
+// decompressed stream of a compressed file, the guest disk of a qcow2, or
+// the file itself.
+func OpenPlain(im *Image) (io.ReadCloser, error) {
+	f, err := os.Open(im.Path)
+	if err != nil {
+		return nil, err
+	}
+	switch im.Plain {
+	case "":
+		return f, nil
+	case PlainDecompressed:
+		rc, err := compress.NewReader(im.Compression, f)
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		return readCloser{rc, func() error { rc.Close(); return f.Close() }}, nil
+	case PlainGuestDisk:
+		q, err := qcow2.Open(f)
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		return readCloser{io.NewSectionReader(q, 0, q.Size()), f.Close}, nil
+	}
+	f.Close()
+	return nil, fmt.Errorf("%s: unknown plain stream %q", im.Path, im.Plain)
+}
+
+type readCloser struct {
+	io.Reader
+	close func() error
+}
+
+func (r readCloser) Close() error { return r.close() }
+
+// rawImageReader reads a raw disk with a GPT.
+type rawImageReader struct{}
+
+func (rawImageReader) Format() string { return "raw" }
+
+func (rawImageReader) Match(h *Head) bool {
+	return !h.IsDir && h.Compression == compress.None && len(h.Raw) >= 520 && string(h.Raw[512:520]) == "EFI PART"
+}
+
+func (rawImageReader) Read(ctx context.Context, h *Head) (*Image, error) {
+	f, err := os.Open(h.Path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	im := &Image{Path: h.Path, Format: "raw", Compression: compress.None, Size: h.Size}
+	if err := readDisk(ctx, f, h.Size, im); err != nil {
+		return nil, err
+	}
+	return im, nil
+}
+
+// readDisk reads the partition table and every partition's file system of
+// the disk in r.
+func readDisk(ctx context.Context, r io.ReaderAt, size int64, im *Image) error {
+	guid, parts, err := disk.ReadGPT(r, size)
+	if err != nil {
+		return err
+	}
+	im.Facts = append(im.Facts, Fact{"gpt.disk-guid", guid})
+	im.Regions = append(im.Regions,
+		Region{Name: "protective MBR", Offset: 0, Size: disk.SectorSize},
+		Region{Name: "GPT header", Offset: disk.SectorSize, Size: disk.SectorSize},
+		Region{Name: "GPT partition entries", Offset: 2 * disk.SectorSize, Size: 128 * 128},
+		Region{Name: "backup GPT", Offset: disk.LastUsable(size), Size: size - disk.LastUsable(size)})
+	root := -1
+	kinds := make([]string, len(parts))
+	for i, p := range parts {
+		kinds[i] = fsKind(r, p.Start)
+		im.Partitions = append(im.Partitions, Partition{Index: i + 1, Name: p.Name, Type: p.Type,
+			GUID: strings.ToLower(disk.FormatUUID(p.GUID)), Start: p.Start, Size: p.Size, Filesystem: kinds[i]})
+		im.Regions = append(im.Regions, Region{Name: fmt.Sprintf("partition %d (%s)", i+1, p.Name), Offset: p.Start, Size: p.Size})
+		isRoot := p.Type == disk.TypeRootAMD64 || p.Type == disk.TypeRootARM64
+		if kinds[i] == "ext4" && (root < 0 || isRoot) {
+			root = i
+		}
+	}
+	for i, p := range parts {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		sub := io.NewSectionReader(r, p.Start, p.Size)
+		fsys := Filesystem{Partition: i + 1, Type: kinds[i], Size: p.Size}
+		var entries []*rootfs.Entry
+		switch kinds[i] {
+		case "ext4":
+			sb, err := ext4.ReadSuper(sub)
+			if err != nil {
+				return fmt.Errorf("partition %d (%s): %w", i+1, p.Name, err)
+			}
+			fsys.UUID, fsys.Label = sb.UUID, sb.Label
+			for _, f := range sb.Facts {
+				fsys.Facts = append(fsys.Facts, Fact(f))
+			}
+			im.Regions = appendRegions(im.Regions, sb.Regions(p.Start, fmt.Sprintf("partition %d ", i+1)))
+			var data []ext4.Region
+			if entries, data, err = ext4.Read(ctx, r, size, p.Start, p.Size, sb); err != nil {
+				return fmt.Errorf("partition %d (%s): ext4: %w", i+1, p.Name, err)
+			}
+			im.Regions = appendRegions(im.Regions, data)
+		case "vfat":
+			ffs, err := fat.Open(sub, p.Size)
+			if err != nil {
+				return fmt.Errorf("partition %d (%s): %w", i+1, p.Name, err)
+			}
+			g := ffs.Geometry()
+			fsys.UUID, fsys.Label = fmt.Sprintf("%04X-%04X", ffs.VolumeID>>16, ffs.VolumeID&0xffff), ffs.Label
+			fsys.Facts = []Fact{{"type", fmt.Sprint(g.Type)}, {"clusters", fmt.Sprint(g.Clusters)},
+				{"sectors-per-cluster", fmt.Sprint(g.SectorsPerCluster)}, {"volume-id", fsys.UUID}, {"label", ffs.Label}}
+			if entries, err = readFAT(ctx, ffs); err != nil {
+				return fmt.Errorf("partition %d (%s): %w", i+1, p.Name, err)
+			}
+		}
+		// A file system's own root directory is not one of its entries, as
+		// fsck counts them.
+		fsys.Files = len(entries)
+		if len(entries) > 0 && entries[0].Path == "/" {
+			fsys.Files--
+		}
+		im.Filesystems = append(im.Filesystems, fsys)
+		if i == root {
+			im.Entries = entries
+			continue
+		}
+		for _, e := range entries {
+			if e.Path == "/" {
+				continue
+			}
+			e.Path = partName(p, i) + ":" + e.Path
+			im.Extra = append(im.Extra, e)
+		}
+	}
+	if root < 0 {
+		return errors.New("no ext4 root partition")
+	}
+	im.Record = recordOf(ctx, r, size, parts[root], im.Entries)
+	if _, ok := treePaths(im.Record); ok {
+		// What the root file system holds beyond the record is the
+		// output's own (lost+found, a repart drop-in).
+		splitRecorded(im, partName(parts[root], root))
+	} else if lf := findEntry(im.Entries, "/lost+found"); lf != nil && !recordPaths(im.Record)["/lost+found"] {
+		// Without a stamp record, lost+found is taken for the file
+		// system's unless the record names it.
+		im.Entries = removeEntry(im.Entries, lf)
+		lf.Path = partName(parts[root], root) + ":/lost+found"
+		im.Extra = append(im.Extra, lf)
+	}
+	im.Complete = true
+	sort.Slice(im.Extra, func(a, b int) bool { return im.Extra[a].Path < im.Extra[b].Path })
+	sort.SliceStable(im.Regions, func(a, b int) bool { return im.Regions[a].Offset < im.Regions[b].Offset })
+	return nil
+}
+
+// partName is how Extra names a partition: its GPT name, or pN.
+func partName(p disk.Partition, i int) string {
+	if p.Name == "" {
+		return fmt.Sprintf("p%d", i+1)
+	}
+	return p.Name
+}
+
+// fsKind names the file system at off by its magic.
+func fsKind(r io.ReaderAt, off int64) string {
+	b := make([]byte, 2048)
+	if n, _ := r.ReadAt(b, off); n < len(b) {
+		return ""
+	}
+	switch {
+	case binary.LittleEndian.Uint16(b[1024+56:]) == 0xEF53:
+		return "ext4"
+	case b[510] == 0x55 && b[511] == 0xAA && (string(b[54:57]) == "FAT" || string(b[82:85]) == "FAT"):
+		return "vfat"
+	case string(b[4086:4096]) == "SWAPSPACE2" || string(b[4086:4096]) == "SWAP-SPACE":
+		return "swap"
+	}
+	return ""
+}
+
+// readFAT reads every entry of a FAT file system. FAT has no owners or
+// modes: directories read as 0755, files as 0644, owned by root.
+func readFAT(ctx context.Context, ffs *fat.FS) ([]*rootfs.Entry, error) {
+	var out []*rootfs.Entry
+	err := fs.WalkDir(ffs, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		tp := "/" + p
+		if p == "." {
+			tp = "/"
+		}
+		in := &rootfs.Inode{Type: rootfs.TypeDir, Perm: 0o755, MTime: fi.ModTime().UTC()}
+		if !d.IsDir() {
+			in.Type, in.Perm = rootfs.TypeRegular, 0o644
+			f, err := ffs.Open(p)
+			if err != nil {
+				return err
+			}
+			h := sha256.New()
+			n, err := io.Copy(h, f)
+			f.Close()
+			if err != nil {
+				return fmt.Errorf("%s: %w", tp, err)
+			}
+			in.Size, in.Digest = n, hex.EncodeToString(h.Sum(nil))
+		}
+		out = append(out, &rootfs.Entry{Path: tp, Inode: in})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Path < out[b].Path })
+	rootfs.SetNlink(out)
+	return out, nil
+}
+
+// recordOf reads the embedded record from the root file system.
+func recordOf(ctx context.Context, r io.ReaderAt, size int64, root disk.Partition, entries []*rootfs.Entry) []byte {
+	e := findEntry(entries, rootfs.RecordPath)
+	if e == nil || e.Type != rootfs.TypeRegular || e.Size > maxRecord {
+		return nil
+	}
+	data, err := ext4.ReadFile(r, size, root.Start, root.Size, rootfs.RecordPath)
+	if err != nil {
+		return nil
+	}
+	return data
+}
+
+// appendRegions appends what the ext4 reader names of a disk to regions.
+func appendRegions(regions []Region, rs []ext4.Region) []Region {
+	for _, r := range rs {
+		regions = append(regions, Region(r))
+	}
+	return regions
+}
