@@ -1,0 +1,90 @@
+package stamp
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stamp-dev/stamp/formats"
+	"github.com/stamp-dev/stamp/rootfs"
+)
+
+func diffEntry(p string, typ rootfs.Type, perm uint32, digest string) *rootfs.Entry {
+	return &rootfs.Entry{Path: p, Inode: &rootfs.Inode{Type: typ, Perm: perm, MTime: time.Unix(1700000000, 0), Digest: digest, Size: 4}}
+}
+
+// diffPair is a tar image and a raw image that differ in every way an
+// entry can, plus their records.
+func diffPair() (*formats.Image, *formats.Image) {
+	a := []*rootfs.Entry{
+		diffEntry("/", rootfs.TypeDir, 0o755, ""),
+		diffEntry("/etc/a", rootfs.TypeRegular, 0o644, "aa"),
+		diffEntry("/etc/gone", rootfs.TypeRegular, 0o644, "bb"),
+		diffEntry("/etc/same", rootfs.TypeRegular, 0o644, "cc"),
+		diffEntry("/etc/type", rootfs.TypeRegular, 0o644, "dd"),
+		diffEntry(rootfs.RecordPath, rootfs.TypeRegular, 0o644, "r1"),
+	}
+	b := []*rootfs.Entry{
+		diffEntry("/", rootfs.TypeDir, 0o755, ""),
+		diffEntry("/etc/a", rootfs.TypeRegular, 0o600, "ab"),
+		diffEntry("/etc/new", rootfs.TypeRegular, 0o644, "ee"),
+		diffEntry("/etc/same", rootfs.TypeRegular, 0o644, "cc"),
+		diffEntry("/etc/type", rootfs.TypeDir, 0o755, ""),
+		diffEntry(rootfs.RecordPath, rootfs.TypeRegular, 0o644, "r2"),
+	}
+	b[1].UID, b[1].MTime = 7, time.Unix(1700000001, 0)
+	b[1].Xattrs = map[string]string{"user.x": "1"}
+	rootfs.SetNlink(a)
+	rootfs.SetNlink(b)
+	return &formats.Image{Format: "tar", Entries: a}, &formats.Image{Format: "raw", Entries: b}
+}
+
+// TestDiffImagesNamesEveryChangedField checks that a changed entry lists
+// each field that differs, and that added, removed and retyped entries are
+// reported in path order, the record left out.
+func TestDiffImagesNamesEveryChangedField(t *testing.T) {
+	ia, ib := diffPair()
+	var got []string
+	for _, c := range DiffImages(ia, ib, DiffOptions{}) {
+		got = append(got, string(c.Kind)+" "+c.Path+" "+strings.Join(c.FieldNames(), ","))
+	}
+	want := []string{
+		"changed /etc/a content,mode,owner,mtime,xattr",
+		"removed /etc/gone ",
+		"added /etc/new ",
+		"changed /etc/type type",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("diff:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestDiffImagesComparesTheRecordOnlyWhenAsked checks IncludeRecord.
+func TestDiffImagesComparesTheRecordOnlyWhenAsked(t *testing.T) {
+	ia, ib := diffPair()
+	for _, c := range DiffImages(ia, ib, DiffOptions{}) {
+		if c.Path == rootfs.RecordPath {
+			t.Errorf("the record is compared by default: %v", c)
+		}
+	}
+	with := DiffImages(ia, ib, DiffOptions{IncludeRecord: true})
+	if last := with[len(with)-1]; last.Path != rootfs.RecordPath || last.FieldNames()[0] != FieldContent {
+		t.Errorf("the record is not compared when asked for: %v", last)
+	}
+}
+
+// TestDiffImagesComparesFactsOnlyWithinOneFormat checks that facts (a
+// disk's geometry, say) count between two images of one format only.
+func TestDiffImagesComparesFactsOnlyWithinOneFormat(t *testing.T) {
+	ia, ib := diffPair()
+	want := len(DiffImages(ia, ib, DiffOptions{}))
+	ia.Facts, ib.Facts = []formats.Fact{{Key: "k", Value: "1"}}, []formats.Fact{{Key: "k", Value: "2"}}
+	if n := len(DiffImages(ia, ib, DiffOptions{})); n != want {
+		t.Errorf("facts of different formats compared: %d changes", n)
+	}
+	ib.Format = "tar"
+	if c := DiffImages(ia, ib, DiffOptions{}); c[len(c)-1].Kind != Structure || c[len(c)-1].Path != "k" {
+		t.Errorf("a differing fact is not reported: %v", c)
+	}
+}
