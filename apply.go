@@ -214,7 +214,7 @@ func Apply(ctx context.Context, rec *recipes.Recipe, root string, ao ApplyOption
 // and scans the result.
 func applyOnScratch(ctx context.Context, rec *recipes.Recipe, phases []phase, c *cache.Cache, scratch string, ep time.Time, o *Options) ([]*node, error) {
 	log := o.log()
-	tree, err := rootfs.Adopt(ctx, scratch, rootfs.Options{DefaultMTime: ep})
+	tree, err := rootfs.Adopt(ctx, scratch, rootfs.Options{DefaultMTime: ep, ReverseReaddir: o.ReverseReaddir})
 	if err != nil {
 		return nil, fmt.Errorf("apply: %w", err)
 	}

@@ -67,7 +67,7 @@ func (n *node) mtimeNs() int64 { return n.MTime*1e9 + n.MTimeNsec }
 func scanRoot(ctx context.Context, dir string, known func(p string, size int64) string, skip string) ([]*node, error) {
 	var nodes []*node
 	var rootDev uint64
-	err := rootfs.WalkDir(dir, func(hp string, d fs.DirEntry, err error) error {
+	err := rootfs.WalkDir(dir, false, func(hp string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}

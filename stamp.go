@@ -46,6 +46,11 @@ type Options struct {
 	InsecureRegistries []string
 	// KeepWork leaves the work directory in place for debugging.
 	KeepWork bool
+	// ReverseReaddir reads host directories (what a hook or a maintainer
+	// script left) in reverse byte order; verify's second build sets it so
+	// that a result depending on that order shows as a difference.
+	ReverseReaddir bool
+
 	Log      logrus.FieldLogger
 	Progress Progress
 }
@@ -169,7 +174,7 @@ func Build(ctx context.Context, rec *recipes.Recipe, o Options) (*Result, error)
 	} else {
 		log.Infof("keeping work directory %s", work)
 	}
-	tree, err := rootfs.New(filepath.Join(work, "tree"), rootfs.Options{DefaultMTime: ep})
+	tree, err := rootfs.New(filepath.Join(work, "tree"), rootfs.Options{DefaultMTime: ep, ReverseReaddir: o.ReverseReaddir})
 	if err != nil {
 		return nil, err
 	}

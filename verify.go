@@ -11,16 +11,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"unicode/utf8"
+
+	"github.com/sirupsen/logrus"
 
 	"github.com/stamp-dev/stamp/formats"
 	"github.com/stamp-dev/stamp/layers"
 	"github.com/stamp-dev/stamp/layers/cache"
 	"github.com/stamp-dev/stamp/recipes"
-	"github.com/stamp-dev/stamp/rootfs"
 	"github.com/stamp-dev/stamp/rootfs/compress"
 )
 
@@ -34,18 +34,36 @@ type VerifyOptions struct {
 	// b/); when empty a temporary directory is used and removed afterwards,
 	// unless the builds differ.
 	Options
-	// Exe is the stamp binary each build runs in. The builds are separate
-	// processes so that umask, uid, time zone and the rest can differ.
-	Exe string
+	// Build makes each build. Verify decides where and in what environment;
+	// Build runs it, in a process of its own (see RunChild) so that umask,
+	// uid, time zone and the rest can differ from the caller's.
+	Build BuildFunc
+	// Reach are the paths Build needs besides the recipe and the output
+	// directory (the binary it runs): when the second build runs as nobody,
+	// each must be within that user's reach.
+	Reach []string
 	// SameUser runs the second build as the caller even when that is root.
 	SameUser bool
 	// Against is an earlier build's SHA256SUMS: build once, as the caller
 	// (the earlier build ran elsewhere), and compare with it.
 	Against string
+}
 
-	// setArgs pass the recipe's parameter values to both builds, so that
-	// neither reads a default from its own environment.
-	setArgs []string
+// BuildFunc makes one of Verify's builds.
+type BuildFunc func(ctx context.Context, req BuildRequest) error
+
+// BuildRequest is one of Verify's builds: the recipe at Recipe built with
+// Options, in the environment Run describes.
+type BuildRequest struct {
+	Run    BuildRun
+	Recipe string // absolute
+	// Options are the build's: OutputDir, WorkDir, CacheDir, Offline and
+	// ReverseReaddir are this build's own; LockPath is absolute; Log is
+	// Verify's, for the build's messages.
+	Options Options
+	// Set are the recipe's parameter values as NAME=VALUE, so that neither
+	// build reads a default from its own environment.
+	Set []string
 }
 
 // BuildRun describes the environment one build of Verify ran in.
@@ -183,10 +201,9 @@ func (r *VerifyResult) Write(w io.Writer) {
 // error; outputs that differ are not: they are in the result.
 func Verify(ctx context.Context, rec *recipes.Recipe, o VerifyOptions) (res *VerifyResult, err error) {
 	log := o.log()
-	if o.Exe == "" {
-		return nil, &UsageError{Msg: "verify: no stamp binary to run the builds with"}
+	if o.Build == nil {
+		return nil, &UsageError{Msg: "verify: nothing to run the builds with"}
 	}
-	o.setArgs = rec.SetArgs()
 	recipePath, err := filepath.Abs(rec.Path)
 	if err != nil {
 		return nil, err
@@ -217,7 +234,7 @@ func Verify(ctx context.Context, rec *recipes.Recipe, o VerifyOptions) (res *Ver
 		if err := os.Chmod(dir, 0o755); err != nil {
 			return nil, err
 		}
-		for _, p := range []string{dir, o.Exe, recipePath} {
+		for _, p := range append([]string{dir, recipePath}, o.Reach...) {
 			if err := reachableByOthers(p); err != nil {
 				return nil, &UsageError{Msg: fmt.Sprintf("verify: the second build runs as uid %d, which cannot reach %s: %v (make it readable, or pass --same-user)", nobody, p, err)}
 			}
@@ -241,7 +258,7 @@ func Verify(ctx context.Context, rec *recipes.Recipe, o VerifyOptions) (res *Ver
 	if err := o.prepareFor(runA, false); err != nil {
 		return res, err
 	}
-	if err := o.runBuild(ctx, runA, recipePath, cacheDir, o.Offline); err != nil {
+	if err := o.build(ctx, rec, runA, recipePath, cacheDir, o.Offline); err != nil {
 		return res, err
 	}
 	res.Builds = append(res.Builds, runA)
@@ -264,7 +281,7 @@ func Verify(ctx context.Context, rec *recipes.Recipe, o VerifyOptions) (res *Ver
 		return res, err
 	}
 	// Build a has filled the cache; b must not need the network.
-	if err := o.runBuild(ctx, runB, recipePath, cacheB, true); err != nil {
+	if err := o.build(ctx, rec, runB, recipePath, cacheB, true); err != nil {
 		return res, err
 	}
 	res.Builds = append(res.Builds, runB)
@@ -291,41 +308,37 @@ func (o *VerifyOptions) prepareFor(b BuildRun, asNobody bool) error {
 	return nil
 }
 
-// runBuild runs "stamp build" in a child process with the environment b
-// describes.
-func (o *VerifyOptions) runBuild(ctx context.Context, b BuildRun, recipePath, cacheDir string, offline bool) error {
-	log := o.log()
-	args := []string{"-c", `umask ` + b.Umask + `; exec "$0" "$@"`, o.Exe, "build", recipePath,
-		"--output", b.Output, "--work-dir", b.Work, "--cache-dir", cacheDir, "--log-format", "text"}
-	if o.LockPath != "" {
-		lp, err := filepath.Abs(o.LockPath)
+// build asks o.Build for the build b describes.
+func (o *VerifyOptions) build(ctx context.Context, rec *recipes.Recipe, b BuildRun, recipePath, cacheDir string, offline bool) error {
+	bo := o.Options
+	bo.OutputDir, bo.WorkDir, bo.CacheDir, bo.Offline = b.Output, b.Work, cacheDir, offline
+	bo.ReverseReaddir = b.ReverseReaddir
+	bo.Log, bo.Progress = o.log(), nil
+	if bo.LockPath != "" {
+		lp, err := filepath.Abs(bo.LockPath)
 		if err != nil {
 			return err
 		}
-		args = append(args, "--lock", lp)
+		bo.LockPath = lp
 	}
-	if o.Epoch != nil {
-		args = append(args, "--epoch", strconv.FormatInt(*o.Epoch, 10))
+	o.log().Infof("verify: %s", b)
+	return o.Build(ctx, BuildRequest{Run: b, Recipe: recipePath, Options: bo, Set: rec.SetArgs()})
+}
+
+// RunChild runs the command argv (a build) as a child process in the
+// environment b describes: its umask, uid, TZ, LANG and GOMAXPROCS, and
+// nothing else of the caller's but a proxy and CAs; dir is its working
+// directory. The child's messages go to log at debug level; when it fails,
+// the error holds the last of them.
+func RunChild(ctx context.Context, log logrus.FieldLogger, b BuildRun, dir string, argv []string) error {
+	if len(argv) == 0 {
+		return &UsageError{Msg: "verify: no command for build " + b.Name}
 	}
-	if offline {
-		args = append(args, "--offline")
-	}
-	if o.UpdateLock {
-		args = append(args, "--update-lock")
-	}
-	if o.KeepWork {
-		args = append(args, "--keep-work")
-	}
-	for _, a := range o.setArgs {
-		args = append(args, "--set", a)
-	}
+	args := append([]string{"-c", `umask ` + b.Umask + `; exec "$0" "$@"`}, argv...)
 	cmd := exec.CommandContext(ctx, "/bin/sh", args...)
-	cmd.Dir = filepath.Dir(recipePath)
+	cmd.Dir = dir
 	cmd.Env = []string{"PATH=" + layers.HookPath, "HOME=/nonexistent", "TZ=" + b.TZ, "LANG=" + b.Lang, "LC_ALL=" + b.Lang,
 		"GOMAXPROCS=" + b.GOMAXPROCS}
-	if b.ReverseReaddir {
-		cmd.Env = append(cmd.Env, rootfs.ReverseReaddirEnv+"=1")
-	}
 	// The first build may download; it needs the caller's proxy and CAs.
 	for _, k := range []string{"HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy", "SSL_CERT_FILE", "SSL_CERT_DIR"} {
 		if v, ok := os.LookupEnv(k); ok {
@@ -340,7 +353,6 @@ func (o *VerifyOptions) runBuild(ctx context.Context, b BuildRun, recipePath, ca
 	if err != nil {
 		return err
 	}
-	log.Infof("verify: %s", b)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("verify: build %s: %w", b.Name, err)
 	}

@@ -65,7 +65,7 @@ func (l *Files) apply(env *Env, f File) error {
 	if !fi.IsDir() {
 		return copyHostFile(env, f, f.Path, f.From, uid, gid, mtime)
 	}
-	return rootfs.WalkDir(f.From, func(hp string, d fs.DirEntry, err error) error {
+	return env.Tree.WalkDir(f.From, func(hp string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}

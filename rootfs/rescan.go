@@ -67,7 +67,7 @@ func (t *Tree) rescan(ctx context.Context, origin Origin, owners *diskOwners) (*
 		byIno[e.disk.ino] = e
 	}
 	done := map[*Inode]bool{}
-	err := WalkDir(t.dir, func(hp string, d fs.DirEntry, err error) error {
+	err := t.WalkDir(t.dir, func(hp string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -281,16 +281,17 @@ func hashFile(hp string) (int64, string, error) {
 	return n, hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// ReverseReaddirEnv, set to "1", makes WalkDir visit each directory's
-// entries in reverse byte order. stamp verify sets it for its second build,
-// so that a result depending on the order a host directory is read in shows
-// up as a difference.
-const ReverseReaddirEnv = "STAMP_TEST_REVERSE_READDIR"
+// WalkDir walks a host directory as the tree's options say: in byte order,
+// or in reverse under Options.ReverseReaddir. Every walk of a host
+// directory whose order could reach the tree goes through it.
+func (t *Tree) WalkDir(root string, fn fs.WalkDirFunc) error {
+	return WalkDir(root, t.opts.ReverseReaddir, fn)
+}
 
-// WalkDir is filepath.WalkDir, except in reverse order under
-// ReverseReaddirEnv. Every walk of a host directory goes through it.
-func WalkDir(root string, fn fs.WalkDirFunc) error {
-	if os.Getenv(ReverseReaddirEnv) != "1" {
+// WalkDir is filepath.WalkDir, or with reverse set the same walk visiting
+// each directory's entries in reverse byte order.
+func WalkDir(root string, reverse bool, fn fs.WalkDirFunc) error {
+	if !reverse {
 		return filepath.WalkDir(root, fn)
 	}
 	fi, err := os.Lstat(root)

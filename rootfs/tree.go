@@ -38,6 +38,12 @@ var (
 type Options struct {
 	// DefaultMTime is given to directories the tree creates implicitly.
 	DefaultMTime time.Time
+	// ReverseReaddir makes every walk of a host directory into the tree
+	// (a rescan, a files layer's directory) read it in reverse byte order.
+	// stamp verify sets it for its second build, so that a result
+	// depending on the order a directory is read in shows up as a
+	// difference.
+	ReverseReaddir bool
 }
 
 // Tree is a root filesystem under construction. It is not safe for concurrent

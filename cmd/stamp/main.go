@@ -71,6 +71,7 @@ func newApp(getenv func(string) string, code *int) *cli.App {
 		&cli.BoolFlag{Name: "offline", Usage: "use only the cache; fail naming any missing input"},
 		updateLock(), insecure(), set(),
 		&cli.BoolFlag{Name: "keep-work", Usage: "keep the work directory for debugging"},
+		&cli.BoolFlag{Name: "reverse-readdir", Hidden: true, Usage: "read host directories in reverse order (verify's second build)"},
 	}, common...)
 	app := &cli.App{
 		Name:            "stamp",
@@ -185,7 +186,7 @@ func newApp(getenv func(string) string, code *int) *cli.App {
 						if err != nil {
 							return fmt.Errorf("verify: finding the stamp binary: %w", err)
 						}
-						res, err := stamp.Verify(c.Context, rec, stamp.VerifyOptions{Options: o, Exe: exe,
+						res, err := stamp.Verify(c.Context, rec, stamp.VerifyOptions{Options: o, Build: childBuild(exe), Reach: []string{exe},
 							SameUser: c.Bool("same-user"), Against: c.String("against")})
 						if res != nil && (err == nil || len(res.Outputs) > 0) {
 							res.Write(c.App.Writer)
@@ -383,6 +384,7 @@ func act(c *cli.Context, code *int, getenv func(string) string, fn func(*recipes
 		UpdateLock:         c.Bool("update-lock"),
 		InsecureRegistries: c.StringSlice("insecure-registry"),
 		KeepWork:           c.Bool("keep-work"),
+		ReverseReaddir:     c.Bool("reverse-readdir"),
 		Log:                log,
 	}
 	if c.IsSet("epoch") {
@@ -416,6 +418,37 @@ func act(c *cli.Context, code *int, getenv func(string) string, fn func(*recipes
 		return err
 	}
 	return nil
+}
+
+// childBuild makes each of verify's builds by running exe build as a child:
+// only a process of its own can have another uid and umask.
+func childBuild(exe string) stamp.BuildFunc {
+	return func(ctx context.Context, req stamp.BuildRequest) error {
+		o := req.Options
+		args := []string{exe, "build", req.Recipe,
+			"--output", o.OutputDir, "--work-dir", o.WorkDir, "--cache-dir", o.CacheDir, "--log-format", "text"}
+		if o.LockPath != "" {
+			args = append(args, "--lock", o.LockPath)
+		}
+		if o.Epoch != nil {
+			args = append(args, "--epoch", strconv.FormatInt(*o.Epoch, 10))
+		}
+		for _, flag := range []struct {
+			name string
+			on   bool
+		}{{"--offline", o.Offline}, {"--update-lock", o.UpdateLock}, {"--keep-work", o.KeepWork}, {"--reverse-readdir", o.ReverseReaddir}} {
+			if flag.on {
+				args = append(args, flag.name)
+			}
+		}
+		for _, r := range o.InsecureRegistries {
+			args = append(args, "--insecure-registry", r)
+		}
+		for _, a := range req.Set {
+			args = append(args, "--set", a)
+		}
+		return stamp.RunChild(ctx, o.Log, req.Run, filepath.Dir(req.Recipe), args)
+	}
 }
 
 // setFlag collects --set NAME=VALUE. A string slice flag would split a
