@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/test/harness"
 )
 
 // testIndex is a two-platform index of small images and is stored in the
@@ -24,8 +25,8 @@ import (
 // multi-arch image would leave them).
 func testIndex(t *testing.T, env *Env) (v1.ImageIndex, v1.Image, v1.Image) {
 	t.Helper()
-	amd := testImage(t, "amd64", tarLayer(t, tarFile{name: "pause", body: "amd64 pause", mode: 0o755}))
-	arm := testImage(t, "arm64", tarLayer(t, tarFile{name: "pause", body: "arm64 pause", mode: 0o755}))
+	amd := harness.Image(t, "amd64", harness.TarLayer(t, harness.TarFile{Name: "pause", Body: "amd64 pause", Mode: 0o755}))
+	arm := harness.Image(t, "arm64", harness.TarLayer(t, harness.TarFile{Name: "pause", Body: "arm64 pause", Mode: 0o755}))
 	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
 		mutate.IndexAddendum{Add: amd, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
 		mutate.IndexAddendum{Add: arm, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64", Variant: "v8"}}},
@@ -55,7 +56,7 @@ func TestImagesArchive(t *testing.T) {
 	env := ociEnv(t)
 	idx, amd, arm := testIndex(t, env)
 	idxDigest := digestOf(t, idx)
-	single := testImage(t, "amd64", tarLayer(t, tarFile{name: "x", body: "x"}))
+	single := harness.Image(t, "amd64", harness.TarLayer(t, harness.TarFile{Name: "x", Body: "x"}))
 	singleDigest := cacheImage(t, env.Cache, single)
 	l := &Images{Images: []*Input{
 		{Kind: "image", URI: "registry.k8s.io/pause:3.10@" + idxDigest, Digest: idxDigest, Pinned: true},

@@ -16,8 +16,6 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/sirupsen/logrus"
@@ -26,6 +24,7 @@ import (
 	"github.com/stamp-dev/stamp/layers/ociremote"
 	"github.com/stamp-dev/stamp/rootfs"
 	"github.com/stamp-dev/stamp/rootfs/rootfstest"
+	"github.com/stamp-dev/stamp/test/harness"
 )
 
 var ociEpoch = time.Unix(1700000000, 0).UTC()
@@ -50,81 +49,6 @@ func randomBytes(seed uint64, n int) []byte {
 		b[i] = byte(r.Uint32())
 	}
 	return b
-}
-
-type titled struct {
-	title string
-	data  []byte
-}
-
-// testArtifact is what `oras push REF file...` makes: one layer per file,
-// named by its title annotation.
-func testArtifact(t *testing.T, files ...titled) v1.Image {
-	t.Helper()
-	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
-	img = mutate.ConfigMediaType(img, "application/vnd.oci.empty.v1+json")
-	for _, f := range files {
-		var err error
-		img, err = mutate.Append(img, mutate.Addendum{
-			Layer:       static.NewLayer(f.data, "application/vnd.oci.image.layer.v1.tar"),
-			Annotations: map[string]string{ociremote.TitleAnnotation: f.title},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	return img
-}
-
-type tarFile struct {
-	name, body, link string
-	typ              byte
-	mode             int64
-	uid, gid         int
-}
-
-func tarLayer(t *testing.T, files ...tarFile) v1.Layer {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, f := range files {
-		h := &tar.Header{Name: f.name, Typeflag: f.typ, Linkname: f.link, Mode: f.mode, Uid: f.uid, Gid: f.gid,
-			ModTime: time.Unix(1600000000, 0), Format: tar.FormatPAX}
-		if h.Typeflag == 0 {
-			h.Typeflag = tar.TypeReg
-			h.Size = int64(len(f.body))
-		}
-		if h.Mode == 0 {
-			h.Mode = 0o644
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		tw.Write([]byte(f.body))
-	}
-	tw.Close()
-	return static.NewLayer(buf.Bytes(), types.OCIUncompressedLayer)
-}
-
-// testImage is a container image of the given layers for linux/arch.
-func testImage(t *testing.T, arch string, ls ...v1.Layer) v1.Image {
-	t.Helper()
-	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
-	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
-	img, err := mutate.AppendLayers(img, ls...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", arch
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		t.Fatal(err)
-	}
-	return img
 }
 
 // cacheImage stores an image's manifest, config and layers in the cache, as
@@ -194,7 +118,7 @@ func sha(b []byte) string {
 func TestOCIArtifactFiles(t *testing.T) {
 	env := ociEnv(t)
 	ctr, runc := randomBytes(1, 300<<10), randomBytes(2, 200<<10)
-	img := testArtifact(t, titled{"ctr", ctr}, titled{"runc", runc})
+	img := harness.Artifact(t, harness.TitledFile{Title: "ctr", Data: ctr}, harness.TitledFile{Title: "runc", Data: runc})
 	digest := cacheImage(t, env.Cache, img)
 	mode := uint32(0o755)
 	l := &OCI{Input: Input{Kind: "oci", URI: "127.0.0.1:5000/k8s/bins:v1", Digest: digest}, Dest: "/usr/bin/", Mode: &mode}
@@ -202,18 +126,18 @@ func TestOCIArtifactFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	ls, _ := img.Layers()
-	for i, f := range []titled{{"ctr", ctr}, {"runc", runc}} {
-		e, got := readTree(t, env, "/usr/bin/"+f.title)
-		if !bytes.Equal(got, f.data) || e.Digest != sha(f.data) {
-			t.Errorf("%s: content differs", f.title)
+	for i, f := range []harness.TitledFile{{Title: "ctr", Data: ctr}, {Title: "runc", Data: runc}} {
+		e, got := readTree(t, env, "/usr/bin/"+f.Title)
+		if !bytes.Equal(got, f.Data) || e.Digest != sha(f.Data) {
+			t.Errorf("%s: content differs", f.Title)
 		}
 		if e.Perm != 0o755 || e.UID != 0 || e.GID != 0 || !e.MTime.Equal(ociEpoch) {
-			t.Errorf("%s: mode %o owner %d:%d mtime %v", f.title, e.Perm, e.UID, e.GID, e.MTime)
+			t.Errorf("%s: mode %o owner %d:%d mtime %v", f.Title, e.Perm, e.UID, e.GID, e.MTime)
 		}
 		ld, _ := ls[i].Digest()
-		want := rootfs.Origin{Layer: env.Label, Input: ld.String(), Member: "127.0.0.1:5000/k8s/bins@" + digest + "#" + f.title}
+		want := rootfs.Origin{Layer: env.Label, Input: ld.String(), Member: "127.0.0.1:5000/k8s/bins@" + digest + "#" + f.Title}
 		if e.Origin != want {
-			t.Errorf("%s: origin %+v, want %+v", f.title, e.Origin, want)
+			t.Errorf("%s: origin %+v, want %+v", f.Title, e.Origin, want)
 		}
 	}
 
@@ -248,7 +172,7 @@ func TestOCIArtifactFiles(t *testing.T) {
 func TestOCIArtifactHostileTitle(t *testing.T) {
 	for _, title := range []string{"../../etc/shadow", "/", ".."} {
 		env := ociEnv(t)
-		d := cacheImage(t, env.Cache, testArtifact(t, titled{title, []byte("x")}))
+		d := cacheImage(t, env.Cache, harness.Artifact(t, harness.TitledFile{Title: title, Data: []byte("x")}))
 		l := &OCI{Input: Input{Kind: "oci", URI: "r.example/a:1", Digest: d}, Dest: "/usr/bin"}
 		err := l.Apply(context.Background(), env)
 		if err == nil || !strings.Contains(err.Error(), "not a usable file name") {
@@ -257,7 +181,7 @@ func TestOCIArtifactHostileTitle(t *testing.T) {
 	}
 	// A title with directories is confined under dest.
 	env := ociEnv(t)
-	d := cacheImage(t, env.Cache, testArtifact(t, titled{"sub/../tool", []byte("x")}))
+	d := cacheImage(t, env.Cache, harness.Artifact(t, harness.TitledFile{Title: "sub/../tool", Data: []byte("x")}))
 	l := &OCI{Input: Input{Kind: "oci", URI: "r.example/a:1", Digest: d}, Dest: "/usr/bin"}
 	if err := l.Apply(context.Background(), env); err != nil {
 		t.Fatal(err)
@@ -268,7 +192,7 @@ func TestOCIArtifactHostileTitle(t *testing.T) {
 func TestOCIArtifactCorruptCacheBlob(t *testing.T) {
 	env := ociEnv(t)
 	data := randomBytes(3, 64<<10)
-	img := testArtifact(t, titled{"tool", data})
+	img := harness.Artifact(t, harness.TitledFile{Title: "tool", Data: data})
 	d := cacheImage(t, env.Cache, img)
 	p, err := env.Cache.Path("sha256:" + sha(data))
 	if err != nil {
@@ -292,25 +216,25 @@ func TestOCIArtifactCorruptCacheBlob(t *testing.T) {
 // Three layers: the second whites out a file and makes a directory opaque,
 // the third replaces a file; hard links and owners survive the copy.
 func whiteoutImage(t *testing.T, arch string) v1.Image {
-	return testImage(t, arch,
-		tarLayer(t,
-			tarFile{name: "etc/", typ: tar.TypeDir, mode: 0o755},
-			tarFile{name: "etc/a", body: "a1"},
-			tarFile{name: "etc/b", body: "b1"},
-			tarFile{name: "opt/dir/x", body: "x"},
-			tarFile{name: "opt/dir/y", body: "y"},
-			tarFile{name: "usr/local/bin/tool", body: "tool v1", mode: 0o750, uid: 1000, gid: 1001},
-			tarFile{name: "usr/local/bin/tool-link", typ: tar.TypeLink, link: "usr/local/bin/tool"},
-			tarFile{name: "usr/local/bin/sh", typ: tar.TypeSymlink, link: "/bin/busybox"},
+	return harness.Image(t, arch,
+		harness.TarLayer(t,
+			harness.TarFile{Name: "etc/", Type: tar.TypeDir, Mode: 0o755},
+			harness.TarFile{Name: "etc/a", Body: "a1"},
+			harness.TarFile{Name: "etc/b", Body: "b1"},
+			harness.TarFile{Name: "opt/dir/x", Body: "x"},
+			harness.TarFile{Name: "opt/dir/y", Body: "y"},
+			harness.TarFile{Name: "usr/local/bin/tool", Body: "tool v1", Mode: 0o750, UID: 1000, GID: 1001},
+			harness.TarFile{Name: "usr/local/bin/tool-link", Type: tar.TypeLink, Link: "usr/local/bin/tool"},
+			harness.TarFile{Name: "usr/local/bin/sh", Type: tar.TypeSymlink, Link: "/bin/busybox"},
 		),
-		tarLayer(t,
-			tarFile{name: "etc/.wh.a"},
-			tarFile{name: "opt/dir/.wh..wh..opq"},
-			tarFile{name: "opt/dir/z", body: "z"},
+		harness.TarLayer(t,
+			harness.TarFile{Name: "etc/.wh.a"},
+			harness.TarFile{Name: "opt/dir/.wh..wh..opq"},
+			harness.TarFile{Name: "opt/dir/z", Body: "z"},
 		),
-		gzipLayer(t, tarLayer(t,
-			tarFile{name: "usr/local/bin/tool", body: "tool v2", mode: 0o4755, uid: 1000, gid: 1001},
-			tarFile{name: "usr/local/bin/tool-link", typ: tar.TypeLink, link: "usr/local/bin/tool"},
+		gzipLayer(t, harness.TarLayer(t,
+			harness.TarFile{Name: "usr/local/bin/tool", Body: "tool v2", Mode: 0o4755, UID: 1000, GID: 1001},
+			harness.TarFile{Name: "usr/local/bin/tool-link", Type: tar.TypeLink, Link: "usr/local/bin/tool"},
 		)),
 	)
 }

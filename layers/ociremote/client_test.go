@@ -21,7 +21,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/stamp-dev/stamp/layers/cache"
@@ -38,36 +37,6 @@ func data(seed byte, n int) []byte {
 	return b
 }
 
-func artifact(t *testing.T, files map[string][]byte, order ...string) v1.Image {
-	t.Helper()
-	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
-	img = mutate.ConfigMediaType(img, "application/vnd.oci.empty.v1+json")
-	for _, title := range order {
-		var err error
-		img, err = mutate.Append(img, mutate.Addendum{
-			Layer:       static.NewLayer(files[title], "application/vnd.oci.image.layer.v1.tar"),
-			Annotations: map[string]string{ociremote.TitleAnnotation: title},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	return img
-}
-
-func push(t *testing.T, ref string, img v1.Image) string {
-	t.Helper()
-	r, err := name.ParseReference(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(r, img); err != nil {
-		t.Fatal(err)
-	}
-	d, _ := img.Digest()
-	return d.String()
-}
-
 func newCache(t *testing.T) *cache.Cache {
 	t.Helper()
 	c, err := cache.Open(filepath.Join(t.TempDir(), "cache"), cache.Options{})
@@ -80,8 +49,8 @@ func newCache(t *testing.T) *cache.Cache {
 func TestResolvePullOffline(t *testing.T) {
 	reg := harness.StartRegistry(t)
 	ctx := context.Background()
-	amd := artifact(t, map[string][]byte{"tool": data(1, 100<<10)}, "tool")
-	arm := artifact(t, map[string][]byte{"tool": data(2, 90<<10)}, "tool")
+	amd := harness.Artifact(t, harness.TitledFile{Title: "tool", Data: data(1, 100<<10)})
+	arm := harness.Artifact(t, harness.TitledFile{Title: "tool", Data: data(2, 90<<10)})
 	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
 		mutate.IndexAddendum{Add: amd, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
 		mutate.IndexAddendum{Add: arm, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}},
@@ -152,9 +121,9 @@ func TestCorruptRegistryBlob(t *testing.T) {
 	reg := harness.StartRegistry(t)
 	ctx := context.Background()
 	payload := data(3, 64<<10)
-	img := artifact(t, map[string][]byte{"tool": payload}, "tool")
+	img := harness.Artifact(t, harness.TitledFile{Title: "tool", Data: payload})
 	ref := reg.Addr + "/k8s/tool:v1"
-	d := push(t, ref, img)
+	d := harness.Push(t, ref, img)
 	ls, _ := img.Layers()
 	ld, _ := ls[0].Digest()
 	p := reg.BlobPath(ld.Hex)
@@ -184,9 +153,9 @@ func TestCorruptCacheBlobHealsOnline(t *testing.T) {
 	reg := harness.StartRegistry(t)
 	ctx := context.Background()
 	payload := data(4, 32<<10)
-	img := artifact(t, map[string][]byte{"tool": payload}, "tool")
+	img := harness.Artifact(t, harness.TitledFile{Title: "tool", Data: payload})
 	ref := reg.Addr + "/k8s/tool:v1"
-	d := push(t, ref, img)
+	d := harness.Push(t, ref, img)
 	c := newCache(t)
 	cl := ociremote.New(c, ociremote.Options{})
 	if err := cl.Pull(ctx, ref, d); err != nil {
@@ -216,8 +185,8 @@ func TestCorruptCacheBlobHealsOnline(t *testing.T) {
 // loopback; without it the client insists on HTTPS.
 func TestInsecureRegistry(t *testing.T) {
 	reg := harness.StartRegistry(t)
-	img := artifact(t, map[string][]byte{"tool": data(5, 1000)}, "tool")
-	d := push(t, reg.Addr+"/k8s/tool:v1", img)
+	img := harness.Artifact(t, harness.TitledFile{Title: "tool", Data: data(5, 1000)})
+	d := harness.Push(t, reg.Addr+"/k8s/tool:v1", img)
 	// A name that is not loopback, resolved to the registry by the transport.
 	const host = "registry.stamp.test:5000"
 	target, _ := url.Parse("http://" + reg.Addr)
@@ -260,8 +229,8 @@ func TestInsecureRegistry(t *testing.T) {
 // Pulls running at once that share blobs fetch each blob once.
 func TestConcurrentPullsShareBlobs(t *testing.T) {
 	reg := harness.StartRegistry(t)
-	img := artifact(t, map[string][]byte{"a": data(6, 512<<10), "b": data(7, 512<<10)}, "a", "b")
-	d := push(t, reg.Addr+"/k8s/tool:v1", img)
+	img := harness.Artifact(t, harness.TitledFile{Title: "a", Data: data(6, 512<<10)}, harness.TitledFile{Title: "b", Data: data(7, 512<<10)})
+	d := harness.Push(t, reg.Addr+"/k8s/tool:v1", img)
 	target, _ := url.Parse("http://" + reg.Addr)
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	var blobGets atomic.Int64
