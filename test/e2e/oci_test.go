@@ -23,12 +23,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/sirupsen/logrus"
@@ -113,106 +110,11 @@ func debFile(t *testing.T, pkg, path string) []byte {
 	return b
 }
 
-type ociFile struct {
-	title string
-	data  []byte
-}
-
-// orasArtifact is what `oras push REF file...` makes.
-func orasArtifact(t testing.TB, files ...ociFile) v1.Image {
-	t.Helper()
-	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
-	img = mutate.ConfigMediaType(img, "application/vnd.oci.empty.v1+json")
-	for _, f := range files {
-		var err error
-		img, err = mutate.Append(img, mutate.Addendum{
-			Layer:       static.NewLayer(f.data, "application/vnd.oci.image.layer.v1.tar"),
-			Annotations: map[string]string{"org.opencontainers.image.title": f.title},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	return img
-}
-
-type layerFile struct {
-	name, body string
-	typ        byte
-	mode       int64
-	uid        int
-}
-
-func tarBlob(t testing.TB, files ...layerFile) v1.Layer {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, f := range files {
-		h := &tar.Header{Name: f.name, Typeflag: f.typ, Mode: f.mode, Uid: f.uid, Gid: f.uid, ModTime: time.Unix(1600000000, 0)}
-		if h.Typeflag == 0 {
-			h.Typeflag, h.Size = tar.TypeReg, int64(len(f.body))
-		}
-		if h.Mode == 0 {
-			h.Mode = 0o644
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		io.WriteString(tw, f.body)
-	}
-	tw.Close()
-	return static.NewLayer(buf.Bytes(), types.OCIUncompressedLayer)
-}
-
-func containerImage(t testing.TB, arch string, ls ...v1.Layer) v1.Image {
-	t.Helper()
-	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
-	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
-	img, err := mutate.AppendLayers(img, ls...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, _ := img.ConfigFile()
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", arch
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		t.Fatal(err)
-	}
-	return img
-}
-
-func multiArch(t testing.TB, amd, arm v1.Image) v1.ImageIndex {
-	t.Helper()
-	return mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
-		mutate.IndexAddendum{Add: amd, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
-		mutate.IndexAddendum{Add: arm, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64", Variant: "v8"}}},
-	)
-}
-
-func pushImage(t testing.TB, ref string, img v1.Image) string {
-	t.Helper()
-	r, err := name.ParseReference(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(r, img); err != nil {
-		t.Fatalf("push %s: %v", ref, err)
-	}
-	d, _ := img.Digest()
-	return d.String()
-}
-
-func pushIndex(t testing.TB, ref string, idx v1.ImageIndex) string {
-	t.Helper()
-	r, err := name.ParseReference(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.WriteIndex(r, idx); err != nil {
-		t.Fatalf("push %s: %v", ref, err)
-	}
-	d, _ := idx.Digest()
-	return d.String()
+// multiArch is an index of an amd64 and an arm64/v8 image.
+func multiArch(amd, arm v1.Image) v1.ImageIndex {
+	return harness.Index(
+		harness.PlatformImage{Platform: v1.Platform{OS: "linux", Architecture: "amd64"}, Image: amd},
+		harness.PlatformImage{Platform: v1.Platform{OS: "linux", Architecture: "arm64", Variant: "v8"}, Image: arm})
 }
 
 func sha256Hex(b []byte) string {
@@ -269,32 +171,32 @@ func TestOCIProvision(t *testing.T) {
 	reg := harness.StartRegistry(t)
 	ctr := debFile(t, "containerd", "usr/bin/ctr")
 	runc := debFile(t, "runc", "usr/sbin/runc")
-	bins := orasArtifact(t, ociFile{"ctr", ctr}, ociFile{"runc", runc})
-	binsDigest := pushImage(t, reg.Addr+"/k8s/bins:v1", bins)
+	bins := harness.Artifact(t, harness.TitledFile{Title: "ctr", Data: ctr}, harness.TitledFile{Title: "runc", Data: runc})
+	binsDigest := harness.Push(t, reg.Addr+"/k8s/bins:v1", bins)
 
 	amdTool := []byte("#!/bin/sh\necho amd64\n")
 	armTool := []byte("#!/bin/sh\necho arm64\n")
-	pushIndex(t, reg.Addr+"/k8s/multi:v1", multiArch(t, orasArtifact(t, ociFile{"tool", amdTool}), orasArtifact(t, ociFile{"tool", armTool})))
+	harness.PushIndex(t, reg.Addr+"/k8s/multi:v1", multiArch(harness.Artifact(t, harness.TitledFile{Title: "tool", Data: amdTool}), harness.Artifact(t, harness.TitledFile{Title: "tool", Data: armTool})))
 
 	layered := func(arch string) v1.Image {
-		return containerImage(t, arch,
-			tarBlob(t,
-				layerFile{name: "etc/gone", body: "gone"},
-				layerFile{name: "etc/kept", body: "kept"},
-				layerFile{name: "opt/dir/old", body: "old"},
-				layerFile{name: "usr/local/bin/crictl", body: "crictl v1", mode: 0o755},
-				layerFile{name: "var/lib/app/", typ: tar.TypeDir, mode: 0o750, uid: 1000},
+		return harness.Image(t, arch,
+			harness.TarLayer(t,
+				harness.TarFile{Name: "etc/gone", Body: "gone"},
+				harness.TarFile{Name: "etc/kept", Body: "kept"},
+				harness.TarFile{Name: "opt/dir/old", Body: "old"},
+				harness.TarFile{Name: "usr/local/bin/crictl", Body: "crictl v1", Mode: 0o755},
+				harness.TarFile{Name: "var/lib/app/", Type: tar.TypeDir, Mode: 0o750, UID: 1000, GID: 1000},
 			),
-			tarBlob(t,
-				layerFile{name: "etc/.wh.gone"},
-				layerFile{name: "opt/dir/.wh..wh..opq"},
-				layerFile{name: "opt/dir/new", body: "new"},
-				layerFile{name: "var/lib/app/state", body: "s", mode: 0o600, uid: 1000},
+			harness.TarLayer(t,
+				harness.TarFile{Name: "etc/.wh.gone"},
+				harness.TarFile{Name: "opt/dir/.wh..wh..opq"},
+				harness.TarFile{Name: "opt/dir/new", Body: "new"},
+				harness.TarFile{Name: "var/lib/app/state", Body: "s", Mode: 0o600, UID: 1000, GID: 1000},
 			),
-			tarBlob(t, layerFile{name: "usr/local/bin/crictl", body: "crictl v2 " + arch, mode: 0o755}),
+			harness.TarLayer(t, harness.TarFile{Name: "usr/local/bin/crictl", Body: "crictl v2 " + arch, Mode: 0o755}),
 		)
 	}
-	pushIndex(t, reg.Addr+"/k8s/tools:v1", multiArch(t, layered("amd64"), layered("arm64")))
+	harness.PushIndex(t, reg.Addr+"/k8s/tools:v1", multiArch(layered("amd64"), layered("arm64")))
 
 	layers := fmt.Sprintf(`    - oci: {ref: "%[1]s/k8s/bins:v1", dest: /usr/bin/, mode: "0755"}
     - oci: {ref: "%[1]s/k8s/multi:v1", dest: /usr/local/bin/, mode: "0755"}
@@ -393,8 +295,8 @@ func TestOCIProvision(t *testing.T) {
 func TestOCICorruptRegistryBlob(t *testing.T) {
 	reg := harness.StartRegistry(t)
 	payload := noise(7, 256<<10)
-	img := orasArtifact(t, ociFile{"kubelet", payload})
-	pushImage(t, reg.Addr+"/k8s/kubelet:v1", img)
+	img := harness.Artifact(t, harness.TitledFile{Title: "kubelet", Data: payload})
+	harness.Push(t, reg.Addr+"/k8s/kubelet:v1", img)
 	ld := layerDigest(t, img, 0)
 	p := reg.BlobPath(ld.Hex)
 	bad := bytes.Clone(payload)
@@ -440,16 +342,16 @@ func mustReadFile(t *testing.T, p string) []byte {
 // registry gone gives the same bytes as the online build.
 func TestOCILockFetchOffline(t *testing.T) {
 	reg := harness.StartRegistry(t)
-	v1Bins := orasArtifact(t, ociFile{"kubeadm", noise(8, 200<<10)}, ociFile{"kubectl", noise(9, 150<<10)})
-	v2Bins := orasArtifact(t, ociFile{"kubeadm", noise(10, 200<<10)})
+	v1Bins := harness.Artifact(t, harness.TitledFile{Title: "kubeadm", Data: noise(8, 200<<10)}, harness.TitledFile{Title: "kubectl", Data: noise(9, 150<<10)})
+	v2Bins := harness.Artifact(t, harness.TitledFile{Title: "kubeadm", Data: noise(10, 200<<10)})
 	ref := reg.Addr + "/k8s/bins:v1.31"
-	v1Digest := pushImage(t, ref, v1Bins)
+	v1Digest := harness.Push(t, ref, v1Bins)
 	multiRef := reg.Addr + "/k8s/multi:v1"
-	amd := orasArtifact(t, ociFile{"tool", []byte("amd64 tool")})
-	multiDigest := pushIndex(t, multiRef, multiArch(t, amd, orasArtifact(t, ociFile{"tool", []byte("arm64 tool")})))
+	amd := harness.Artifact(t, harness.TitledFile{Title: "tool", Data: []byte("amd64 tool")})
+	multiDigest := harness.PushIndex(t, multiRef, multiArch(amd, harness.Artifact(t, harness.TitledFile{Title: "tool", Data: []byte("arm64 tool")})))
 	amdDigest, _ := amd.Digest()
-	pinnedImg := orasArtifact(t, ociFile{"etcdctl", noise(11, 50<<10)})
-	pinnedDigest := pushImage(t, reg.Addr+"/k8s/etcdctl:v3", pinnedImg)
+	pinnedImg := harness.Artifact(t, harness.TitledFile{Title: "etcdctl", Data: noise(11, 50<<10)})
+	pinnedDigest := harness.Push(t, reg.Addr+"/k8s/etcdctl:v3", pinnedImg)
 
 	// The base comes by URL, so fetch has a tarball to bring as well.
 	base := pullBaseBytes(t)
@@ -491,7 +393,7 @@ func TestOCILockFetchOffline(t *testing.T) {
 
 	// The tag moves: build and lock refuse, naming the ref and both digests,
 	// until --update-lock; moving it back and updating restores the lock.
-	v2Digest := pushImage(t, ref, v2Bins)
+	v2Digest := harness.Push(t, ref, v2Bins)
 	r := stamp(t, dir, nil, "build", "recipe.yaml", "-o", filepath.Join(dir, "out-moved"), "--cache-dir", cacheA).
 		mustFail(t, 1, ref, v1Digest, v2Digest, "--update-lock")
 	t.Logf("moved tag: %s", r.stderr)
@@ -503,7 +405,7 @@ func TestOCILockFetchOffline(t *testing.T) {
 	if !strings.Contains(string(mustReadFile(t, lockPath)), v2Digest) {
 		t.Error("--update-lock did not pin the moved tag")
 	}
-	pushImage(t, ref, v1Bins)
+	harness.Push(t, ref, v1Bins)
 	stamp(t, dir, nil, "lock", "recipe.yaml", "--cache-dir", cacheA, "--update-lock").mustSucceed(t)
 	if !bytes.Equal(mustReadFile(t, lockPath), lock1) {
 		t.Fatal("moving the tag back did not restore the lock")
@@ -629,8 +531,8 @@ func (s *slowWriter) Flush() {
 func TestOCIKillDuringDownload(t *testing.T) {
 	reg := harness.StartRegistry(t)
 	payload := noise(12, 8<<20)
-	img := orasArtifact(t, ociFile{"kubelet", payload})
-	pushImage(t, reg.Addr+"/k8s/kubelet:v1", img)
+	img := harness.Artifact(t, harness.TitledFile{Title: "kubelet", Data: payload})
+	harness.Push(t, reg.Addr+"/k8s/kubelet:v1", img)
 	th := startThrottle(t, reg.Addr)
 	th.slow.Store(true)
 	dir := pullRecipeDir(t, pullRecipe("killed", "amd64", fmt.Sprintf(`    - oci: {ref: "%s/k8s/kubelet:v1", dest: /usr/bin/, mode: "0755"}`, th.addr)))
@@ -702,13 +604,13 @@ func TestOCIImagesLayer(t *testing.T) {
 	harness.RequireTools(t, "skopeo")
 	reg := harness.StartRegistry(t)
 	pause := func(arch string) v1.Image {
-		return containerImage(t, arch, tarBlob(t, layerFile{name: "pause", body: "pause for " + arch, mode: 0o755}))
+		return harness.Image(t, arch, harness.TarLayer(t, harness.TarFile{Name: "pause", Body: "pause for " + arch, Mode: 0o755}))
 	}
 	pauseRef := reg.Addr + "/pause:3.10"
-	pauseDigest := pushIndex(t, pauseRef, multiArch(t, pause("amd64"), pause("arm64")))
-	coredns := containerImage(t, "amd64", tarBlob(t, layerFile{name: "coredns", body: "coredns", mode: 0o755}))
+	pauseDigest := harness.PushIndex(t, pauseRef, multiArch(pause("amd64"), pause("arm64")))
+	coredns := harness.Image(t, "amd64", harness.TarLayer(t, harness.TarFile{Name: "coredns", Body: "coredns", Mode: 0o755}))
 	corednsRef := reg.Addr + "/coredns/coredns:v1.11.1"
-	corednsDigest := pushImage(t, corednsRef, coredns)
+	corednsDigest := harness.Push(t, corednsRef, coredns)
 	dir := pullRecipeDir(t, pullRecipe("images", "amd64", fmt.Sprintf(`    - images: ["%s@%s", "%s@%s"]`, pauseRef, pauseDigest, corednsRef, corednsDigest)))
 	out := filepath.Join(dir, "out")
 	stampAs65534(t, dir, nil, "build", "recipe.yaml", "-o", out, "--cache-dir", filepath.Join(dir, "cache"), "--work-dir", dir).mustSucceed(t)
@@ -845,7 +747,7 @@ func BenchmarkOCIPull(b *testing.B) {
 		a := noise(byte(20+i), fileMB<<20)
 		c := noise(byte(30+i), fileMB<<20)
 		ref := reg.Addr + "/bench/" + n + ":v1"
-		pushImage(b, ref, orasArtifact(b, ociFile{n + "-a", a}, ociFile{n + "-b", c}))
+		harness.Push(b, ref, harness.Artifact(b, harness.TitledFile{Title: n + "-a", Data: a}, harness.TitledFile{Title: n + "-b", Data: c}))
 		refs = append(refs, ref)
 		total += int64(len(a) + len(c))
 	}
@@ -1002,7 +904,7 @@ func pullIntoTree(ctx context.Context, dir string, refs []string) error {
 func TestOCICredentials(t *testing.T) {
 	reg := harness.StartRegistry(t)
 	payload := noise(13, 64<<10)
-	pushImage(t, reg.Addr+"/private/tool:v1", orasArtifact(t, ociFile{"tool", payload}))
+	harness.Push(t, reg.Addr+"/private/tool:v1", harness.Artifact(t, harness.TitledFile{Title: "tool", Data: payload}))
 	u, _ := url.Parse("http://" + reg.Addr)
 	proxy := httputil.NewSingleHostReverseProxy(u)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -1045,10 +947,10 @@ func TestOCICredentials(t *testing.T) {
 // of reporting them as moved.
 func TestOCIArchChangeRepins(t *testing.T) {
 	reg := harness.StartRegistry(t)
-	amd := orasArtifact(t, ociFile{"tool", []byte("amd64")})
-	arm := orasArtifact(t, ociFile{"tool", []byte("arm64")})
+	amd := harness.Artifact(t, harness.TitledFile{Title: "tool", Data: []byte("amd64")})
+	arm := harness.Artifact(t, harness.TitledFile{Title: "tool", Data: []byte("arm64")})
 	ref := reg.Addr + "/k8s/multi:v1"
-	pushIndex(t, ref, multiArch(t, amd, arm))
+	harness.PushIndex(t, ref, multiArch(amd, arm))
 	layer := fmt.Sprintf(`    - oci: {ref: "%s", dest: /usr/bin/}`, ref)
 	dir := pullRecipeDir(t, pullRecipe("arch", "amd64", layer))
 	cacheDir := filepath.Join(dir, "cache")
@@ -1066,7 +968,7 @@ func TestOCIArchChangeRepins(t *testing.T) {
 	// An index without the recipe's platform fails naming the ref and what
 	// the index has.
 	amdOnly := reg.Addr + "/k8s/amd-only:v1"
-	pushIndex(t, amdOnly, mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
+	harness.PushIndex(t, amdOnly, mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
 		mutate.IndexAddendum{Add: amd, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}}))
 	writeFiles(t, dir, map[string]string{"recipe.yaml": pullRecipe("arch", "arm64", fmt.Sprintf(`    - oci: {ref: "%s", dest: /usr/bin/}`, amdOnly))})
 	r := stamp(t, dir, nil, "build", "recipe.yaml", "-o", filepath.Join(dir, "out-none"), "--cache-dir", cacheDir).
