@@ -209,33 +209,12 @@ func outputCompression(out *recipes.Output) (compress.Algorithm, error) {
 	return alg, nil
 }
 
-// rawOptions carries a raw disk's layout into the formats' terms, its
-// sizes read by the one size parser, recipes.ParseSize.
+// rawOptions carries a raw disk's layout into the formats' terms; the
+// schema has already read its sizes into bytes.
 func rawOptions(out *recipes.Output) (any, error) {
-	size := func(field, s string) (int64, error) {
-		if s == "" {
-			return 0, nil
-		}
-		n, err := recipes.ParseSize(s)
-		if err != nil {
-			return 0, fmt.Errorf("%s: %w", field, err)
-		}
-		return n, nil
-	}
-	o := &formats.RawSpec{Grow: out.Grow == nil || *out.Grow}
-	var err error
-	if o.Size, err = size("size", out.Size); err != nil {
-		return nil, err
-	}
-	if o.FreeSpace, err = size("freeSpace", out.FreeSpace); err != nil {
-		return nil, err
-	}
-	for i, p := range out.Partitions {
-		n, err := size(fmt.Sprintf("partitions[%d].size", i), p.Size)
-		if err != nil {
-			return nil, err
-		}
-		o.Partitions = append(o.Partitions, formats.PartitionSpec{Name: p.Name, Type: p.Type, Size: n, Filesystem: p.Filesystem, Label: p.Label})
+	o := &formats.RawSpec{Size: out.Size, FreeSpace: out.FreeSpace, Grow: out.Grow == nil || *out.Grow}
+	for _, p := range out.Partitions {
+		o.Partitions = append(o.Partitions, formats.PartitionSpec{Name: p.Name, Type: p.Type, Size: p.Size, Filesystem: p.Filesystem, Label: p.Label})
 	}
 	if b := out.Boot; b != nil {
 		o.Boot = &formats.BootSpec{Loader: b.Loader, Cmdline: b.Cmdline, BIOS: b.BIOS}

@@ -130,17 +130,20 @@ func (d *decoder) enum(n *yaml.Node, field, what string, set ...string) string {
 	return s
 }
 
-func (d *decoder) size(n *yaml.Node, field string, auto bool) string {
+// size reads a size once, into bytes (0 for auto), so nothing after the
+// schema parses it again.
+func (d *decoder) size(n *yaml.Node, field string, auto bool) int64 {
 	s := d.str(n, field)
 	if d.failed(n) {
-		return s
+		return 0
 	}
-	if _, err := ParseSize(s); err != nil {
+	b, err := ParseSize(s)
+	if err != nil {
 		d.fail(d.resolveQuiet(n), field, "%s", err.Error())
 	} else if s == "auto" && !auto {
 		d.fail(d.resolveQuiet(n), field, "size must be a number here, not auto")
 	}
-	return s
+	return b
 }
 
 func (d *decoder) output(n *yaml.Node, field string) outputNode {
@@ -253,13 +256,10 @@ func (d *decoder) ociDefaults(on *outputNode) {
 
 func (d *decoder) rawDefaults(on *outputNode) {
 	o := &on.out
-	if o.Size == "" {
-		o.Size = "auto"
-	}
 	if on.seen["partitions"] == nil {
 		o.Partitions = []Partition{
-			{Name: "esp", Type: "esp", Size: "256MiB", Filesystem: "vfat"},
-			{Name: "root", Type: "root", Size: "auto", Filesystem: "ext4"},
+			{Name: "esp", Type: "esp", Size: 256 << 20, Filesystem: "vfat"},
+			{Name: "root", Type: "root", Filesystem: "ext4"},
 		}
 	}
 	d.checkPartitions(on)
@@ -320,9 +320,6 @@ func (d *decoder) partition(n *yaml.Node, field string) Partition {
 		return p
 	}
 	d.required(n, field, seen, "name", "type")
-	if p.Size == "" {
-		p.Size = "auto"
-	}
 	want, ok := defaultFilesystem[p.Type]
 	if !ok {
 		return p

@@ -72,8 +72,8 @@ func TestParamsSubstituteNestedFields(t *testing.T) {
 	if d.Repo != "file:///srv/debian" || d.Suite != "bookworm" || !reflect.DeepEqual(d.Packages, []string{"socat", "n1-tools"}) {
 		t.Errorf("debs = %+v", d)
 	}
-	if r.Outputs[0].Size != "4GiB" {
-		t.Errorf("size = %q", r.Outputs[0].Size)
+	if r.Outputs[0].Size != 4<<30 {
+		t.Errorf("size = %d", r.Outputs[0].Size)
 	}
 	want := map[string]string{"host": "n1", "mode": "0640", "mirror": "file:///srv/debian", "size": "4GiB", "suite": "bookworm"}
 	if got := r.ParamValues(); !reflect.DeepEqual(got, want) {

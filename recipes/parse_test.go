@@ -86,10 +86,10 @@ func TestParseDesignExample(t *testing.T) {
 		Seal: Seal{Cleanup: Cleanup{Default: true}},
 		Outputs: []Output{
 			{Line: 35, Field: "outputs[0]", Format: "tar", Name: "tar", Compression: "zstd"},
-			{Line: 36, Field: "outputs[1]", Format: "raw", Name: "raw", Size: "auto",
+			{Line: 36, Field: "outputs[1]", Format: "raw", Name: "raw",
 				Partitions: []Partition{
-					{Name: "esp", Type: "esp", Size: "256MiB", Filesystem: "vfat"},
-					{Name: "root", Type: "root", Size: "auto", Filesystem: "ext4"},
+					{Name: "esp", Type: "esp", Size: 256 << 20, Filesystem: "vfat"},
+					{Name: "root", Type: "root", Filesystem: "ext4"},
 				},
 				Boot: &Boot{Loader: "systemd-boot", Cmdline: "console=ttyS0"}},
 			{Line: 42, Field: "outputs[2]", Format: "qcow2", Name: "qcow2", From: "raw"},
@@ -201,10 +201,10 @@ outputs:
 		{"debs", *l[13].Debs, Debs{Repo: "https://deb.debian.org/debian", Suites: []string{"bookworm", "bookworm-updates"}, Components: []string{"main"}, Packages: []string{"socat"}, Recommends: true, Scripts: ScriptsOffline}},
 		{"cleanup list", r.Seal.Cleanup, Cleanup{Default: true, Globs: []string{"/var/cache/**", "/root/.bash_history"}}},
 		{"raw defaults", r.Outputs[0].Partitions, []Partition{
-			{Name: "esp", Type: "esp", Size: "256MiB", Filesystem: "vfat"},
-			{Name: "root", Type: "root", Size: "auto", Filesystem: "ext4"},
+			{Name: "esp", Type: "esp", Size: 256 << 20, Filesystem: "vfat"},
+			{Name: "root", Type: "root", Filesystem: "ext4"},
 		}},
-		{"raw size", r.Outputs[0].Size, "auto"},
+		{"raw size", r.Outputs[0].Size, int64(0)},
 		{"cpio compression", r.Outputs[1].Compression, "zstd"},
 		{"pxe from", r.Outputs[2].From, "cpio"},
 		{"containerdisk from", r.Outputs[3].From, "disk"},

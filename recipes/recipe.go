@@ -277,8 +277,9 @@ type Output struct {
 	// set, default zstd; qcow2 none|zlib; oci's layer gzip|zstd|none, default
 	// gzip.
 	Compression string
-	// Size of a raw disk: "auto" or a size such as "4GiB" (see ParseSize).
-	Size       string
+	// Size of a raw disk in bytes, read by ParseSize from "auto" (0) or a
+	// size such as "4GiB".
+	Size       int64
 	Partitions []Partition
 	Boot       *Boot
 	// From names an earlier output this one encodes: qcow2 from raw, pxe from
@@ -289,8 +290,9 @@ type Output struct {
 	Entrypoint []string
 	Env        []string          // oci: KEY=VALUE
 	Labels     map[string]string // oci; sort the keys before use
-	// FreeSpace is extra room added to "auto" sizes of a raw disk, e.g. "512MiB".
-	FreeSpace string
+	// FreeSpace is extra room in bytes added to "auto" sizes of a raw disk,
+	// written as a size such as "512MiB"; 0 when not given.
+	FreeSpace int64
 	// Grow ships a systemd-repart drop-in so the root partition and its
 	// filesystem grow to fill a larger disk on first boot; nil means true
 	// for raw disks.
@@ -301,7 +303,7 @@ type Output struct {
 type Partition struct {
 	Name       string
 	Type       string // esp | root | xbootldr | swap | linux | bios
-	Size       string // "auto" or a size
+	Size       int64  // bytes; 0 is "auto"
 	Filesystem string // vfat | ext4 | swap | none
 	Label      string // filesystem label
 }
