@@ -7,6 +7,7 @@ import (
 
 	"github.com/stamp-dev/stamp/formats"
 	"github.com/stamp-dev/stamp/recipes"
+	"github.com/stamp-dev/stamp/rootfs/compress"
 )
 
 // TestFormatTablesAgree holds the recipe schema's formats against the
@@ -64,4 +65,58 @@ func madeFrom(g map[string][]string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// TestOutputSpecCarriesTheRecipeOptions checks the conductor's conversion
+// of every format's options, as the schema decoded them, into the format's
+// own typed options.
+func TestOutputSpecCarriesTheRecipeOptions(t *testing.T) {
+	rec, err := recipes.Parse([]byte(`apiVersion: stamp.dev/v1alpha1
+kind: Recipe
+name: opts
+base: {tarball: ./base.tar}
+outputs:
+  - {format: tar, compression: xz}
+  - format: raw
+    size: 4GiB
+    freeSpace: 512MiB
+    grow: false
+    partitions:
+      - {name: esp, type: esp, size: 64MiB}
+      - {name: root, type: root, label: root}
+    boot: {loader: none}
+  - {format: qcow2, compression: zlib}
+  - {format: cpio}
+  - {format: pxe, from: cpio, boot: {cmdline: console=ttyS0}}
+  - {format: oci, name: cd, kind: containerdisk, layout: archive, compression: zstd, env: [A=1], labels: {k: v}, entrypoint: [/init]}
+`), "opts.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []*formats.Spec{
+		{Format: "tar", Name: "tar", Options: &formats.TarSpec{Compression: compress.XZ}},
+		{Format: "raw", Name: "raw", Options: &formats.RawSpec{Size: 4 << 30, FreeSpace: 512 << 20,
+			Partitions: []formats.PartitionSpec{
+				{Name: "esp", Type: "esp", Size: 64 << 20, Filesystem: "vfat"},
+				{Name: "root", Type: "root", Filesystem: "ext4", Label: "root"},
+			},
+			Boot: &formats.BootSpec{Loader: "none"}}},
+		{Format: "qcow2", Name: "qcow2", From: "raw", Options: &formats.Qcow2Spec{Compress: true}},
+		{Format: "cpio", Name: "cpio", Options: &formats.CpioSpec{Compression: compress.Zstd}},
+		{Format: "pxe", Name: "pxe", From: "cpio", Options: &formats.PXESpec{Compression: compress.Zstd, Cmdline: "console=ttyS0"}},
+		{Format: "oci", Name: "cd", From: "qcow2", Options: &formats.OCISpec{Kind: "containerdisk", Layout: "archive",
+			Compression: compress.Zstd, Entrypoint: []string{"/init"}, Env: []string{"A=1"}, Labels: map[string]string{"k": "v"}}},
+	}
+	if len(rec.Outputs) != len(want) {
+		t.Fatalf("%d outputs, want %d", len(rec.Outputs), len(want))
+	}
+	for i := range rec.Outputs {
+		got, err := outputSpec(&rec.Outputs[i])
+		if err != nil {
+			t.Fatalf("%s: %v", rec.Outputs[i].Field, err)
+		}
+		if !reflect.DeepEqual(got, want[i]) {
+			t.Errorf("%s: spec %+v with options %+v, want %+v with %+v", rec.Outputs[i].Field, got, got.Options, want[i], want[i].Options)
+		}
+	}
 }
