@@ -71,15 +71,6 @@ func outputFormatNamed(name string) *outputFormat {
 	return nil
 }
 
-// formatNames are the names of outputFormats, in order.
-func formatNames() []string {
-	out := make([]string, len(outputFormats))
-	for i, f := range outputFormats {
-		out[i] = f.name
-	}
-	return out
-}
-
 // allCompressions is every compression some format takes, for the first
 // check of the key; the format's own set is checked once the format is known.
 func allCompressions() []string {
@@ -94,8 +85,15 @@ func allCompressions() []string {
 	return out
 }
 
-// Formats lists the output formats a recipe may name.
-func Formats() []string { return formatNames() }
+// Formats lists the output formats a recipe may name, in the order errors
+// name them.
+func Formats() []string {
+	out := make([]string, len(outputFormats))
+	for i, f := range outputFormats {
+		out[i] = f.name
+	}
+	return out
+}
 
 // MadeFrom says, by kind ("" for a format of one kind), which formats an
 // output of format can be made from; nil for a format always made from the
@@ -149,7 +147,7 @@ func (d *decoder) size(n *yaml.Node, field string, auto bool) int64 {
 func (d *decoder) output(n *yaml.Node, field string) outputNode {
 	o := Output{Line: line(n), Field: field}
 	seen := d.mapping(n, field, map[string]handler{
-		"format": func(v *yaml.Node, f string) { o.Format = d.enum(v, f, "format", formatNames()...) },
+		"format": func(v *yaml.Node, f string) { o.Format = d.enum(v, f, "format", Formats()...) },
 		"name": func(v *yaml.Node, f string) {
 			o.Name = d.str(v, f)
 			if !d.failed(v) && !nameRE.MatchString(o.Name) {
@@ -193,7 +191,7 @@ func (d *decoder) output(n *yaml.Node, field string) outputNode {
 		return on
 	}
 	if seen["format"] == nil {
-		d.fail(on.node, child(field, "format"), "format is required (one of %s)", strings.Join(formatNames(), ", "))
+		d.fail(on.node, child(field, "format"), "format is required (one of %s)", strings.Join(Formats(), ", "))
 		return on
 	}
 	of := outputFormatNamed(o.Format)
