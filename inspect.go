@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stamp-dev/stamp/formats"
+	"github.com/stamp-dev/stamp/formats/attest"
 	"github.com/stamp-dev/stamp/rootfs"
 )
 
@@ -19,7 +20,7 @@ type Inspection struct {
 	Image *formats.Image
 	// Record is the embedded record, nil when the image has none or it does
 	// not parse (RecordErr says why).
-	Record    *record
+	Record    *attest.Record
 	RecordErr error
 	// TreeDigest is recomputed from the image's entries when the format
 	// carries every field the digest covers; "" otherwise.
@@ -36,7 +37,7 @@ func Inspect(ctx context.Context, path string) (*Inspection, error) {
 	if im.Record == nil {
 		in.RecordErr = fmt.Errorf("the image holds no %s", rootfs.RecordPath)
 	} else {
-		var r record
+		var r attest.Record
 		if err := json.Unmarshal(im.Record, &r); err != nil {
 			in.RecordErr = fmt.Errorf("%s: %w", rootfs.RecordPath, err)
 		} else {

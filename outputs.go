@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/stamp-dev/stamp/formats"
+	"github.com/stamp-dev/stamp/formats/attest"
 	"github.com/stamp-dev/stamp/recipes"
 	"github.com/stamp-dev/stamp/rootfs"
 	"github.com/stamp-dev/stamp/rootfs/compress"
@@ -101,7 +102,7 @@ func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, work str
 	}
 	sort.Strings(files)
 	var sums bytes.Buffer
-	var subjects []sum
+	var subjects []attest.Sum
 	sumFiles, err := sumNames(staging, files)
 	if err != nil {
 		return nil, err
@@ -114,13 +115,13 @@ func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, work str
 			}
 		}
 		fmt.Fprintf(&sums, "%s  %s\n", h, name)
-		subjects = append(subjects, sum{name, h})
+		subjects = append(subjects, attest.Sum{Name: name, SHA256: h})
 	}
 	sbom, err := sbomJSON(tree, rec, ep, treeDigest, att.inputs)
 	if err != nil {
 		return nil, err
 	}
-	byproducts := []sum{{ManifestFile, bytesSHA256(manifest.Bytes())}, {SBOMFile, bytesSHA256(sbom)}}
+	byproducts := []attest.Sum{{Name: ManifestFile, SHA256: bytesSHA256(manifest.Bytes())}, {Name: SBOMFile, SHA256: bytesSHA256(sbom)}}
 	prov, err := provenanceJSON(rec, ep, att.recipeDigest, treeDigest, att.deps, subjects, byproducts)
 	if err != nil {
 		return nil, err

@@ -1,163 +1,30 @@
 package stamp
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"maps"
-	"os"
 	"path/filepath"
-	"runtime/debug"
-	"slices"
-	"strings"
 	"time"
 
+	"github.com/stamp-dev/stamp/formats/attest"
 	"github.com/stamp-dev/stamp/layers"
 	"github.com/stamp-dev/stamp/recipes"
 )
 
 // Names of the attestation files every build writes beside SHA256SUMS.
 const (
-	ProvenanceFile = "provenance.json"
-	SBOMFile       = "sbom.spdx.json"
+	ProvenanceFile = attest.ProvenanceFile
+	SBOMFile       = attest.SBOMFile
 )
-
-// The identifiers provenance.json carries.
-const (
-	StatementType  = "https://in-toto.io/Statement/v1"
-	ProvenanceType = "https://slsa.dev/provenance/v1"
-	// BuildType names what externalParameters mean: a stamp recipe.
-	BuildType = "https://stamp.dev/buildtypes/recipe/v1alpha1"
-	// BuilderID names the builder; its version map says which build of it.
-	BuilderID = "https://github.com/stamp-dev/stamp/cmd/stamp"
-)
-
-// Statement is an in-toto Statement v1 carrying SLSA Provenance v1.
-type Statement struct {
-	Type          string               `json:"_type"`
-	Subject       []ResourceDescriptor `json:"subject"`
-	PredicateType string               `json:"predicateType"`
-	Predicate     Provenance           `json:"predicate"`
-}
-
-// ResourceDescriptor is the in-toto ResourceDescriptor.
-type ResourceDescriptor struct {
-	Name        string            `json:"name,omitempty"`
-	URI         string            `json:"uri,omitempty"`
-	Digest      map[string]string `json:"digest,omitempty"`
-	MediaType   string            `json:"mediaType,omitempty"`
-	Annotations map[string]string `json:"annotations,omitempty"`
-}
-
-// Provenance is the SLSA Provenance v1 predicate.
-type Provenance struct {
-	BuildDefinition BuildDefinition `json:"buildDefinition"`
-	RunDetails      RunDetails      `json:"runDetails"`
-}
-
-type BuildDefinition struct {
-	BuildType            string               `json:"buildType"`
-	ExternalParameters   map[string]any       `json:"externalParameters"`
-	InternalParameters   map[string]any       `json:"internalParameters,omitempty"`
-	ResolvedDependencies []ResourceDescriptor `json:"resolvedDependencies,omitempty"`
-}
-
-type RunDetails struct {
-	Builder    Builder              `json:"builder"`
-	Byproducts []ResourceDescriptor `json:"byproducts,omitempty"`
-}
-
-// Builder identifies the stamp binary that built: its module version, the
-// Go version and every dependency's version, since compressed bytes may
-// legitimately differ across those.
-type Builder struct {
-	ID      string            `json:"id"`
-	Version map[string]string `json:"version,omitempty"`
-}
-
-// ThisBuilder describes the running binary from debug.ReadBuildInfo.
-func ThisBuilder() Builder {
-	b := Builder{ID: BuilderID, Version: map[string]string{}}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		b.Version["stamp"] = "unknown"
-		return b
-	}
-	b.Version["stamp"] = bi.Main.Version
-	b.Version["go"] = bi.GoVersion
-	for _, d := range bi.Deps {
-		v := d.Version
-		if d.Replace != nil {
-			v += " => " + d.Replace.Path + " " + d.Replace.Version
-		}
-		b.Version["module:"+d.Path] = v
-	}
-	for _, s := range bi.Settings {
-		// vcs.time is the commit's time, not the build's, but it says nothing
-		// the revision does not.
-		if s.Key == "vcs.time" {
-			continue
-		}
-		b.Version["build:"+s.Key] = s.Value
-	}
-	return b
-}
-
-// DiffBuilders lists the version keys in which two builders differ, in
-// byte order, as "key: a -> b".
-func DiffBuilders(a, b Builder) []string {
-	keys := map[string]bool{}
-	for k := range a.Version {
-		keys[k] = true
-	}
-	for k := range b.Version {
-		keys[k] = true
-	}
-	sorted := slices.Sorted(maps.Keys(keys))
-	var out []string
-	if a.ID != b.ID {
-		out = append(out, fmt.Sprintf("id: %s -> %s", a.ID, b.ID))
-	}
-	for _, k := range sorted {
-		va, vb := a.Version[k], b.Version[k]
-		if va != vb {
-			out = append(out, fmt.Sprintf("%s: %s -> %s", k, orNone(va), orNone(vb)))
-		}
-	}
-	return out
-}
-
-// ReadStatement reads a provenance.json.
-func ReadStatement(p string) (*Statement, error) {
-	data, err := os.ReadFile(p)
-	if err != nil {
-		return nil, err
-	}
-	var st Statement
-	if err := json.Unmarshal(data, &st); err != nil {
-		return nil, fmt.Errorf("%s: %w", p, err)
-	}
-	if st.Type != StatementType || st.PredicateType != ProvenanceType {
-		return nil, fmt.Errorf("%s: not an in-toto statement with SLSA provenance v1 (_type %q, predicateType %q)", p, st.Type, st.PredicateType)
-	}
-	return &st, nil
-}
-
-// dependency is one thing the build read besides the recipe: an input, or a
-// host hook.
-type dependency struct {
-	field, kind, uri, digest string
-}
 
 // dependencies lists every input of the plan and every hook program, in plan
 // order. Local paths are named relative to the recipe, so the provenance
 // does not depend on where the checkout is.
-func dependencies(rec *recipes.Recipe, phases []phase, inputs []plannedInput) ([]dependency, error) {
-	var out []dependency
+func dependencies(rec *recipes.Recipe, phases []phase, inputs []plannedInput) ([]attest.Dependency, error) {
+	var out []attest.Dependency
 	for _, pi := range inputs {
-		out = append(out, dependency{field: pi.field, kind: string(pi.in.Kind), uri: lockKey(rec.Dir, pi.in.URI), digest: pi.in.Digest})
+		out = append(out, attest.Dependency{Field: pi.field, Kind: string(pi.in.Kind), URI: lockKey(rec.Dir, pi.in.URI), Digest: pi.in.Digest})
 	}
 	for _, ph := range phases {
 		for _, st := range ph.steps {
@@ -169,7 +36,7 @@ func dependencies(rec *recipes.Recipe, phases []phase, inputs []plannedInput) ([
 			if err != nil {
 				return nil, fmt.Errorf("%s: hook %s: %w", st.label, h.Run, err)
 			}
-			out = append(out, dependency{field: st.label, kind: "hook", uri: lockKey(rec.Dir, h.Run), digest: "sha256:" + sum})
+			out = append(out, attest.Dependency{Field: st.label, Kind: "hook", URI: lockKey(rec.Dir, h.Run), Digest: "sha256:" + sum})
 		}
 	}
 	return out, nil
@@ -188,84 +55,21 @@ func recipeDigest(rec *recipes.Recipe) (string, error) {
 	return "sha256:" + sum, nil
 }
 
-// sum is one line of SHA256SUMS.
-type sum struct{ name, sha256 string }
-
-func digestSet(d string) map[string]string {
-	algo, hex, ok := strings.Cut(d, ":")
-	if !ok {
-		return map[string]string{"sha256": d}
-	}
-	return map[string]string{algo: hex}
-}
-
-// provenanceJSON makes provenance.json. It holds no wall-clock time, so the
-// same build gives the same bytes.
-func provenanceJSON(rec *recipes.Recipe, ep time.Time, recipeSum, treeDigest string, deps []dependency, subjects, byproducts []sum) ([]byte, error) {
-	st := Statement{Type: StatementType, PredicateType: ProvenanceType, Subject: []ResourceDescriptor{}}
-	for _, s := range subjects {
-		st.Subject = append(st.Subject, ResourceDescriptor{Name: s.name, Digest: map[string]string{"sha256": s.sha256}})
-	}
-	recipe := map[string]any{"name": rec.Name}
+// provenanceJSON makes provenance.json from what the plan and the build
+// found.
+func provenanceJSON(rec *recipes.Recipe, ep time.Time, recipeSum, treeDigest string, deps []attest.Dependency, subjects, byproducts []attest.Sum) ([]byte, error) {
+	r := attest.Recipe{Name: rec.Name, Digest: recipeSum, Arch: rec.Arch, Seed: seed(rec), Params: rec.ParamValues()}
 	if rec.Path != "" {
-		recipe["file"] = filepath.Base(rec.Path)
+		r.File = filepath.Base(rec.Path)
 	}
-	if recipeSum != "" {
-		recipe["digest"] = digestSet(recipeSum)
-	}
-	bd := BuildDefinition{
-		BuildType:          BuildType,
-		ExternalParameters: map[string]any{"recipe": recipe, "epoch": ep.Unix()},
-		InternalParameters: map[string]any{"arch": rec.Arch, "seed": seed(rec)},
-	}
-	// The recipe's digest is of the file as written; the values its
-	// ${name}s took are what else the caller chose.
-	if pv := rec.ParamValues(); len(pv) > 0 {
-		bd.ExternalParameters["parameters"] = pv
-	}
-	for _, d := range deps {
-		bd.ResolvedDependencies = append(bd.ResolvedDependencies, ResourceDescriptor{
-			Name: d.field, URI: d.uri, Digest: digestSet(d.digest), Annotations: map[string]string{"kind": d.kind}})
-	}
-	rd := RunDetails{Builder: ThisBuilder()}
-	rd.Byproducts = append(rd.Byproducts, ResourceDescriptor{Name: "tree", Digest: digestSet(treeDigest),
-		MediaType: "text/vnd.stamp.manifest", Annotations: map[string]string{"description": "sha256 of the sealed tree's manifest without origins"}})
-	for _, b := range byproducts {
-		rd.Byproducts = append(rd.Byproducts, ResourceDescriptor{Name: b.name, Digest: map[string]string{"sha256": b.sha256}})
-	}
-	st.Predicate = Provenance{BuildDefinition: bd, RunDetails: rd}
-	return canonicalJSON(st)
-}
-
-// canonicalJSON marshals v with every object's keys in byte order, two-space
-// indentation and a final newline, so equal values give equal bytes.
-func canonicalJSON(v any) ([]byte, error) {
-	raw, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var generic any
-	if err := dec.Decode(&generic); err != nil {
-		return nil, err
-	}
-	var out bytes.Buffer
-	enc := json.NewEncoder(&out)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	// encoding/json writes map keys sorted.
-	if err := enc.Encode(generic); err != nil {
-		return nil, err
-	}
-	return out.Bytes(), nil
+	return attest.ProvenanceJSON(r, ep, treeDigest, deps, subjects, byproducts)
 }
 
 // attestation is what provenance.json and the record say beyond the tree.
 type attestation struct {
 	recipeDigest string
 	inputs       []plannedInput
-	deps         []dependency
+	deps         []attest.Dependency
 }
 
 func newAttestation(rec *recipes.Recipe, phases []phase, inputs []plannedInput) (*attestation, error) {

@@ -1,295 +1,71 @@
 package stamp
 
 import (
-	"bufio"
 	"fmt"
 	"io"
-	"net/url"
-	"sort"
 	"strings"
 	"time"
 
+	"github.com/stamp-dev/stamp/formats/attest"
+	"github.com/stamp-dev/stamp/packages/dpkg"
 	"github.com/stamp-dev/stamp/recipes"
 	"github.com/stamp-dev/stamp/rootfs"
 )
 
-// dpkgStatus is where a Debian tree lists its installed packages.
-const dpkgStatus = "/var/lib/dpkg/status"
-
-// spdxDocument is the part of SPDX 2.3 stamp writes.
-type spdxDocument struct {
-	SPDXVersion       string             `json:"spdxVersion"`
-	DataLicense       string             `json:"dataLicense"`
-	SPDXID            string             `json:"SPDXID"`
-	Name              string             `json:"name"`
-	DocumentNamespace string             `json:"documentNamespace"`
-	CreationInfo      spdxCreationInfo   `json:"creationInfo"`
-	Packages          []spdxPackage      `json:"packages"`
-	Relationships     []spdxRelationship `json:"relationships"`
-}
-
-type spdxCreationInfo struct {
-	Created  string   `json:"created"`
-	Creators []string `json:"creators"`
-}
-
-type spdxPackage struct {
-	Name                  string         `json:"name"`
-	SPDXID                string         `json:"SPDXID"`
-	VersionInfo           string         `json:"versionInfo,omitempty"`
-	DownloadLocation      string         `json:"downloadLocation"`
-	FilesAnalyzed         bool           `json:"filesAnalyzed"`
-	PrimaryPackagePurpose string         `json:"primaryPackagePurpose,omitempty"`
-	Checksums             []spdxChecksum `json:"checksums,omitempty"`
-	LicenseConcluded      string         `json:"licenseConcluded"`
-	LicenseDeclared       string         `json:"licenseDeclared"`
-	CopyrightText         string         `json:"copyrightText"`
-	SourceInfo            string         `json:"sourceInfo,omitempty"`
-	Comment               string         `json:"comment,omitempty"`
-	ExternalRefs          []spdxRef      `json:"externalRefs,omitempty"`
-}
-
-type spdxChecksum struct {
-	Algorithm     string `json:"algorithm"`
-	ChecksumValue string `json:"checksumValue"`
-}
-
-type spdxRef struct {
-	ReferenceCategory string `json:"referenceCategory"`
-	ReferenceType     string `json:"referenceType"`
-	ReferenceLocator  string `json:"referenceLocator"`
-}
-
-type spdxRelationship struct {
-	SPDXElementID      string `json:"spdxElementId"`
-	RelationshipType   string `json:"relationshipType"`
-	RelatedSPDXElement string `json:"relatedSpdxElement"`
-}
-
-// debPackage is one installed package of a dpkg database.
-type debPackage struct {
-	Name, Version, Arch, Source string
-}
-
-// sbomJSON makes sbom.spdx.json: the image, the OCI artifacts the recipe
-// pulled and the Debian packages installed in the tree. created is the
-// epoch and the namespace comes from the tree digest, so the same tree gives
-// the same bytes.
+// sbomJSON makes sbom.spdx.json. The conductor reads the tree's dpkg
+// database with packages/dpkg and hands attest the packages: formats may not
+// import packages.
 func sbomJSON(tree *rootfs.Tree, rec *recipes.Recipe, ep time.Time, treeDigest string, inputs []plannedInput) ([]byte, error) {
-	treeHex := strings.TrimPrefix(treeDigest, "sha256:")
-	doc := spdxDocument{
-		SPDXVersion:       "SPDX-2.3",
-		DataLicense:       "CC0-1.0",
-		SPDXID:            "SPDXRef-DOCUMENT",
-		Name:              rec.Name,
-		DocumentNamespace: "https://stamp.dev/spdx/" + rec.Name + "-" + treeHex,
-		CreationInfo: spdxCreationInfo{
-			Created:  ep.UTC().Format("2006-01-02T15:04:05Z"),
-			Creators: []string{"Tool: stamp-" + ThisBuilder().Version["stamp"]},
-		},
-	}
-	image := spdxPackage{Name: rec.Name, SPDXID: "SPDXRef-Image", DownloadLocation: "NOASSERTION",
-		PrimaryPackagePurpose: "OPERATING_SYSTEM", Comment: "stamp tree digest " + treeDigest}
-	doc.Packages = append(doc.Packages, withNoAssertion(image))
-	doc.Relationships = append(doc.Relationships, spdxRelationship{"SPDXRef-DOCUMENT", "DESCRIBES", image.SPDXID})
-
-	ids := map[string]int{}
-	id := func(prefix, name string) string {
-		base := "SPDXRef-" + prefix + "-" + spdxIDPart(name)
-		ids[base]++
-		if n := ids[base]; n > 1 {
-			return fmt.Sprintf("%s-%d", base, n)
-		}
-		return base
-	}
+	var pulled []attest.Pulled
 	for _, pi := range inputs {
 		if pi.in.Kind != "oci" && pi.in.Kind != "image" {
 			continue
 		}
-		p := ociPackage(string(pi.in.Kind), pi.in.URI, pi.in.Digest)
-		p.SPDXID = id("OCI", p.Name)
-		p.SourceInfo = "pulled by " + pi.field
-		doc.Packages = append(doc.Packages, withNoAssertion(p))
-		doc.Relationships = append(doc.Relationships, spdxRelationship{image.SPDXID, "CONTAINS", p.SPDXID})
+		pulled = append(pulled, attest.Pulled{Field: pi.field, Kind: string(pi.in.Kind), Ref: pi.in.URI, Digest: pi.in.Digest})
 	}
 	debs, err := installedDebs(tree)
 	if err != nil {
 		return nil, err
 	}
-	distro := osRelease(tree)
-	for _, d := range debs {
-		p := spdxPackage{Name: d.Name, VersionInfo: d.Version, DownloadLocation: "NOASSERTION", PrimaryPackagePurpose: "INSTALL"}
-		p.SPDXID = id("deb", d.Name+"-"+d.Arch)
-		if d.Source != "" {
-			p.SourceInfo = "built from Debian source package " + d.Source
-		}
-		p.ExternalRefs = []spdxRef{{ReferenceCategory: "PACKAGE-MANAGER", ReferenceType: "purl", ReferenceLocator: debPURL(d, distro)}}
-		doc.Packages = append(doc.Packages, withNoAssertion(p))
-		doc.Relationships = append(doc.Relationships, spdxRelationship{image.SPDXID, "CONTAINS", p.SPDXID})
-	}
-	return canonicalJSON(doc)
+	return attest.SBOMJSON(rec.Name, tree, ep, treeDigest, pulled, debs)
 }
 
-func withNoAssertion(p spdxPackage) spdxPackage {
-	p.LicenseConcluded, p.LicenseDeclared, p.CopyrightText = "NOASSERTION", "NOASSERTION", "NOASSERTION"
-	return p
-}
-
-// ociPackage describes an OCI artifact or image pulled by reference.
-func ociPackage(kind, ref, digest string) spdxPackage {
-	name := ref
-	if i := strings.Index(name, "@"); i >= 0 {
-		name = name[:i]
-	}
-	repo := name
-	if i := strings.LastIndex(name, ":"); i > strings.LastIndex(name, "/") {
-		repo = name[:i]
-	}
-	last := repo[strings.LastIndex(repo, "/")+1:]
-	p := spdxPackage{Name: name, VersionInfo: digest, DownloadLocation: "NOASSERTION", PrimaryPackagePurpose: "CONTAINER"}
-	if kind == "oci" {
-		p.PrimaryPackagePurpose = "OTHER"
-	}
-	if algo, hex, ok := strings.Cut(digest, ":"); ok && algo == "sha256" {
-		p.Checksums = []spdxChecksum{{Algorithm: "SHA256", ChecksumValue: hex}}
-		purl := "pkg:oci/" + strings.ToLower(last) + "@" + purlEscape(digest) + "?repository_url=" + url.QueryEscape(repo)
-		p.ExternalRefs = []spdxRef{{ReferenceCategory: "PACKAGE-MANAGER", ReferenceType: "purl", ReferenceLocator: purl}}
-	}
-	return p
-}
-
-// spdxIDPart keeps what an SPDX identifier may hold ([A-Za-z0-9.-]) and
-// spells the rest as hex, so distinct names stay distinct.
-func spdxIDPart(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-' {
-			b.WriteByte(c)
-		} else {
-			fmt.Fprintf(&b, "x%02X", c)
-		}
-	}
-	return b.String()
-}
-
-// installedDebs reads the tree's dpkg database, nil when there is none.
-// Packages come sorted by name and architecture.
-func installedDebs(tree *rootfs.Tree) ([]debPackage, error) {
-	e := tree.Get(dpkgStatus)
+// installedDebs lists the packages the tree's dpkg database has installed,
+// nil when there is none, sorted by name and architecture.
+func installedDebs(tree *rootfs.Tree) ([]attest.Deb, error) {
+	e := tree.Get(dpkg.StatusPath)
 	if e == nil || e.Type != rootfs.TypeRegular {
 		return nil, nil
 	}
-	f, err := tree.Open(dpkgStatus)
+	f, err := tree.Open(dpkg.StatusPath)
 	if err != nil {
 		return nil, fmt.Errorf("sbom: %w", err)
 	}
 	defer f.Close()
-	debs, err := parseDpkgStatus(f)
+	debs, err := debsFromStatus(f)
 	if err != nil {
-		return nil, fmt.Errorf("sbom: %s: %w", dpkgStatus, err)
+		return nil, fmt.Errorf("sbom: %s: %w", dpkg.StatusPath, err)
 	}
 	return debs, nil
 }
 
-// parseDpkgStatus reads the installed packages of a dpkg status file.
-func parseDpkgStatus(r io.Reader) ([]debPackage, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	var out []debPackage
-	fields := map[string]string{}
-	flush := func() {
-		status := strings.Fields(fields["Status"])
-		if fields["Package"] != "" && len(status) == 3 && status[2] == "installed" {
-			d := debPackage{Name: fields["Package"], Version: fields["Version"], Arch: fields["Architecture"]}
-			// "Source: name (version)" names the source when it differs.
-			if src := strings.Fields(fields["Source"]); len(src) > 0 {
-				d.Source = src[0]
-			}
-			out = append(out, d)
-		}
-		fields = map[string]string{}
-	}
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.TrimSpace(line) == "":
-			flush()
-		case line[0] == ' ' || line[0] == '\t':
-			// A continuation of a multi-line field; none that stamp reads.
-		default:
-			k, v, ok := strings.Cut(line, ":")
-			if !ok {
-				return nil, fmt.Errorf("line %q is not a field", line)
-			}
-			fields[k] = strings.TrimSpace(v)
-		}
-	}
-	if err := sc.Err(); err != nil {
+// debsFromStatus lists the installed packages of a dpkg status file.
+func debsFromStatus(r io.Reader) ([]attest.Deb, error) {
+	st, err := dpkg.ReadStatus(r)
+	if err != nil {
 		return nil, err
 	}
-	flush()
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Name != out[j].Name {
-			return out[i].Name < out[j].Name
-		}
-		return out[i].Arch < out[j].Arch
-	})
-	return out, nil
-}
-
-// distro is what /etc/os-release says, for package URLs.
-type distro struct{ id, versionID string }
-
-func osRelease(tree *rootfs.Tree) distro {
-	d := distro{id: "debian"}
-	e, err := tree.Lookup("/etc/os-release", true)
-	if err != nil || e == nil || e.Type != rootfs.TypeRegular {
-		return d
-	}
-	f, err := tree.Open(e.Path)
-	if err != nil {
-		return d
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(io.LimitReader(f, 64<<10))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), "=")
-		if !ok {
+	var out []attest.Deb
+	for _, p := range st.Paragraphs() {
+		if s := strings.Fields(p.Get("Status")); len(s) != 3 || s[2] != "installed" {
 			continue
 		}
-		v = strings.Trim(v, `"'`)
-		switch k {
-		case "ID":
-			if v != "" {
-				d.id = v
-			}
-		case "VERSION_ID":
-			d.versionID = v
+		d := attest.Deb{Name: p.Get("Package"), Version: p.Get("Version"), Arch: p.Get("Architecture")}
+		// "Source: name (version)" names the source when it differs.
+		if src := strings.Fields(p.Get("Source")); len(src) > 0 {
+			d.Source = src[0]
 		}
+		out = append(out, d)
 	}
-	return d
-}
-
-// debPURL is the package URL of an installed Debian package.
-func debPURL(d debPackage, dist distro) string {
-	q := url.Values{}
-	if d.Arch != "" {
-		q.Set("arch", d.Arch)
-	}
-	if dist.versionID != "" {
-		q.Set("distro", dist.id+"-"+dist.versionID)
-	}
-	// url.Values.Encode sorts by key.
-	s := "pkg:deb/" + dist.id + "/" + purlEscape(d.Name) + "@" + purlEscape(d.Version)
-	if enc := q.Encode(); enc != "" {
-		s += "?" + enc
-	}
-	return s
-}
-
-// purlEscape percent-encodes a package URL segment; a colon, which
-// url.PathEscape leaves alone, is encoded as the purl spec's examples do.
-func purlEscape(s string) string {
-	return strings.ReplaceAll(url.PathEscape(s), ":", "%3A")
+	return out, nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/stamp-dev/stamp/formats"
+	"github.com/stamp-dev/stamp/formats/attest"
 	"github.com/stamp-dev/stamp/layers"
 	"github.com/stamp-dev/stamp/layers/cache"
 	"github.com/stamp-dev/stamp/recipes"
@@ -684,18 +685,18 @@ func compareAgainst(ctx context.Context, res *VerifyResult, sumsPath, dir string
 			c.Notes = []string{"the earlier output is not beside its SHA256SUMS, so only the digests can be compared"}
 		}
 	}
-	old, err := ReadStatement(filepath.Join(earlierDir, ProvenanceFile))
+	old, err := attest.ReadStatement(filepath.Join(earlierDir, ProvenanceFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	cur, err := ReadStatement(filepath.Join(dir, ProvenanceFile))
+	cur, err := attest.ReadStatement(filepath.Join(dir, ProvenanceFile))
 	if err != nil {
 		return err
 	}
-	res.BuilderChanges = DiffBuilders(old.Predicate.RunDetails.Builder, cur.Predicate.RunDetails.Builder)
+	res.BuilderChanges = attest.DiffBuilders(old.Predicate.RunDetails.Builder, cur.Predicate.RunDetails.Builder)
 	return nil
 }
 

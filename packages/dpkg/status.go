@@ -76,6 +76,16 @@ func (s *Status) Get(name string) *deb.Paragraph {
 	return nil
 }
 
+// Paragraphs returns every package's paragraph, in the order dpkg writes
+// them: by package name, then architecture.
+func (s *Status) Paragraphs() []*deb.Paragraph {
+	out := make([]*deb.Paragraph, 0, len(s.paras))
+	for _, k := range s.keys() {
+		out = append(out, s.paras[k])
+	}
+	return out
+}
+
 // Put adds or replaces a package's paragraph.
 func (s *Status) Put(p *deb.Paragraph) {
 	for k, old := range s.paras {

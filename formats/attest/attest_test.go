@@ -1,4 +1,4 @@
-package stamp
+package attest
 
 import (
 	"reflect"
@@ -6,35 +6,12 @@ import (
 	"testing"
 )
 
-func TestParseDpkgStatus(t *testing.T) {
-	status := "Package: b\nStatus: install ok installed\nArchitecture: all\nVersion: 2\nDescription: x\n more\n .\n\n" +
-		"Package: a\nStatus: install ok installed\nArchitecture: amd64\nSource: asrc (1)\nVersion: 1:1.0-1\n\n" +
-		"Package: c\nStatus: deinstall ok config-files\nVersion: 3\n"
-	got, err := parseDpkgStatus(strings.NewReader(status))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []debPackage{{Name: "a", Version: "1:1.0-1", Arch: "amd64", Source: "asrc"}, {Name: "b", Version: "2", Arch: "all"}}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("got %+v, want %+v", got, want)
-	}
-	if _, err := parseDpkgStatus(strings.NewReader("no colon here\n")); err == nil {
-		t.Error("a line that is not a field is accepted")
-	}
-	if p := debPURL(want[0], distro{"debian", "12"}); p != "pkg:deb/debian/a@1%3A1.0-1?arch=amd64&distro=debian-12" {
-		t.Errorf("purl %s", p)
-	}
-	if a, b := spdxIDPart("libstdc++6"), spdxIDPart("libstdc--6"); a == b {
-		t.Errorf("SPDX ids collide: %s", a)
-	}
-}
-
 func TestCanonicalJSONSortsKeys(t *testing.T) {
 	type s struct {
 		Z int            `json:"z"`
 		A map[string]any `json:"a"`
 	}
-	got, err := canonicalJSON(s{Z: 1700000000, A: map[string]any{"y": "<&>", "b": 2}})
+	got, err := CanonicalJSON(s{Z: 1700000000, A: map[string]any{"y": "<&>", "b": 2}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,5 +45,15 @@ func TestOCIPackage(t *testing.T) {
 	}
 	if p := ociPackage("image", "registry.k8s.io/pause:3.10@"+d, d); p.Name != "registry.k8s.io/pause:3.10" || p.PrimaryPackagePurpose != "CONTAINER" {
 		t.Errorf("image package %+v", p)
+	}
+}
+
+func TestDebPURLAndSPDXIDs(t *testing.T) {
+	d := Deb{Name: "a", Version: "1:1.0-1", Arch: "amd64", Source: "asrc"}
+	if p := debPURL(d, distro{"debian", "12"}); p != "pkg:deb/debian/a@1%3A1.0-1?arch=amd64&distro=debian-12" {
+		t.Errorf("purl %s", p)
+	}
+	if a, b := spdxIDPart("libstdc++6"), spdxIDPart("libstdc--6"); a == b {
+		t.Errorf("SPDX ids collide: %s", a)
 	}
 }
