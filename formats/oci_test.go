@@ -19,7 +19,6 @@ import (
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
 
@@ -680,75 +679,6 @@ func FuzzReadOCI(f *testing.F) {
 	})
 }
 
-// ociValidate runs go-containerregistry's full validation (every blob
-// hashed, every layer gunzipped and its diff_id checked) on the one image
-// of the layout directory or oci-archive at p, loaded with layout.FromPath.
-func ociValidate(t *testing.T, p string) error {
-	t.Helper()
-	if fi, err := os.Stat(p); err != nil {
-		t.Fatal(err)
-	} else if !fi.IsDir() {
-		p = ociUnpack(t, p)
-	}
-	lp, err := layout.FromPath(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	idx, err := lp.ImageIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := idx.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(m.Manifests) != 1 {
-		t.Fatalf("%s: index lists %d manifests", p, len(m.Manifests))
-	}
-	img, err := idx.Image(m.Manifests[0].Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return validate.Image(img)
-}
-
-// ociUnpack extracts an oci-archive into a new directory, as skopeo's
-// oci-archive transport does before it reads the layout.
-func ociUnpack(t *testing.T, archive string) string {
-	t.Helper()
-	dir := t.TempDir()
-	f, err := os.Open(archive)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	tr := tar.NewReader(f)
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			return dir
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		dst := filepath.Join(dir, filepath.FromSlash(hdr.Name))
-		switch hdr.Typeflag {
-		case tar.TypeDir:
-			err = os.MkdirAll(dst, 0o755)
-		case tar.TypeReg:
-			var b []byte
-			if b, err = io.ReadAll(tr); err == nil {
-				err = os.WriteFile(dst, b, 0o644)
-			}
-		default:
-			t.Fatalf("%s: member %s of type %c", archive, hdr.Name, hdr.Typeflag)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // TestOCICompressions: for each kind, compression and layout, the output is
 // the same bytes on every build and at GOMAXPROCS=1, the layer is what its
 // media type says and decompresses to the tar its diff_id names, stamp's
@@ -844,7 +774,7 @@ func TestOCICompressions(t *testing.T) {
 						t.Errorf("skopeo inspect %s: digest %s, want %s", ref, d, digest)
 					}
 
-					err = ociValidate(t, main)
+					err = harness.ValidateLayout(t, main)
 					t.Logf("validate.Image: %v", err)
 					switch {
 					case c == "gzip" && err != nil:

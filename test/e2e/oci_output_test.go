@@ -13,9 +13,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-containerregistry/pkg/v1/layout"
-	crvalidate "github.com/google/go-containerregistry/pkg/v1/validate"
-
 	"github.com/stamp-dev/stamp/formats"
 	"github.com/stamp-dev/stamp/test/harness"
 )
@@ -107,43 +104,6 @@ func skopeoJSON(t *testing.T, args ...string) map[string]any {
 		t.Fatal(err)
 	}
 	return v
-}
-
-// validateLayout runs go-containerregistry's full validate.Image on the one
-// image of a layout directory or oci-archive (unpacked first, as skopeo
-// does), loaded with layout.FromPath.
-func validateLayout(t *testing.T, p string) error {
-	t.Helper()
-	if fi, err := os.Stat(p); err != nil {
-		t.Fatal(err)
-	} else if !fi.IsDir() {
-		dir := t.TempDir()
-		cmd := exec.Command(harness.Tool(t, "tar"), "-xf", p, "-C", dir)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("tar -xf %s: %v\n%s", p, err, out)
-		}
-		p = dir
-	}
-	lp, err := layout.FromPath(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	idx, err := lp.ImageIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := idx.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(m.Manifests) != 1 {
-		t.Fatalf("%s: index lists %d manifests", p, len(m.Manifests))
-	}
-	img, err := idx.Image(m.Manifests[0].Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return crvalidate.Image(img)
 }
 
 func readDigest(t *testing.T, p string) string {
@@ -245,7 +205,7 @@ func TestOCIOutputs(t *testing.T) {
 			t.Errorf("%s: the uncompressed layer %s is not the tar output", c.file, oi.Layer.Digest)
 		}
 		if c.mediaType == formats.OCILayerGzipMediaType {
-			if err := validateLayout(t, filepath.Join(out1, c.file)); err != nil {
+			if err := harness.ValidateLayout(t, filepath.Join(out1, c.file)); err != nil {
 				t.Errorf("%s: validate.Image: %v", c.file, err)
 			}
 		}
@@ -342,7 +302,7 @@ func TestOCIContainerDiskOutput(t *testing.T) {
 	if im.Layer.MediaType != formats.OCILayerGzipMediaType {
 		t.Errorf("containerdisk layer %s, want gzip by default", im.Layer.MediaType)
 	}
-	if err := validateLayout(t, layout); err != nil {
+	if err := harness.ValidateLayout(t, layout); err != nil {
 		t.Errorf("validate.Image: %v", err)
 	}
 	v := skopeoJSON(t, "inspect", "oci:"+layout)

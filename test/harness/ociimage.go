@@ -3,16 +3,20 @@ package harness
 import (
 	"archive/tar"
 	"bytes"
+	"os"
+	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/google/go-containerregistry/pkg/v1/validate"
 )
 
 // titleAnnotation names a file of an oras artifact; layers/ociremote reads
@@ -157,4 +161,42 @@ func Digest(t testing.TB, img v1.Image) string {
 		t.Fatal(err)
 	}
 	return d.String()
+}
+
+// ValidateLayout runs go-containerregistry's full validate.Image on the one
+// image of an OCI layout directory or oci-archive (unpacked first with tar,
+// as skopeo's oci-archive transport does), loaded with layout.FromPath. It
+// fails the test when the layout cannot be read at all.
+func ValidateLayout(t testing.TB, p string) error {
+	t.Helper()
+	if fi, err := os.Stat(p); err != nil {
+		t.Fatal(err)
+	} else if !fi.IsDir() {
+		dir := t.TempDir()
+		cmd := exec.Command(Tool(t, "tar"), "-xf", p, "-C", dir)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("tar -xf %s: %v\n%s", p, err, out)
+		}
+		p = dir
+	}
+	lp, err := layout.FromPath(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := lp.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Manifests) != 1 {
+		t.Fatalf("%s: index lists %d manifests", p, len(m.Manifests))
+	}
+	img, err := idx.Image(m.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return validate.Image(img)
 }
