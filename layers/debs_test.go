@@ -3,17 +3,11 @@ package layers
 import (
 	"context"
 	"errors"
-	"io"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/sirupsen/logrus"
-
-	"github.com/stamp-dev/stamp/layers/cache"
 	"github.com/stamp-dev/stamp/packages/scripts"
 	"github.com/stamp-dev/stamp/rootfs"
-	"github.com/stamp-dev/stamp/rootfs/rootfstest"
 	"github.com/stamp-dev/stamp/test/harness"
 )
 
@@ -21,25 +15,7 @@ import (
 func debsEnv(t *testing.T) *Env {
 	t.Helper()
 	base := harness.DpkgBaseFor(t)
-	log := logrus.New()
-	log.SetOutput(io.Discard)
-	c, err := cache.Open(t.TempDir(), cache.Options{Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ep := time.Unix(1700000000, 0).UTC()
-	tree := rootfstest.New(t, ep)
-	env := &Env{Tree: tree, Cache: c, Log: log, Epoch: ep, Arch: "amd64", Label: "provision.layers[0].debs"}
-	for _, tb := range []string{base.Tarball, base.DB} {
-		d, err := c.Import(context.Background(), tb)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := (&Tarball{Input: Input{Kind: "tarball", URI: tb, Digest: d}}).Apply(context.Background(), env); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return env
+	return baseEnv(t, "", "provision.layers[0].debs", base.Tarball, base.DB)
 }
 
 func debsLayer(t *testing.T, env *Env, repo *harness.DebRepo, pkgs ...string) *Debs {
@@ -172,23 +148,8 @@ func TestDebsUpgrade(t *testing.T) {
 // library and the rest come from the repository too, with their scripts.
 func TestDebsOnBaseWithoutDpkgDatabase(t *testing.T) {
 	repo := harness.DebRepoFor(t)
-	log := logrus.New()
-	log.SetOutput(io.Discard)
-	c, err := cache.Open(t.TempDir(), cache.Options{Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ep := time.Unix(1700000000, 0).UTC()
-	tree := rootfstest.New(t, ep)
-	env := &Env{Tree: tree, Cache: c, Log: log, Epoch: ep, Arch: "amd64", Label: "provision.layers[0].debs"}
-	b := harness.Base(t)
-	d, err := c.Import(context.Background(), b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := (&Tarball{Input: Input{Kind: "tarball", URI: b, Digest: d}}).Apply(context.Background(), env); err != nil {
-		t.Fatal(err)
-	}
+	env := baseEnv(t, "", "provision.layers[0].debs", harness.Base(t))
+	tree := env.Tree
 	if tree.Get("/var/lib/dpkg/status") != nil {
 		t.Fatal("harness.Base has a dpkg status now; this test is about a base without one")
 	}

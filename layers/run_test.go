@@ -2,40 +2,17 @@ package layers
 
 import (
 	"context"
-	"io"
 	"os"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/sirupsen/logrus"
-
-	"github.com/stamp-dev/stamp/layers/cache"
-	"github.com/stamp-dev/stamp/rootfs/rootfstest"
 	"github.com/stamp-dev/stamp/test/harness"
 )
 
 // runEnv is a tree holding the test base (a real Debian minbase).
 func runEnv(t *testing.T) *Env {
 	t.Helper()
-	log := logrus.New()
-	log.SetOutput(io.Discard)
-	c, err := cache.Open(t.TempDir(), cache.Options{Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ep := time.Unix(1700000000, 0).UTC()
-	tree := rootfstest.NewIn(t, harness.TempDirFor65534(t), ep)
-	env := &Env{Tree: tree, Cache: c, Log: log, Epoch: ep, Arch: "amd64", Label: "provision.layers[2].run"}
-	base := harness.Base(t)
-	d, err := c.Import(context.Background(), base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := (&Tarball{Input: Input{Kind: "tarball", URI: base, Digest: d}}).Apply(context.Background(), env); err != nil {
-		t.Fatal(err)
-	}
-	return env
+	return baseEnv(t, harness.TempDirFor65534(t), "provision.layers[2].run", harness.Base(t))
 }
 
 // A run step's additions, removals, modes and chowns reach the index. As
