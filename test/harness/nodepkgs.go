@@ -1,15 +1,19 @@
 package harness
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -37,8 +41,18 @@ var NodeBasePackages = append(append([]string{}, DpkgBasePackages...),
 // and their dependencies with a dpkg database, as DpkgBaseFor.
 func NodeBaseFor(t testing.TB) *DpkgBase {
 	t.Helper()
-	return dpkgBaseOf(t, NodeBasePackages)
+	return dpkgBaseOf(t, NodeBasePackages, nodeBaseScripts)
 }
+
+// nodeBaseScripts are the base packages whose postinsts made what later
+// packages' scripts rely on, which a base merged from data.tar lacks:
+// mawk's awk alternative (locales' config script runs awk), debianutils'
+// which alternative (python3-* postinsts run py3compile only if which
+// finds it) and libpam-runtime's /etc/pam.d/common-* (adduser runs chfn,
+// which needs PAM), and passwd's shadowconfig (groupadd would otherwise
+// make /etc/gshadow mode 0000). NodeBaseFor runs them for real, chrooted into the
+// base, and adds what they made to the database tarball.
+var nodeBaseScripts = []string{"passwd", "mawk", "debianutils", "libpam-runtime"}
 
 // NodeRepoFor returns a repository of exactly what installing
 // NodeDebPackages onto an empty system brings, with apt's choices, and
@@ -49,8 +63,10 @@ func NodeRepoFor(t testing.TB) *DebRepo {
 	return debRepoOf(t, [][]string{NodeDebPackages, NodeBasePackages})
 }
 
-// dpkgBaseOf is DpkgBaseFor for another package set.
-func dpkgBaseOf(t testing.TB, pkgs []string) *DpkgBase {
+// dpkgBaseOf is DpkgBaseFor for another package set; the postinsts of
+// the packages in configure run in a chroot of the result (so it needs
+// root) and what they made joins the database tarball.
+func dpkgBaseOf(t testing.TB, pkgs []string, configure []string) *DpkgBase {
 	t.Helper()
 	RequireTools(t, "apt-get", "dpkg-deb", "dpkg")
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
@@ -76,7 +92,7 @@ func dpkgBaseOf(t testing.TB, pkgs []string) *DpkgBase {
 	if err != nil {
 		t.Fatalf("dpkg base: %v", err)
 	}
-	db := strings.TrimSuffix(tarball, ".tar.zst") + ".dpkgdb6.tar"
+	db := strings.TrimSuffix(tarball, ".tar.zst") + ".nodedb4.tar"
 	status := strings.TrimSuffix(tarball, ".tar.zst") + ".status"
 	if _, err := os.Stat(db); err != nil {
 		st, err := statusFor(ctx, debs)
@@ -90,12 +106,147 @@ func dpkgBaseOf(t testing.TB, pkgs []string) *DpkgBase {
 		if err := writeAtomic(status, func(w io.Writer) error { _, err := w.Write(st); return err }); err != nil {
 			t.Fatal(err)
 		}
-		if err := writeAtomic(db, func(w io.Writer) error { return writeDpkgDB(w, st, info) }); err != nil {
+		var plain bytes.Buffer
+		if err := writeDpkgDB(&plain, st, info); err != nil {
+			t.Fatal(err)
+		}
+		extra, err := scriptState(ctx, tarball, plain.Bytes(), configure)
+		if err != nil {
+			t.Fatalf("dpkg base: %v", err)
+		}
+		if err := writeAtomic(db, func(w io.Writer) error { return appendTar(w, plain.Bytes(), extra) }); err != nil {
 			t.Fatal(err)
 		}
 	}
 	sort.Strings(order)
 	return &DpkgBase{Tarball: tarball, DB: db, Status: status, Packages: order}
+}
+
+// scriptEntry is one path a postinst made.
+type scriptEntry struct {
+	hdr  tar.Header
+	data []byte
+}
+
+// scriptState extracts the base and its database into a scratch root,
+// runs the postinsts of pkgs there (configure, as dpkg would, in a
+// chroot) and returns every path they added or changed, in walk order.
+func scriptState(ctx context.Context, tarball string, db []byte, pkgs []string) ([]scriptEntry, error) {
+	if len(pkgs) == 0 {
+		return nil, nil
+	}
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("running the base's postinsts in a chroot needs root")
+	}
+	root, err := os.MkdirTemp("", "stamp-nodebase-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(root)
+	x := exec.CommandContext(ctx, "tar", "--zstd", "-x", "--numeric-owner", "-p", "-f", tarball, "-C", root)
+	if out, err := x.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("tar -x %s: %v\n%s", tarball, err, out)
+	}
+	x = exec.CommandContext(ctx, "tar", "-x", "--numeric-owner", "-p", "-C", root)
+	x.Stdin = bytes.NewReader(db)
+	if out, err := x.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("tar -x of the database: %v\n%s", err, out)
+	}
+	// A path's state: type, mode, owner, and content or target.
+	state := func(p string, fi os.FileInfo) string {
+		st := fi.Sys().(*syscall.Stat_t)
+		s := fmt.Sprintf("%v %d:%d", fi.Mode(), st.Uid, st.Gid)
+		switch {
+		case fi.Mode()&os.ModeSymlink != 0:
+			t, _ := os.Readlink(p)
+			s += " -> " + t
+		case fi.Mode().IsRegular():
+			b, _ := os.ReadFile(p)
+			sum := sha256.Sum256(b)
+			s += " " + hex.EncodeToString(sum[:])
+		}
+		return s
+	}
+	before := map[string]string{}
+	if err := filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
+		if err == nil {
+			before[p] = state(p, fi)
+		}
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	for _, p := range pkgs {
+		cmd := exec.CommandContext(ctx, "chroot", root, "/var/lib/dpkg/info/"+p+".postinst", "configure", "")
+		cmd.Dir = "/"
+		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND=noninteractive", "LC_ALL=C.UTF-8",
+			"DPKG_MAINTSCRIPT_PACKAGE=" + p, "DPKG_MAINTSCRIPT_NAME=postinst", "DPKG_ROOT=", "SOURCE_DATE_EPOCH=1700000000"}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("%s postinst: %v\n%s", p, err, out)
+		}
+	}
+	var out []scriptEntry
+	err = filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
+		if err != nil || before[p] == state(p, fi) {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		st := fi.Sys().(*syscall.Stat_t)
+		h := tar.Header{Name: rel, Mode: int64(fi.Mode().Perm()), Uid: int(st.Uid), Gid: int(st.Gid), ModTime: DefaultEpoch, Format: tar.FormatPAX}
+		if fi.Mode()&os.ModeSetgid != 0 {
+			h.Mode |= 0o2000
+		}
+		var data []byte
+		switch {
+		case fi.Mode()&os.ModeSymlink != 0:
+			h.Typeflag = tar.TypeSymlink
+			h.Linkname, _ = os.Readlink(p)
+			h.Mode = 0o777
+		case fi.IsDir():
+			h.Typeflag, h.Name = tar.TypeDir, rel+"/"
+		case fi.Mode().IsRegular():
+			h.Typeflag = tar.TypeReg
+			if data, err = os.ReadFile(p); err != nil {
+				return err
+			}
+			h.Size = int64(len(data))
+		default:
+			return fmt.Errorf("%s: a postinst made a %s", rel, fi.Mode().Type())
+		}
+		out = append(out, scriptEntry{h, data})
+		return nil
+	})
+	return out, err
+}
+
+// appendTar copies the tar in plain and adds the entries after its own.
+func appendTar(w io.Writer, plain []byte, extra []scriptEntry) error {
+	tr := tar.NewReader(bytes.NewReader(plain))
+	tw := tar.NewWriter(w)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if _, err := io.Copy(tw, tr); err != nil {
+			return err
+		}
+	}
+	for _, e := range extra {
+		if err := tw.WriteHeader(&e.hdr); err != nil {
+			return err
+		}
+		if _, err := tw.Write(e.data); err != nil {
+			return err
+		}
+	}
+	return tw.Close()
 }
 
 // debRepoOf is DebRepoFor for other requests: the repository holds the
