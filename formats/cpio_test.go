@@ -6,11 +6,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -20,6 +18,7 @@ import (
 	"github.com/stamp-dev/stamp/rootfs"
 	"github.com/stamp-dev/stamp/rootfs/compress"
 	"github.com/stamp-dev/stamp/rootfs/rootfstest"
+	"github.com/stamp-dev/stamp/test/harness"
 )
 
 // cpioSmallTree is a few entries, for tests that compress with xz, which
@@ -112,76 +111,6 @@ func TestCpioXZCheck(t *testing.T) {
 	}
 }
 
-// cpioModeString is the mode as ls and cpio -tv print it.
-func cpioModeString(e *rootfs.Entry) string {
-	kind := map[rootfs.Type]byte{rootfs.TypeRegular: '-', rootfs.TypeDir: 'd', rootfs.TypeSymlink: 'l',
-		rootfs.TypeChar: 'c', rootfs.TypeBlock: 'b', rootfs.TypeFifo: 'p', rootfs.TypeSocket: 's'}[e.Type]
-	b := []byte{kind}
-	for i, c := range "rwxrwxrwx" {
-		if e.Perm&(1<<(8-i)) != 0 {
-			b = append(b, byte(c))
-		} else {
-			b = append(b, '-')
-		}
-	}
-	special := func(bit uint32, at int, set, unset byte) {
-		if e.Perm&bit == 0 {
-			return
-		}
-		if b[at] == 'x' {
-			b[at] = set
-		} else {
-			b[at] = unset
-		}
-	}
-	special(0o4000, 3, 's', 'S')
-	special(0o2000, 6, 's', 'S')
-	special(0o1000, 9, 't', 'T')
-	return string(b)
-}
-
-// cpioListing is what GNU cpio -itv must print for the entries, without
-// dates: mode, link count, owner, size or device number, name.
-func cpioListing(entries []*rootfs.Entry) []string {
-	subdirs := map[string]int{}
-	for _, e := range entries {
-		if e.Type == rootfs.TypeDir && e.Path != "/" {
-			subdirs[path.Dir(e.Path)]++
-		}
-	}
-	rootfs.SetNlink(entries)
-	last := map[*rootfs.Inode]string{}
-	for _, e := range entries {
-		last[e.Inode] = e.Path
-	}
-	var out []string
-	for _, e := range entries {
-		nlink := e.Nlink()
-		size := "0"
-		switch e.Type {
-		case rootfs.TypeDir:
-			nlink = 2 + subdirs[e.Path]
-		case rootfs.TypeRegular:
-			if last[e.Inode] == e.Path {
-				size = fmt.Sprint(e.Size)
-			}
-		case rootfs.TypeSymlink:
-			size = fmt.Sprint(len(e.Target))
-		case rootfs.TypeChar, rootfs.TypeBlock:
-			size = fmt.Sprintf("%d,%d", e.Major, e.Minor)
-		}
-		name := "."
-		if e.Path != "/" {
-			name = e.Path[1:]
-		}
-		if e.Type == rootfs.TypeSymlink {
-			name += " -> " + e.Target
-		}
-		out = append(out, fmt.Sprintf("%s %d %d %d %s %s", cpioModeString(e), nlink, e.UID, e.GID, size, name))
-	}
-	return out
-}
-
 func cpioTool(t *testing.T, dir string, stdin []byte, args ...string) string {
 	t.Helper()
 	if _, err := exec.LookPath("cpio"); err != nil {
@@ -216,18 +145,9 @@ func TestCpioGNUList(t *testing.T) {
 				data, _ = io.ReadAll(rc)
 			}
 			list := cpioTool(t, "", data, "-itv", "--numeric-uid-gid", "--quiet")
-			var got []string
-			for _, l := range strings.Split(strings.TrimSuffix(list, "\n"), "\n") {
-				f := strings.Fields(l)
-				if len(f) < 8 {
-					t.Fatalf("odd listing line %q", l)
-				}
-				size, rest := f[4], f[5:]
-				if strings.HasSuffix(size, ",") {
-					size, rest = size+f[5], f[6:]
-				}
-				// rest: month, day, year or time, then the name.
-				got = append(got, strings.Join(append(f[:4:4], size, strings.Join(rest[3:], " ")), " "))
+			got, err := harness.ParseCpioListing(list)
+			if err != nil {
+				t.Fatal(err)
 			}
 			// The manifest as the build writes it, then the format's section.
 			var manifest bytes.Buffer
@@ -241,16 +161,14 @@ func TestCpioGNUList(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := cpioListing(listed)
-			slices.SortFunc(want, func(a, b string) int { return strings.Compare(cpioListName(a), cpioListName(b)) })
+			want := harness.CpioListing(listed)
+			slices.SortFunc(want, func(a, b string) int { return strings.Compare(harness.CpioListingName(a), harness.CpioListingName(b)) })
 			if !slices.Equal(got, want) {
 				t.Errorf("cpio -itv lists\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 			}
 		})
 	}
 }
-
-func cpioListName(l string) string { return strings.Fields(l)[5] }
 
 // As root, GNU cpio -idm rebuilds the tree: contents, owners, modes, device
 // numbers, mtimes and hard links; setfattr --restore puts the xattrs back

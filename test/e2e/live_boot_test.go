@@ -297,57 +297,9 @@ func checkCpioAgainstManifest(t *testing.T, archive, manifest, section string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	subdirs := map[string]int{}
-	last := map[*rootfs.Inode]string{}
-	for _, e := range entries {
-		if e.Type == rootfs.TypeDir && e.Path != "/" {
-			subdirs[filepath.Dir(e.Path)]++
-		}
-		last[e.Inode] = e.Path
-	}
 	want := map[string]string{}
-	for _, e := range entries {
-		mode := os.FileMode(e.Perm & 0o777)
-		switch e.Type {
-		case rootfs.TypeDir:
-			mode |= os.ModeDir
-		case rootfs.TypeSymlink:
-			mode |= os.ModeSymlink
-		case rootfs.TypeChar:
-			mode |= os.ModeDevice | os.ModeCharDevice
-		case rootfs.TypeBlock:
-			mode |= os.ModeDevice
-		case rootfs.TypeFifo:
-			mode |= os.ModeNamedPipe
-		case rootfs.TypeSocket:
-			mode |= os.ModeSocket
-		}
-		for bit, m := range map[uint32]os.FileMode{0o4000: os.ModeSetuid, 0o2000: os.ModeSetgid, 0o1000: os.ModeSticky} {
-			if e.Perm&bit != 0 {
-				mode |= m
-			}
-		}
-		nlink, size := e.Nlink(), "0"
-		switch e.Type {
-		case rootfs.TypeDir:
-			nlink = 2 + subdirs[e.Path]
-		case rootfs.TypeRegular:
-			if last[e.Inode] == e.Path {
-				size = fmt.Sprint(e.Size)
-			}
-		case rootfs.TypeSymlink:
-			size = fmt.Sprint(len(e.Target))
-		case rootfs.TypeChar, rootfs.TypeBlock:
-			size = fmt.Sprintf("%d,%d", e.Major, e.Minor)
-		}
-		name := strings.TrimPrefix(e.Path, "/")
-		if name == "" {
-			name = "."
-		}
-		if e.Type == rootfs.TypeSymlink {
-			name += " -> " + e.Target
-		}
-		want[name] = fmt.Sprintf("%s %d %d:%d %s", cpioMode(mode), nlink, e.UID, e.GID, size)
+	for _, l := range harness.CpioListing(entries) {
+		want[harness.CpioListingName(l)] = l
 	}
 
 	data, err := os.ReadFile(archive)
@@ -365,14 +317,13 @@ func checkCpioAgainstManifest(t *testing.T, archive, manifest, section string) {
 	if err != nil {
 		t.Fatalf("cpio -itv %s: %v", archive, err)
 	}
+	lines, err := harness.ParseCpioListing(string(out))
+	if err != nil {
+		t.Fatal(err)
+	}
 	got := map[string]string{}
-	for _, l := range strings.Split(strings.TrimSuffix(string(out), "\n"), "\n") {
-		f := strings.Fields(l)
-		size, rest := f[4], f[5:]
-		if strings.HasSuffix(size, ",") {
-			size, rest = size+f[5], f[6:]
-		}
-		got[strings.Join(rest[3:], " ")] = fmt.Sprintf("%s %s %s:%s %s", f[0], f[1], f[2], f[3], size)
+	for _, l := range lines {
+		got[harness.CpioListingName(l)] = l
 	}
 	if len(got) != len(want) {
 		t.Errorf("cpio -itv lists %d entries, the manifest %d", len(got), len(want))
@@ -383,36 +334,4 @@ func checkCpioAgainstManifest(t *testing.T, archive, manifest, section string) {
 		}
 	}
 	t.Logf("cpio -itv of %s agrees with the manifest's %d entries", filepath.Base(archive), len(want))
-}
-
-// cpioMode is a mode as ls -l and cpio -tv print it.
-func cpioMode(m os.FileMode) string {
-	s := []byte(m.Perm().String()) // "-rwxr-xr-x"
-	switch {
-	case m&os.ModeDir != 0:
-		s[0] = 'd'
-	case m&os.ModeSymlink != 0:
-		s[0] = 'l'
-	case m&os.ModeCharDevice != 0:
-		s[0] = 'c'
-	case m&os.ModeDevice != 0:
-		s[0] = 'b'
-	case m&os.ModeNamedPipe != 0:
-		s[0] = 'p'
-	case m&os.ModeSocket != 0:
-		s[0] = 's'
-	}
-	special := func(set bool, at int, x, noX byte) {
-		if set {
-			if s[at] == 'x' {
-				s[at] = x
-			} else {
-				s[at] = noX
-			}
-		}
-	}
-	special(m&os.ModeSetuid != 0, 3, 's', 'S')
-	special(m&os.ModeSetgid != 0, 6, 's', 'S')
-	special(m&os.ModeSticky != 0, 9, 't', 'T')
-	return string(s)
 }
