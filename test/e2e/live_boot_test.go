@@ -168,7 +168,7 @@ outputs:
 		t.Fatal(err)
 	}
 	_, pxeSection, _ := strings.Cut(string(manifest), "## output pxe live.pxe\n")
-	for _, want := range []string{"/init type=file mode=0755 uid=0 gid=0 mtime=1700000000 size=", "live.pxe/boot.ipxe type=file"} {
+	for _, want := range []string{"initrd:/init type=file mode=0755 uid=0 gid=0 mtime=1700000000 size=", "# pxe file live.pxe/boot.ipxe type=file"} {
 		if !strings.Contains(pxeSection, "\n"+want) && !strings.HasPrefix(pxeSection, want) {
 			t.Errorf("the manifest's pxe section lacks %q:\n%s", want, pxeSection)
 		}
