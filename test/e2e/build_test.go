@@ -63,13 +63,7 @@ func recipeDir(t *testing.T, recipe string, extra map[string]string) string {
 		files[k] = v
 	}
 	writeFiles(t, dir, files)
-	base, err := os.ReadFile(harness.Base(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "base.tar.zst"), base, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	copyBase(t, dir)
 	return dir
 }
 

@@ -58,13 +58,7 @@ func TestEveryShippedRecipeBuilds(t *testing.T) {
 			dir := harness.TempDirFor65534(t)
 			copyTree(t, filepath.Dir(filepath.Join(root, rel)), dir)
 			if h.base {
-				base, err := os.ReadFile(harness.Base(t))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(filepath.Join(dir, "base.tar.zst"), base, 0o644); err != nil {
-					t.Fatal(err)
-				}
+				copyBase(t, dir)
 			}
 			out := filepath.Join(dir, "out")
 			args := append([]string{"build", filepath.Base(rel), "-o", out, "--cache-dir", filepath.Join(dir, "cache")}, h.args...)

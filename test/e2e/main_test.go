@@ -115,6 +115,19 @@ func (r result) mustFail(t *testing.T, code int, wants ...string) result {
 	return r
 }
 
+// copyBase puts the test base into dir as base.tar.zst, the name the test
+// recipes give their base tarball.
+func copyBase(t *testing.T, dir string) {
+	t.Helper()
+	base, err := os.ReadFile(harness.Base(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "base.tar.zst"), base, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // writeFiles writes name -> content under dir; names ending in ".sh" are executable.
 func writeFiles(t *testing.T, dir string, files map[string]string) {
 	t.Helper()

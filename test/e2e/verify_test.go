@@ -111,13 +111,7 @@ func proofDir(t *testing.T, recipes map[string]string) string {
 		files[k] = v
 	}
 	writeFiles(t, dir, files)
-	base, err := os.ReadFile(harness.Base(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "base.tar.zst"), base, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	copyBase(t, dir)
 	return dir
 }
 
