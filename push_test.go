@@ -19,6 +19,7 @@ import (
 
 	"github.com/stamp-dev/stamp/formats"
 	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/rootfs/rootfstest"
 	"github.com/stamp-dev/stamp/test/harness"
 )
 
@@ -28,11 +29,7 @@ var pushEpoch = time.Unix(1700000000, 0).UTC()
 // layout's path and manifest digest.
 func pushLayout(t *testing.T, spec *formats.Spec, from string) (string, string) {
 	t.Helper()
-	tree, err := rootfs.New(t.TempDir(), rootfs.Options{DefaultMTime: pushEpoch})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tree.Close()
+	tree := rootfstest.New(t, pushEpoch)
 	for p, content := range map[string]string{"/etc/hostname": "node\n", "/usr/bin/tool": "#!/bin/sh\necho hi\n"} {
 		h := rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o755, MTime: pushEpoch}
 		if _, err := tree.Create(p, h, strings.NewReader(content)); err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stamp-dev/stamp/rootfs"
 	"github.com/stamp-dev/stamp/rootfs/compress"
+	"github.com/stamp-dev/stamp/rootfs/rootfstest"
 )
 
 // cpioBenchTree is shaped like test/cmd/gentree's tree: about total bytes in
@@ -20,11 +21,7 @@ import (
 // files of text, directories, symlinks and hard links.
 func cpioBenchTree(b *testing.B, total int64, entries int) (*rootfs.Tree, int64) {
 	b.Helper()
-	tree, err := rootfs.New(b.TempDir(), rootfs.Options{DefaultMTime: tarEpoch})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { tree.Close() })
+	tree := rootfstest.New(b, tarEpoch)
 	rng := rand.New(rand.NewPCG(1, 2))
 	word := make([]byte, 64<<10)
 	for i := range word {
@@ -57,6 +54,7 @@ func cpioBenchTree(b *testing.B, total int64, entries int) (*rootfs.Tree, int64)
 	}
 	for i := range links {
 		p := fmt.Sprintf("/d%03d/l%05d", i%dirs, i)
+		var err error
 		if i%2 == 1 {
 			_, err = tree.Link(p, fmt.Sprintf("/d%03d/f%05d", i%dirs, i), rootfs.Origin{})
 		} else {
@@ -124,11 +122,7 @@ func BenchmarkCpioVsGNU(b *testing.B) {
 // would take minutes; the generated tree of BenchmarkCpioVsGNU repeats
 // itself too much to say anything about compression).
 func BenchmarkCpioCompress(b *testing.B) {
-	tree, err := rootfs.New(b.TempDir(), rootfs.Options{DefaultMTime: tarEpoch})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { tree.Close() })
+	tree := rootfstest.New(b, tarEpoch)
 	blob := tarSemiRandom(24<<20, 5)
 	const files = 768
 	per := len(blob) / files

@@ -24,6 +24,7 @@ import (
 
 	"github.com/stamp-dev/stamp/rootfs"
 	"github.com/stamp-dev/stamp/rootfs/compress"
+	"github.com/stamp-dev/stamp/rootfs/rootfstest"
 	"github.com/stamp-dev/stamp/test/harness"
 )
 
@@ -638,11 +639,7 @@ func TestOCICancelled(t *testing.T) {
 // FuzzReadOCI feeds ReadOCI damaged oci-archives: it must return an error
 // or an image, never panic or read outside the archive.
 func FuzzReadOCI(f *testing.F) {
-	tree, err := rootfs.New(f.TempDir(), rootfs.Options{DefaultMTime: tarEpoch})
-	if err != nil {
-		f.Fatal(err)
-	}
-	defer tree.Close()
+	tree := rootfstest.New(f, tarEpoch)
 	if _, err := tree.Create("/etc/hostname", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, MTime: tarEpoch}, strings.NewReader("n\n")); err != nil {
 		f.Fatal(err)
 	}

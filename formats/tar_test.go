@@ -485,11 +485,7 @@ func tarSparseBomb() []byte {
 }
 
 func FuzzReadTar(f *testing.F) {
-	tree, err := rootfs.New(f.TempDir(), rootfs.Options{DefaultMTime: tarEpoch})
-	if err != nil {
-		f.Fatal(err)
-	}
-	defer tree.Close()
+	tree := rootfstest.New(f, tarEpoch)
 	for _, err := range []error{
 		tarErr(tree.Create("/etc/hostname", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, MTime: tarEpoch}, strings.NewReader("node\n"))),
 		tarErr(tree.Link("/etc/hn", "/etc/hostname", rootfs.Origin{})),
@@ -529,11 +525,7 @@ func FuzzReadTar(f *testing.F) {
 
 // tarBenchTree is about 64 MiB in 2048 files under 64 directories.
 func tarBenchTree(b *testing.B) (*rootfs.Tree, int64) {
-	tree, err := rootfs.New(b.TempDir(), rootfs.Options{DefaultMTime: tarEpoch})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { tree.Close() })
+	tree := rootfstest.New(b, tarEpoch)
 	blob := tarSemiRandom(64<<20, 3)
 	var total int64
 	for i := range 2048 {
