@@ -88,7 +88,7 @@ func (r *run) depmod(ctx context.Context, hc interp.HandlerContext, version stri
 	if !found {
 		return r.unhandled("depmod: the image has no depmod (kmod) to build the module indexes with")
 	}
-	scratch, err := os.MkdirTemp(filepath.Dir(t.Dir()), ".stamp-depmod-")
+	scratch, err := r.scratchDir(".stamp-depmod-")
 	if err != nil {
 		return fmt.Errorf("depmod: %w", err)
 	}
@@ -112,6 +112,18 @@ func (r *run) depmod(ctx context.Context, hc interp.HandlerContext, version stri
 	}
 	r.logf("depmod: built the module indexes of %s with the image's depmod", version)
 	return r.importIndexes(modHost, modDir, staged)
+}
+
+// scratchDir makes a scratch directory beside the tree, by an absolute
+// path: the staged loader runs with the scratch directory as its working
+// directory, where a relative path (a relative --work-dir) would no
+// longer lead to it.
+func (r *run) scratchDir(prefix string) (string, error) {
+	base, err := filepath.Abs(filepath.Dir(r.env.Tree.Dir()))
+	if err != nil {
+		return "", err
+	}
+	return os.MkdirTemp(base, prefix)
 }
 
 type stagedProgram struct {

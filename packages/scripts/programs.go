@@ -182,7 +182,7 @@ func cmdSshKeygen(r *run, hc interp.HandlerContext, args []string) error {
 	if file == "" || list == (typ != "") || !list && !pass {
 		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
 	}
-	scratch, err := os.MkdirTemp(filepath.Dir(r.env.Tree.Dir()), ".stamp-ssh-keygen-")
+	scratch, err := r.scratchDir(".stamp-ssh-keygen-")
 	if err != nil {
 		return err
 	}
@@ -304,7 +304,7 @@ func cmdJournalctl(r *run, hc interp.HandlerContext, args []string) error {
 		fmt.Fprintf(hc.Stderr, "%s: journalctl: not found\n", r.s.Name)
 		return exit(127)
 	}
-	scratch, err := os.MkdirTemp(filepath.Dir(t.Dir()), ".stamp-journalctl-")
+	scratch, err := r.scratchDir(".stamp-journalctl-")
 	if err != nil {
 		return err
 	}

@@ -442,7 +442,7 @@ func (r *run) pyCompile(ctx context.Context, hc interp.HandlerContext, version s
 		fmt.Fprintf(hc.Stderr, "%s: %s: not found\n", r.s.Name, interpPath)
 		return exit(127)
 	}
-	scratch, err := os.MkdirTemp(filepath.Dir(t.Dir()), ".stamp-python-")
+	scratch, err := r.scratchDir(".stamp-python-")
 	if err != nil {
 		return fmt.Errorf("python: %w", err)
 	}
