@@ -21,8 +21,8 @@ import (
 
 // Names of the files every build writes beside its outputs.
 const (
-	SumsFile     = "SHA256SUMS"
-	ManifestFile = "manifest.txt"
+	SumsFile     = attest.SumsFile
+	ManifestFile = attest.ManifestFile
 )
 
 // outputBase is the file name stem of an output: the recipe's name, plus the

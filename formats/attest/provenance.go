@@ -18,8 +18,10 @@ import (
 	"time"
 )
 
-// Names of the attestation files every build writes beside SHA256SUMS.
+// Names of the files every build writes beside its outputs.
 const (
+	SumsFile       = "SHA256SUMS"
+	ManifestFile   = "manifest.txt"
 	ProvenanceFile = "provenance.json"
 	SBOMFile       = "sbom.spdx.json"
 )

@@ -1,4 +1,9 @@
-package stamp
+// Package readback reads stamp's outputs back, without mounting them, and
+// compares them: what inspect prints and checks, what diff reports, and the
+// comparison half of verify (two builds' output directories, or a build and
+// an earlier SHA256SUMS). It reads through formats' readers and knows no
+// recipe: it sits under formats, whose imports it keeps.
+package readback
 
 import (
 	"context"
