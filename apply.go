@@ -18,7 +18,6 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
-	"github.com/stamp-dev/stamp/layers"
 	"github.com/stamp-dev/stamp/layers/cache"
 	"github.com/stamp-dev/stamp/recipes"
 	"github.com/stamp-dev/stamp/rootfs"
@@ -219,20 +218,9 @@ func applyOnScratch(ctx context.Context, rec *recipes.Recipe, phases []phase, c 
 		return nil, fmt.Errorf("apply: %w", err)
 	}
 	defer tree.Close()
-	for _, ph := range phases[1:] {
-		log.Infof("phase %s", ph.name)
-		for _, st := range ph.steps {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			env := &layers.Env{Tree: tree, Cache: c, Log: log.WithField("layer", st.label), Epoch: ep,
-				Arch: rec.Arch, Label: st.label, RecipeDir: rec.Dir, Progress: o.Progress}
-			start := time.Now()
-			if err := st.layer.Apply(ctx, env); err != nil {
-				return nil, err
-			}
-			log.Debugf("%s done in %s", st.label, time.Since(start).Round(time.Millisecond))
-		}
+	// The base is the root that is there.
+	if err := runPhases(ctx, rec, phases[1:], tree, c, ep, o); err != nil {
+		return nil, err
 	}
 	rep, err := tree.WriteBack(ctx)
 	if err != nil {

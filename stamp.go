@@ -14,7 +14,6 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/stamp-dev/stamp/layers"
 	"github.com/stamp-dev/stamp/layers/cache"
 	"github.com/stamp-dev/stamp/recipes"
 	"github.com/stamp-dev/stamp/rootfs"
@@ -179,20 +178,8 @@ func Build(ctx context.Context, rec *recipes.Recipe, o Options) (*Result, error)
 		return nil, err
 	}
 	defer tree.Close()
-	for _, ph := range phases {
-		log.Infof("phase %s", ph.name)
-		for _, st := range ph.steps {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			env := &layers.Env{Tree: tree, Cache: c, Log: log.WithField("layer", st.label), Epoch: ep,
-				Arch: rec.Arch, Label: st.label, RecipeDir: rec.Dir, Progress: o.Progress}
-			start := time.Now()
-			if err := st.layer.Apply(ctx, env); err != nil {
-				return nil, err
-			}
-			log.WithField("entries", tree.Len()).Debugf("%s done in %s", st.label, time.Since(start).Round(time.Millisecond))
-		}
+	if err := runPhases(ctx, rec, phases, tree, c, ep, &o); err != nil {
+		return nil, err
 	}
 	sealOpts := rootfs.SealOptions{Epoch: ep, NoDefaultCleanup: !rec.Seal.Cleanup.Default, Cleanup: rec.Seal.Cleanup.Globs}
 	rep, err := rootfs.Seal(ctx, tree, sealOpts)
