@@ -466,7 +466,13 @@ func (r *run) pyCompile(ctx context.Context, hc interp.HandlerContext, version s
 		}
 	}
 	var stdin bytes.Buffer
-	var staged []pyCompileJob
+	// staged pairs each job that could be staged with the .pyc the
+	// interpreter writes for it.
+	type stagedJob struct {
+		job pyCompileJob
+		out string
+	}
+	var staged []stagedJob
 	for i, j := range jobs {
 		s := filepath.Join(src, strconv.Itoa(i)+".py")
 		if err := r.stageResolved(j.src, s); err != nil {
@@ -476,7 +482,7 @@ func (r *run) pyCompile(ctx context.Context, hc interp.HandlerContext, version s
 		}
 		c := filepath.Join(out, strconv.Itoa(i)+".pyc")
 		fmt.Fprintf(&stdin, "%s\n%s\n%s\n", s, c, j.src)
-		staged = append(staged, pyCompileJob{src: j.src, pyc: c})
+		staged = append(staged, stagedJob{j, c})
 	}
 	argv := []string{"--inhibit-cache", "--library-path", sp.libDir, "--argv0", interpPath, sp.prog, "-S", "-s"}
 	if optimize {
@@ -496,12 +502,12 @@ func (r *run) pyCompile(ctx context.Context, hc interp.HandlerContext, version s
 	if runErr != nil && !errors.As(runErr, &ee) {
 		return fmt.Errorf("python%s: %w", version, runErr)
 	}
-	for i, j := range staged {
-		b, err := os.ReadFile(j.pyc)
+	for _, sj := range staged {
+		b, err := os.ReadFile(sj.out)
 		if err != nil {
 			continue // its error is in the output above
 		}
-		if err := r.writePyc(jobs[indexOf(jobs, j.src, i)], b); err != nil {
+		if err := r.writePyc(sj.job, b); err != nil {
 			return err
 		}
 	}
@@ -510,18 +516,6 @@ func (r *run) pyCompile(ctx context.Context, hc interp.HandlerContext, version s
 	}
 	r.logf("python%s: compiled %d modules with the image's interpreter", version, len(staged))
 	return nil
-}
-
-func indexOf(jobs []pyCompileJob, src string, hint int) int {
-	if hint < len(jobs) && jobs[hint].src == src {
-		return hint
-	}
-	for i, j := range jobs {
-		if j.src == src {
-			return i
-		}
-	}
-	return hint
 }
 
 // writePyc puts a compiled module into the tree: __pycache__ made as
