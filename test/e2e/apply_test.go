@@ -176,12 +176,30 @@ func makeApplyRoot(t *testing.T, root string) {
 	})
 }
 
-func writeApplyRecipe(t *testing.T, dir string) {
+// applyFiles are the recipe most apply tests use and its hook.
+var applyFiles = map[string]string{
+	"recipe.yaml":   applyRecipe,
+	"hooks/motd.sh": "#!/bin/sh\necho 'applied by stamp' >> \"$STAMP_ROOT/etc/motd\"\n",
+}
+
+// applyDir is a fresh directory holding files and, under root/, a root
+// made by makeApplyRoot.
+func applyDir(t *testing.T, files map[string]string) (dir, root string) {
 	t.Helper()
-	writeFiles(t, dir, map[string]string{
-		"recipe.yaml":   applyRecipe,
-		"hooks/motd.sh": "#!/bin/sh\necho 'applied by stamp' >> \"$STAMP_ROOT/etc/motd\"\n",
-	})
+	dir = t.TempDir()
+	root = filepath.Join(dir, "root")
+	makeApplyRoot(t, root)
+	writeFiles(t, dir, files)
+	return dir, root
+}
+
+// rootIs fails the test unless root lists as want did; what names the
+// step that should have given it back.
+func rootIs(t *testing.T, root, want, what string) {
+	t.Helper()
+	if got := listRoot(t, root); got != want {
+		t.Fatalf("%s did not give back the root:\n%s", what, diffLines(want, got))
+	}
 }
 
 // listRoot is one line per path of root with everything apply may change:
@@ -315,10 +333,7 @@ type applyPlanJSON struct {
 // root exactly as it was; the changes it names are the ones apply then
 // makes.
 func TestApplyDryRun(t *testing.T) {
-	dir := t.TempDir()
-	root := filepath.Join(dir, "root")
-	makeApplyRoot(t, root)
-	writeApplyRecipe(t, dir)
+	dir, root := applyDir(t, applyFiles)
 	cache := filepath.Join(dir, "cache")
 	orig := listRoot(t, root)
 
@@ -403,10 +418,7 @@ func TestApplyDryRun(t *testing.T) {
 // apply then apply --undo gives back the root exactly, and a second undo,
 // or a second apply before the undo, is refused.
 func TestApplyUndo(t *testing.T) {
-	dir := t.TempDir()
-	root := filepath.Join(dir, "root")
-	makeApplyRoot(t, root)
-	writeApplyRecipe(t, dir)
+	dir, root := applyDir(t, applyFiles)
 	cache := filepath.Join(dir, "cache")
 	orig := listRoot(t, root)
 
@@ -437,9 +449,7 @@ func TestApplyUndo(t *testing.T) {
 	start = time.Now()
 	stamp(t, dir, nil, "apply", "--undo", "--root", root).mustSucceed(t)
 	t.Logf("undo: %s", time.Since(start).Round(time.Millisecond))
-	if got := listRoot(t, root); got != orig {
-		t.Fatalf("undo did not give back the root:\n%s", diffLines(orig, got))
-	}
+	rootIs(t, root, orig, "undo")
 	stamp(t, dir, nil, "apply", "--undo", "--root", root).mustFail(t, 1, "nothing to undo")
 }
 
@@ -451,7 +461,7 @@ func TestApplyUndoAs65534(t *testing.T) {
 	dir := harness.TempDirFor65534(t)
 	root := filepath.Join(dir, "root")
 	makeApplyRootAs65534(t, dir, root)
-	writeApplyRecipe(t, dir)
+	writeFiles(t, dir, applyFiles)
 	chownTree(t, dir, harness.NobodyUID)
 	cache := filepath.Join(dir, "cache")
 	orig := listRoot(t, root)
@@ -471,9 +481,7 @@ func TestApplyUndoAs65534(t *testing.T) {
 		t.Errorf("/etc/hostname after apply as 65534: %q", b)
 	}
 	stampAs65534(t, dir, nil, "apply", "--undo", "--root", root).mustSucceed(t)
-	if got := listRoot(t, root); got != orig {
-		t.Fatalf("undo as 65534 did not give back the root:\n%s", diffLines(orig, got))
-	}
+	rootIs(t, root, orig, "undo as 65534")
 }
 
 // makeApplyRootAs65534 builds the test root as 65534 would have it: made
@@ -524,10 +532,7 @@ func chownTree(t *testing.T, dir string, uid int) {
 // Undo refuses to overwrite what was changed after apply, names it, and
 // changes nothing; --force undoes anyway.
 func TestApplyUndoRefusesChangedFile(t *testing.T) {
-	dir := t.TempDir()
-	root := filepath.Join(dir, "root")
-	makeApplyRoot(t, root)
-	writeApplyRecipe(t, dir)
+	dir, root := applyDir(t, applyFiles)
 	cache := filepath.Join(dir, "cache")
 	orig := listRoot(t, root)
 	stamp(t, dir, nil, "apply", "recipe.yaml", "--root", root, "--cache-dir", cache).mustSucceed(t)
@@ -542,9 +547,7 @@ func TestApplyUndoRefusesChangedFile(t *testing.T) {
 		t.Fatalf("a refused undo changed the root:\n%s", diffLines(edited, got))
 	}
 	stamp(t, dir, nil, "apply", "--undo", "--force", "--root", root).mustSucceed(t)
-	if got := listRoot(t, root); got != orig {
-		t.Fatalf("undo --force did not give back the root:\n%s", diffLines(orig, got))
-	}
+	rootIs(t, root, orig, "undo --force")
 }
 
 // apply stays on the root's own file system, as cp -x does, so that
@@ -554,10 +557,7 @@ func TestApplyStaysOnRootFileSystem(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to mount a tmpfs (CI runs as root)")
 	}
-	dir := t.TempDir()
-	root := filepath.Join(dir, "root")
-	makeApplyRoot(t, root)
-	writeApplyRecipe(t, dir)
+	dir, root := applyDir(t, applyFiles)
 	mnt := filepath.Join(root, "srv/data")
 	if err := os.MkdirAll(mnt, 0o755); err != nil {
 		t.Fatal(err)
@@ -579,9 +579,7 @@ func TestApplyStaysOnRootFileSystem(t *testing.T) {
 		t.Errorf("apply changed the mounted file system: %q, %v", b, err)
 	}
 	stamp(t, dir, nil, "apply", "--undo", "--root", root).mustSucceed(t)
-	if got := listRoot(t, root); got != orig {
-		t.Fatalf("undo did not give back the root:\n%s", diffLines(orig, got))
-	}
+	rootIs(t, root, orig, "undo")
 
 	// A recipe that would remove the mount point fails before it changes
 	// anything, naming it; the dry run warns.
@@ -654,18 +652,13 @@ provision:
 	start = time.Now()
 	stamp(t, dir, nil, "apply", "--undo", "--root", root).mustSucceed(t)
 	t.Logf("undo: %s", time.Since(start).Round(time.Millisecond))
-	if got := listRoot(t, root); got != orig {
-		t.Fatalf("undo did not give back the root:\n%s", diffLines(orig, got))
-	}
+	rootIs(t, root, orig, "undo")
 }
 
 // A recipe that would take the record's place fails before it changes
 // anything, naming the path; its dry run warns.
 func TestApplyRefusesRecordPlace(t *testing.T) {
-	dir := t.TempDir()
-	root := filepath.Join(dir, "root")
-	makeApplyRoot(t, root)
-	writeFiles(t, dir, map[string]string{"recipe.yaml": `apiVersion: stamp.dev/v1alpha1
+	dir, root := applyDir(t, map[string]string{"recipe.yaml": `apiVersion: stamp.dev/v1alpha1
 kind: Recipe
 name: squat
 epoch: 1700000000
@@ -761,18 +754,13 @@ customize:
 		t.Errorf("user.stamp on /usr/bin/capped: %q, %v", v[:max(n, 0)], err)
 	}
 	stamp(t, dir, nil, "apply", "--undo", "--root", root).mustSucceed(t)
-	if got := listRoot(t, root); got != orig {
-		t.Fatalf("undo did not give back the root:\n%s", diffLines(orig, got))
-	}
+	rootIs(t, root, orig, "undo")
 }
 
 // A recipe that changes nothing in the root leaves it exactly as it was,
 // with no record, so there is nothing to undo.
 func TestApplyNothingToChange(t *testing.T) {
-	dir := t.TempDir()
-	root := filepath.Join(dir, "root")
-	makeApplyRoot(t, root)
-	writeFiles(t, dir, map[string]string{"recipe.yaml": `apiVersion: stamp.dev/v1alpha1
+	dir, root := applyDir(t, map[string]string{"recipe.yaml": `apiVersion: stamp.dev/v1alpha1
 kind: Recipe
 name: noop
 epoch: 1700000000
