@@ -2,6 +2,7 @@ package scripts
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -40,5 +41,30 @@ func TestPy3clean(t *testing.T) {
 	}, "\n")
 	if got != want {
 		t.Errorf("after py3clean:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// TestShebangOptions: a script whose #! line says sh -e stops at the
+// first failing command, as sh would run it.
+func TestShebangOptions(t *testing.T) {
+	tr := newTree(t)
+	err := Run(context.Background(), env(tr), Script{Package: "foo", Name: "postinst", Body: []byte("#!/bin/sh -e\nfalse\necho after > /out\n")}, "configure", "")
+	var se *ScriptError
+	if !errors.As(err, &se) || se.Status != 1 {
+		t.Errorf("err = %v, want exit status 1", err)
+	}
+	if len(snapshot(tr, "/out")) > 0 {
+		t.Error("the script went on after a failing command")
+	}
+	if err := Run(context.Background(), env(tr), Script{Package: "foo", Name: "postinst", Body: []byte("#!/bin/sh\nfalse\necho after > /out\n")}, "configure", ""); err != nil {
+		t.Errorf("without -e: %v", err)
+	}
+	// trap ... 0 is an EXIT trap; traps on signals never fire offline.
+	body := "#!/bin/sh -e\ncleanup() { rm -f /tmp/x; }\ntrap cleanup 0\ntrap 'exit 1' 1 2 3 13 15\necho > /tmp/x\n"
+	if err := Run(context.Background(), env(tr), Script{Package: "foo", Name: "postinst", Body: []byte(body)}, "configure", ""); err != nil {
+		t.Fatal(err)
+	}
+	if left := snapshot(tr, "/tmp/x"); len(left) > 0 {
+		t.Errorf("the EXIT trap did not run: %v", left)
 	}
 }

@@ -183,10 +183,12 @@ func (r *run) interpret(ctx context.Context, vars, args []string, stdout, stderr
 		return &UnhandledError{Package: s.Package, Script: s.Name, What: fmt.Sprintf("shell syntax (%v)", err)}
 	}
 	var output bytes.Buffer
+	// Options on the #! line (#!/bin/sh -e) are the shell's options.
+	params := append(shebangOptions(s.Body), "--")
 	runner, err := interp.New(
 		interp.Env(expand.ListEnviron(vars...)),
 		interp.Dir(r.env.Tree.Dir()),
-		interp.Params(append([]string{"--"}, args...)...),
+		interp.Params(append(params, args...)...),
 		interp.StdIO(strings.NewReader(""), io.MultiWriter(stdout, &output), io.MultiWriter(stderr, &output)),
 		interp.CallHandler(r.call),
 		interp.ExecHandlers(func(interp.ExecHandlerFunc) interp.ExecHandlerFunc { return r.exec }),
@@ -227,6 +229,31 @@ func shebang(b []byte) string {
 		return f[1]
 	}
 	return f[0]
+}
+
+// shebangOptions returns the single-letter options of a #! line that set
+// shell options (-e, -u), which sh takes from there as from set.
+func shebangOptions(b []byte) []string {
+	if !bytes.HasPrefix(b, []byte("#!")) {
+		return nil
+	}
+	line, _, _ := bytes.Cut(b[2:], []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) > 0 && path.Base(f[0]) == "env" {
+		f = f[1:]
+	}
+	var out []string
+	for _, o := range f[min(1, len(f)):] {
+		if !strings.HasPrefix(o, "-") || o == "-" || o == "--" {
+			continue
+		}
+		for _, c := range o[1:] {
+			if c == 'e' || c == 'u' {
+				out = append(out, "-"+string(c))
+			}
+		}
+	}
+	return out
 }
 
 func (r *run) logf(format string, args ...any) {
@@ -303,6 +330,25 @@ func (r *run) call(ctx context.Context, args []string) ([]string, error) {
 		}
 	case "type":
 		return append([]string{"stamp-command-v"}, args[1:]...), nil
+	case "trap":
+		// Signal 0 is EXIT, which the interpreter knows only by name;
+		// no other signal reaches an offline script, so traps on them
+		// are dropped rather than refused.
+		if len(args) >= 3 && args[1] != "-p" && args[1] != "-l" {
+			out := []string{args[0], args[1]}
+			for _, c := range args[2:] {
+				switch strings.ToUpper(strings.TrimPrefix(c, "SIG")) {
+				case "0", "EXIT":
+					out = append(out, "EXIT")
+				case "ERR":
+					out = append(out, "ERR")
+				}
+			}
+			if len(out) == 2 {
+				return []string{"true"}, nil
+			}
+			return out, nil
+		}
 	case "umask":
 		// The interpreter has no umask of its own; the handler keeps the
 		// script's, which the files it creates are made with.
