@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/rootfs/hashio"
 )
 
 // Where apply keeps, inside the root, what undo needs.
@@ -308,7 +309,7 @@ func (d *dirTree) backup(p, digest string, ep time.Time) error {
 			if err := unix.Linkat(fd, n, bfd, tmpName, 0); err != nil {
 				return err
 			}
-			got, err := fileDigest(procPath(bfd, tmpName))
+			got, _, err := hashio.File(procPath(bfd, tmpName), true)
 			if err == nil && got != digest {
 				err = fmt.Errorf("changed while apply ran (sha256 %s, scanned as %s)", got, digest)
 			}

@@ -2,8 +2,6 @@ package stamp
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/rootfs/hashio"
 )
 
 // EntryState is what a root directory holds at one path, as read from the
@@ -125,7 +124,7 @@ func statNode(hp, p string, known func(string, int64) string) (*node, error) {
 			n.SHA256 = known(p, st.Size)
 		}
 		if n.SHA256 == "" {
-			if n.SHA256, err = fileDigest(hp); err != nil {
+			if n.SHA256, _, err = hashio.File(hp, true); err != nil {
 				return nil, err
 			}
 		}
@@ -182,19 +181,6 @@ func setLinks(nodes []*node) {
 			}
 		}
 	}
-}
-
-func fileDigest(hp string) (string, error) {
-	f, err := os.OpenFile(hp, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // readXattrs reads every extended attribute of hp without following a

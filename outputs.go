@@ -3,10 +3,7 @@ package stamp
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -17,6 +14,7 @@ import (
 	"github.com/stamp-dev/stamp/recipes"
 	"github.com/stamp-dev/stamp/rootfs"
 	"github.com/stamp-dev/stamp/rootfs/compress"
+	"github.com/stamp-dev/stamp/rootfs/hashio"
 )
 
 // Names of the files every build writes beside its outputs.
@@ -110,7 +108,7 @@ func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, work str
 	for _, name := range sumFiles {
 		h, ok := known[name]
 		if !ok {
-			if h, err = fileSHA256(filepath.Join(staging, name)); err != nil {
+			if h, _, err = hashio.File(filepath.Join(staging, name), false); err != nil {
 				return nil, err
 			}
 		}
@@ -228,17 +226,4 @@ func seed(rec *recipes.Recipe) string {
 		return rec.Seed
 	}
 	return rec.Name
-}
-
-func fileSHA256(p string) (string, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("%s: %w", p, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stamp-dev/stamp/formats/attest"
 	"github.com/stamp-dev/stamp/layers"
 	"github.com/stamp-dev/stamp/recipes"
+	"github.com/stamp-dev/stamp/rootfs/hashio"
 )
 
 // Names of the attestation files every build writes beside SHA256SUMS.
@@ -32,7 +33,7 @@ func dependencies(rec *recipes.Recipe, phases []phase, inputs []plannedInput) ([
 			if !ok {
 				continue
 			}
-			sum, err := fileSHA256(h.Run)
+			sum, _, err := hashio.File(h.Run, false)
 			if err != nil {
 				return nil, fmt.Errorf("%s: hook %s: %w", st.label, h.Run, err)
 			}
@@ -48,7 +49,7 @@ func recipeDigest(rec *recipes.Recipe) (string, error) {
 	if rec.Path == "" {
 		return "", nil
 	}
-	sum, err := fileSHA256(rec.Path)
+	sum, _, err := hashio.File(rec.Path, false)
 	if err != nil {
 		return "", fmt.Errorf("recipe: %w", err)
 	}

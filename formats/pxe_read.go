@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+
+	"github.com/stamp-dev/stamp/rootfs/hashio"
 )
 
 // pxeImageReader reads a pxe bundle directory: the tree is in its
@@ -46,7 +48,7 @@ func (pxeImageReader) Read(ctx context.Context, h *Head) (*Image, error) {
 		splitRecorded(im, "initrd")
 	}
 	for _, name := range []string{PXEKernel, PXEScript, PXELinuxCfg, PXESums} {
-		sum, size, err := fileDigest(filepath.Join(h.Path, filepath.FromSlash(name)))
+		sum, size, err := hashio.File(filepath.Join(h.Path, filepath.FromSlash(name)), false)
 		if err != nil {
 			return nil, err
 		}

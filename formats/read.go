@@ -3,8 +3,6 @@ package formats
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -252,20 +250,6 @@ const maxRecord = 256 << 20
 // which the record cannot list.
 func holdsRecordPath(p string) bool {
 	return p == rootfs.RecordPath || strings.HasPrefix(rootfs.RecordPath, strings.TrimSuffix(p, "/")+"/")
-}
-
-func fileDigest(p string) (string, int64, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", 0, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return "", 0, fmt.Errorf("%s: %w", p, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), n, nil
 }
 
 // splitRecorded moves every entry of im.Entries that the embedded record

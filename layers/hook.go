@@ -3,18 +3,17 @@ package layers
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"os/exec"
 	"slices"
 	"strconv"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/stamp-dev/stamp/rootfs/hashio"
 )
 
 // Hook runs a host program on the tree's directory, then folds what it did
@@ -32,10 +31,11 @@ func (l *Hook) Kind() string { return "hook" }
 const HookPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 func (l *Hook) Apply(ctx context.Context, env *Env) error {
-	digest, err := fileDigest(l.Run)
+	sum, _, err := hashio.File(l.Run, false)
 	if err != nil {
 		return fmt.Errorf("%s: hook %s: %w", env.Label, l.Run, err)
 	}
+	digest := "sha256:" + sum
 	// umask is set by a shell so the program's own files get the same
 	// permission bits whoever runs the build.
 	args := append([]string{"-c", `umask 022; exec "$0" "$@"`, l.Run}, l.Args...)
@@ -102,17 +102,4 @@ func logLines(r io.Reader, log func(string)) {
 		log(sc.Text())
 	}
 	io.Copy(io.Discard, r)
-}
-
-func fileDigest(p string) (string, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
 }

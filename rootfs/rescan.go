@@ -2,14 +2,13 @@ package rootfs
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"github.com/stamp-dev/stamp/rootfs/hashio"
 )
 
 // Changes lists what a rescan folded into the index.
@@ -144,7 +143,7 @@ func (t *Tree) rescan(ctx context.Context, origin Origin, owners *diskOwners) (*
 		switch typ {
 		case TypeRegular:
 			if e.Type == TypeRegular {
-				size, digest, err := hashFile(hp)
+				digest, size, err := hashio.File(hp, true)
 				if err != nil {
 					return fmt.Errorf("%s: %w", p, err)
 				}
@@ -248,7 +247,7 @@ func (t *Tree) inodeFromDisk(hp string, fi os.FileInfo, typ Type, owners *diskOw
 	}
 	switch typ {
 	case TypeRegular:
-		size, digest, err := hashFile(hp)
+		digest, size, err := hashio.File(hp, true)
 		if err != nil {
 			return nil, err
 		}
@@ -265,20 +264,6 @@ func (t *Tree) inodeFromDisk(hp string, fi os.FileInfo, typ Type, owners *diskOw
 		}
 	}
 	return in, nil
-}
-
-func hashFile(hp string) (int64, string, error) {
-	f, err := os.OpenFile(hp, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		return 0, "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return 0, "", err
-	}
-	return n, hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // WalkDir walks a host directory as the tree's options say: in byte order,

@@ -17,6 +17,7 @@ import (
 	"github.com/stamp-dev/stamp/formats"
 	"github.com/stamp-dev/stamp/formats/attest"
 	"github.com/stamp-dev/stamp/rootfs/compress"
+	"github.com/stamp-dev/stamp/rootfs/hashio"
 )
 
 // OutputCheck is the comparison of one output file between two builds.
@@ -103,10 +104,10 @@ func CompareBuilds(ctx context.Context, a, b string) ([]OutputCheck, error) {
 	for _, f := range attestationFiles {
 		c := OutputCheck{Name: f.name, Format: f.format, Offset: -1, PlainOffset: -1}
 		pa, pb := filepath.Join(a, f.name), filepath.Join(b, f.name)
-		if c.SHA256A, err = fileSHA256(pa); err != nil {
+		if c.SHA256A, _, err = hashio.File(pa, false); err != nil {
 			c.Notes = append(c.Notes, err.Error())
 		}
-		if c.SHA256B, err = fileSHA256(pb); err != nil {
+		if c.SHA256B, _, err = hashio.File(pb, false); err != nil {
 			c.Notes = append(c.Notes, err.Error())
 		}
 		if !c.Match() && len(c.Notes) == 0 {
@@ -379,7 +380,7 @@ func CompareAgainst(ctx context.Context, sumsPath, dir string) (checks []OutputC
 		if c.Match() || c.SHA256A == "" || c.SHA256B == "" {
 			continue
 		}
-		if got, err := fileSHA256(filepath.Join(earlierDir, c.Name)); err != nil || got != c.SHA256A {
+		if got, _, err := hashio.File(filepath.Join(earlierDir, c.Name), false); err != nil || got != c.SHA256A {
 			c.Changes, c.Offset, c.PlainOffset, c.Region = nil, -1, -1, ""
 			c.Notes = []string{"the earlier output is not beside its SHA256SUMS, so only the digests can be compared"}
 		}
@@ -432,19 +433,6 @@ func isSHA256Hex(h string) bool {
 	}
 	_, err := hex.DecodeString(h)
 	return err == nil
-}
-
-func fileSHA256(p string) (string, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("%s: %w", p, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 func bytesSHA256(b []byte) string {

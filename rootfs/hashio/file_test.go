@@ -1,0 +1,41 @@
+package hashio
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// TestFileMatchesSha256sum checks File against coreutils' sha256sum, and
+// that noFollow refuses a symlink that File otherwise follows.
+func TestFileMatchesSha256sum(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	data := strings.Repeat("stamp\n", 100000)
+	if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("sha256sum", p).Output()
+	if err != nil {
+		t.Fatalf("sha256sum: %v", err)
+	}
+	want := strings.Fields(string(out))[0]
+	sum, n, err := File(p, true)
+	if err != nil || sum != want || n != int64(len(data)) {
+		t.Errorf("File = %s %d %v, want %s %d", sum, n, err, want, len(data))
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink("f", link); err != nil {
+		t.Fatal(err)
+	}
+	if sum, _, err := File(link, false); err != nil || sum != want {
+		t.Errorf("following a symlink: %s %v", sum, err)
+	}
+	if _, _, err := File(link, true); !errors.Is(err, syscall.ELOOP) {
+		t.Errorf("noFollow on a symlink: err = %v, want ELOOP", err)
+	}
+}
