@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"strings"
 
 	"github.com/diskfs/go-diskfs/partition/gpt"
@@ -141,7 +140,7 @@ func WriteGPT(w io.WriterAt, size int64, diskGUID [16]byte, parts []Partition) e
 			Attributes: p.Attributes,
 		})
 	}
-	if err := t.Write(&file{w: w, size: size}, size); err != nil {
+	if err := t.Write(WriteOnly(w, size), size); err != nil {
 		return fmt.Errorf("gpt: %w", err)
 	}
 	return nil
@@ -149,7 +148,7 @@ func WriteGPT(w io.WriterAt, size int64, diskGUID [16]byte, parts []Partition) e
 
 // ReadGPT reads the partition table of a disk of size bytes.
 func ReadGPT(r io.ReaderAt, size int64) (diskGUID string, parts []Partition, err error) {
-	t, err := gpt.Read(&file{r: r, size: size}, SectorSize, SectorSize)
+	t, err := gpt.Read(ReadOnly(r, size), SectorSize, SectorSize)
 	if err != nil {
 		return "", nil, fmt.Errorf("gpt: %w", err)
 	}
@@ -195,48 +194,4 @@ func parseUUID(s string) ([16]byte, error) {
 		u[i] = b
 	}
 	return u, nil
-}
-
-// file adapts an io.WriterAt or io.ReaderAt to the file go-diskfs wants. It
-// has no Sync, so go-diskfs does not fsync after each of its four writes:
-// the caller syncs the whole image once.
-type file struct {
-	w    io.WriterAt
-	r    io.ReaderAt
-	size int64
-	off  int64
-}
-
-func (f *file) Stat() (fs.FileInfo, error) { return nil, errors.New("gpt: no file info") }
-func (f *file) Close() error               { return nil }
-func (f *file) Read(b []byte) (int, error) {
-	n, err := f.ReadAt(b, f.off)
-	f.off += int64(n)
-	return n, err
-}
-
-func (f *file) ReadAt(b []byte, off int64) (int, error) {
-	if f.r == nil {
-		return 0, errors.New("gpt: not readable")
-	}
-	return f.r.ReadAt(b, off)
-}
-
-func (f *file) WriteAt(b []byte, off int64) (int, error) {
-	if f.w == nil {
-		return 0, errors.New("gpt: not writable")
-	}
-	return f.w.WriteAt(b, off)
-}
-
-func (f *file) Seek(off int64, whence int) (int64, error) {
-	switch whence {
-	case io.SeekStart:
-		f.off = off
-	case io.SeekCurrent:
-		f.off += off
-	case io.SeekEnd:
-		f.off = f.size + off
-	}
-	return f.off, nil
 }

@@ -8,17 +8,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"path"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/diskfs/go-diskfs/backend"
 	dext4 "github.com/diskfs/go-diskfs/filesystem/ext4"
 
+	"github.com/stamp-dev/stamp/disk"
 	"github.com/stamp-dev/stamp/rootfs"
 )
 
@@ -159,51 +157,12 @@ func uuidString(b []byte) string {
 // ReadFile reads the file at p (absolute) of the ext4 file system in the
 // partition at start of the disk r of size bytes.
 func ReadFile(r io.ReaderAt, size, start, psize int64, p string) ([]byte, error) {
-	fsys, err := dext4.Read(&storage{r: r, size: size}, psize, start, 512)
+	fsys, err := dext4.Read(disk.ReadOnly(r, size), psize, start, 512)
 	if err != nil {
 		return nil, err
 	}
 	return fsys.ReadFile(strings.TrimPrefix(p, "/"))
 }
-
-// storage adapts an io.ReaderAt to go-diskfs's read-only backend.
-type storage struct {
-	r    io.ReaderAt
-	size int64
-	off  int64
-}
-
-func (s *storage) Stat() (fs.FileInfo, error) { return nil, errors.New("disk image: no file info") }
-
-func (s *storage) Close() error { return nil }
-
-func (s *storage) Read(b []byte) (int, error) {
-	n, err := s.ReadAt(b, s.off)
-	s.off += int64(n)
-	return n, err
-}
-
-func (s *storage) ReadAt(b []byte, off int64) (int, error) { return s.r.ReadAt(b, off) }
-
-func (s *storage) Seek(off int64, whence int) (int64, error) {
-	switch whence {
-	case io.SeekStart:
-		s.off = off
-	case io.SeekCurrent:
-		s.off += off
-	case io.SeekEnd:
-		s.off = s.size + off
-	}
-	return s.off, nil
-}
-
-func (s *storage) Sys() (*os.File, error) { return nil, errors.New("disk image: not an os.File") }
-
-func (s *storage) Writable() (backend.WritableFile, error) {
-	return nil, errors.New("disk image: read only")
-}
-
-func (s *storage) Path() string { return "" }
 
 // Read reads every entry of the ext4 file system in the partition at
 // start, hashing file contents. Hard links are the non-directory entries
@@ -215,7 +174,7 @@ func (s *storage) Path() string { return "" }
 // It also returns where each file's data lies on the disk, so an offset in
 // a data block names the file.
 func Read(ctx context.Context, r io.ReaderAt, size, start, psize int64, sb *Super) ([]*rootfs.Entry, []Region, error) {
-	fsys, err := dext4.Read(&storage{r: r, size: size}, psize, start, 512)
+	fsys, err := dext4.Read(disk.ReadOnly(r, size), psize, start, 512)
 	if err != nil {
 		return nil, nil, err
 	}
