@@ -232,17 +232,6 @@ func sortedEntries(byPath map[string]*rootfs.Entry) []*rootfs.Entry {
 	return entries
 }
 
-type countingReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
-}
-
 // maxRecord bounds the embedded record a reader keeps in memory.
 const maxRecord = 256 << 20
 

@@ -52,7 +52,8 @@ func (tarReader) Read(ctx context.Context, h *Head) (*Image, error) {
 // record's bytes. It shares tarEntry with ReadTar, so both read members the
 // same way.
 func readTarRegions(ctx context.Context, r io.Reader, im *Image) ([]*rootfs.Entry, error) {
-	cr := &countingReader{r: r}
+	var consumed int64
+	cr := rootfs.CountReader(r, func(n int64) { consumed += n })
 	tr := tar.NewReader(cr)
 	byPath := map[string]*rootfs.Entry{}
 	buf := make([]byte, 256<<10)
@@ -71,7 +72,7 @@ func readTarRegions(ctx context.Context, r io.Reader, im *Image) ([]*rootfs.Entr
 			return nil, fmt.Errorf("tar: after %s: %w", last, err)
 		}
 		last = fmt.Sprintf("%q", hdr.Name)
-		dataStart := cr.n
+		dataStart := consumed
 		im.Regions = append(im.Regions, Region{Name: fmt.Sprintf("tar member %s (header)", hdr.Name), Offset: hdrStart, Size: dataStart - hdrStart})
 		if hdr.Typeflag == tar.TypeXGlobalHeader {
 			dataEnd = dataStart
@@ -86,7 +87,7 @@ func readTarRegions(ctx context.Context, r io.Reader, im *Image) ([]*rootfs.Entr
 		if err != nil {
 			return nil, fmt.Errorf("tar: member %q: %w", hdr.Name, err)
 		}
-		dataEnd = cr.n
+		dataEnd = consumed
 		if dataEnd > dataStart {
 			im.Regions = append(im.Regions, Region{Name: fmt.Sprintf("tar member %s (data)", hdr.Name), Offset: dataStart, Size: dataEnd - dataStart})
 		}
@@ -104,8 +105,8 @@ func readTarRegions(ctx context.Context, r io.Reader, im *Image) ([]*rootfs.Entr
 	if _, err := io.Copy(io.Discard, cr); err != nil {
 		return nil, fmt.Errorf("tar: after end of archive: %w", err)
 	}
-	if end := (dataEnd + 511) &^ 511; cr.n > end {
-		im.Regions = append(im.Regions, Region{Name: "tar end of archive", Offset: end, Size: cr.n - end})
+	if end := (dataEnd + 511) &^ 511; consumed > end {
+		im.Regions = append(im.Regions, Region{Name: "tar end of archive", Offset: end, Size: consumed - end})
 	}
 	return sortedEntries(byPath), nil
 }

@@ -167,7 +167,7 @@ func (l *OCI) writeBlob(env *Env, d v1.Descriptor, dst string, h rootfs.Header) 
 	if err != nil {
 		return err
 	}
-	e, err := env.Tree.Create(rp, h, &countingReader{r: r, add: add})
+	e, err := env.Tree.Create(rp, h, rootfs.CountReader(r, add))
 	if err != nil {
 		return err
 	}
@@ -279,7 +279,7 @@ func ociExtractLayer(ctx context.Context, env *Env, t *rootfs.Tree, d v1.Descrip
 	defer r.Close()
 	add, done := env.progress("unpack "+ociShortDigest(d.Digest.String()), d.Size)
 	defer done()
-	cr := &countingReader{r: r, add: add}
+	cr := rootfs.CountReader(r, add)
 	dr, _, err := compress.NewReaderAuto(cr)
 	if err != nil {
 		return err

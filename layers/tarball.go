@@ -39,7 +39,7 @@ func (l *Tarball) Apply(ctx context.Context, env *Env) error {
 	}
 	add, done := env.progress("unpack "+path.Base(l.Input.URI), total)
 	defer done()
-	cr := &countingReader{r: r, add: add}
+	cr := rootfs.CountReader(r, add)
 	dr, _, err := compress.NewReaderAuto(cr)
 	if err != nil {
 		return fmt.Errorf("%s: %s: %w", env.Label, l.Input.URI, err)
@@ -63,17 +63,6 @@ func (l *Tarball) Apply(ctx context.Context, env *Env) error {
 	}
 	env.Log.WithField("entries", n).Debugf("%s: unpacked %s", env.Label, l.Input.URI)
 	return nil
-}
-
-type countingReader struct {
-	r   io.Reader
-	add func(int64)
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.add(int64(n))
-	return n, err
 }
 
 func fileSize(p string) int64 {
