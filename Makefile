@@ -44,6 +44,7 @@ fuzz:
 # images by stamp; cached per machine (the first run compiles Kubernetes).
 k8s-inputs: build
 	$(GO) run ./test/cmd/k8sinputs -stamp $(BIN)
+	$(GO) test -tags k8s -count=1 -timeout 30m -run '^TestK8sInputs$$' ./test/harness
 
 bench: deps build
 	bash test/scripts/bench.sh $(BENCH)

@@ -131,8 +131,10 @@ func k8sGoBuilds(stagingReplaces []string) []*goBuild {
 		}
 		cni.bins[n] = "github.com/containernetworking/plugins/plugins/" + dir + "/" + n
 	}
+	// Kubernetes last: a cold build of the small groups shows a problem
+	// with the proxy or the toolchain within minutes, not after an hour.
 	return []*goBuild{
-		kube,
+		{group: "pause", bins: map[string]string{"pause": "stamp.test/pause"}, ldflags: "-s -w", main: pauseMain},
 		// etcd's own version is a constant of go.etcd.io/etcd/api/v3/version.
 		{group: "etcd", require: map[string]string{"go.etcd.io/etcd/server/v3": "v" + EtcdVersion, "go.etcd.io/etcd/etcdctl/v3": "v" + EtcdVersion},
 			bins:    map[string]string{"etcd": "go.etcd.io/etcd/server/v3", "etcdctl": "go.etcd.io/etcd/etcdctl/v3"},
@@ -143,7 +145,7 @@ func k8sGoBuilds(stagingReplaces []string) []*goBuild {
 			bins:    map[string]string{"crictl": "sigs.k8s.io/cri-tools/cmd/crictl"},
 			ldflags: "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=" + strings.TrimPrefix(CrictlVersion, "v")},
 		cni,
-		{group: "pause", bins: map[string]string{"pause": "stamp.test/pause"}, ldflags: "-s -w", main: pauseMain},
+		kube,
 	}
 }
 

@@ -124,8 +124,9 @@ func BuildK8sImages(ctx context.Context, stampBin string, bins *K8sBinaries, log
 	var out []K8sImage
 	for _, s := range specs {
 		dir := filepath.Join(root, imageDirName(s.repo))
-		layout := filepath.Join(dir, "out", "image.oci")
-		digest, err := os.ReadFile(filepath.Join(dir, "out", "image.digest"))
+		// stamp names an output RECIPE-OUTPUT.oci, its digest beside it.
+		layout := filepath.Join(dir, "out", imageRecipeName(s.repo)+"-image.oci")
+		digest, err := os.ReadFile(layout + ".digest")
 		if err != nil {
 			return nil, fmt.Errorf("image %s: %w", s.repo, err)
 		}
@@ -136,6 +137,9 @@ func BuildK8sImages(ctx context.Context, stampBin string, bins *K8sBinaries, log
 }
 
 func imageDirName(repo string) string { return strings.ReplaceAll(repo, "/", "_") }
+
+// imageRecipeName is the recipe's name: a valid one, and the image's own.
+func imageRecipeName(repo string) string { return strings.ReplaceAll(repo, "/", "-") }
 
 // buildK8sImages writes one recipe per image under root and builds it:
 // a tiny base (the directories and account files a distroless image has)
@@ -155,7 +159,7 @@ func buildK8sImages(ctx context.Context, root, stampBin string, bins *K8sBinarie
 		}
 		var r strings.Builder
 		fmt.Fprintf(&r, "apiVersion: stamp.dev/v1alpha1\nkind: Recipe\nname: %s\narch: amd64\nepoch: %d\n",
-			strings.ReplaceAll(imageDirName(s.repo), "_", "-"), DefaultEpoch.Unix())
+			imageRecipeName(s.repo), DefaultEpoch.Unix())
 		fmt.Fprintf(&r, "base:\n  tarball: %s\ncustomize:\n  layers:\n    - files:\n", base)
 		for _, f := range s.files {
 			fmt.Fprintf(&r, "        - {path: %s, from: %s, mode: \"0755\", owner: \"0:0\"}\n", f[0], bins.Path(f[1]))
