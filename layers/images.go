@@ -40,7 +40,7 @@ const (
 // Images stores container images in the tree, one oci-archive tar per
 // image, so a node without network has them at first boot. Each archive's
 // index.json names its image by its full name and tag (e.g.
-// registry.k8s.io/pause:3.10), the name kubelet asks the runtime for, in both
+// registry.example/pause:3.10), the name kubelet asks the runtime for, in both
 // the OCI ref.name annotation and containerd's image name annotation. A
 // systemd oneshot unit, enabled here, runs `ctr -n k8s.io images import` for
 // every archive at first boot.
@@ -93,24 +93,26 @@ func (l *Images) Apply(ctx context.Context, env *Env) error {
 	return nil
 }
 
-// ImageName is the name a runtime knows an image by: the reference's full
-// repository name, as containerd normalises it (docker.io/library/...), and
-// its tag. It is an error for the reference to have no tag.
+// ImageName is the name a runtime knows an image by: the reference's
+// registry, repository and tag. The reference must name its registry: a
+// short name ("busybox:1.36") means whatever registry each tool defaults
+// to, and the runtime's default need not be the one the image came from.
+// It is an error for the reference to have no tag.
 func ImageName(ref string) (string, error) {
 	r, err := name.ParseReference(ref)
 	if err != nil {
 		return "", fmt.Errorf("reference %q: %w", ref, err)
 	}
-	_, tag, _ := ociSplitRef(ref)
+	n, tag, _ := ociSplitRef(ref)
 	if tag == "" {
 		return "", fmt.Errorf("reference %q has no tag; the runtime needs name:tag to find the image", ref)
 	}
-	repo := r.Context()
-	reg := repo.RegistryStr()
-	if reg == name.DefaultRegistry {
-		reg = "docker.io"
+	host, _, ok := strings.Cut(n, "/")
+	if !ok || !(strings.ContainsAny(host, ".:") || host == "localhost") {
+		return "", fmt.Errorf("reference %q does not name its registry; write it in full (host/repository:tag@digest)", ref)
 	}
-	return reg + "/" + repo.RepositoryStr() + ":" + tag, nil
+	repo := r.Context()
+	return repo.RegistryStr() + "/" + repo.RepositoryStr() + ":" + tag, nil
 }
 
 // ociSplitRef splits name:tag@digest.

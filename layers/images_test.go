@@ -59,18 +59,18 @@ func TestImagesArchive(t *testing.T) {
 	single := harness.Image(t, "amd64", harness.TarLayer(t, harness.TarFile{Name: "x", Body: "x"}))
 	singleDigest := cacheImage(t, env.Cache, single)
 	l := &Images{Images: []*Input{
-		{Kind: "image", URI: "registry.k8s.io/pause:3.10@" + idxDigest, Digest: idxDigest, Pinned: true},
-		{Kind: "image", URI: "busybox:1.36@" + singleDigest, Digest: singleDigest, Pinned: true},
+		{Kind: "image", URI: "registry.example.invalid/pause:3.10@" + idxDigest, Digest: idxDigest, Pinned: true},
+		{Kind: "image", URI: "mirror.example.invalid:5000/library/busybox:1.36@" + singleDigest, Digest: singleDigest, Pinned: true},
 	}}
 	if err := l.Apply(context.Background(), env); err != nil {
 		t.Fatal(err)
 	}
-	const pause = "/var/lib/stamp/images/registry.k8s.io_pause_3.10.tar"
+	const pause = "/var/lib/stamp/images/registry.example.invalid_pause_3.10.tar"
 	e, data := readTree(t, env, pause)
 	if e.Perm != 0o644 || e.UID != 0 || !e.MTime.Equal(ociEpoch) {
 		t.Errorf("archive mode %o owner %d mtime %v", e.Perm, e.UID, e.MTime)
 	}
-	if e.Origin.Input != idxDigest || e.Origin.Member != "registry.k8s.io/pause:3.10@"+idxDigest {
+	if e.Origin.Input != idxDigest || e.Origin.Member != "registry.example.invalid/pause:3.10@"+idxDigest {
 		t.Errorf("origin %+v", e.Origin)
 	}
 
@@ -121,17 +121,17 @@ func TestImagesArchive(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(ix.Manifests) != 1 || ix.Manifests[0].Digest.String() != idxDigest || ix.Manifests[0].MediaType != types.OCIImageIndex ||
-		ix.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != "registry.k8s.io/pause:3.10" ||
-		ix.Manifests[0].Annotations["io.containerd.image.name"] != "registry.k8s.io/pause:3.10" {
+		ix.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != "registry.example.invalid/pause:3.10" ||
+		ix.Manifests[0].Annotations["io.containerd.image.name"] != "registry.example.invalid/pause:3.10" {
 		t.Errorf("index.json: %s", indexJSON)
 	}
 
-	if _, b := readTree(t, env, "/var/lib/stamp/images/docker.io_library_busybox_1.36.tar"); len(b) == 0 {
+	if _, b := readTree(t, env, "/var/lib/stamp/images/mirror.example.invalid_5000_library_busybox_1.36.tar"); len(b) == 0 {
 		t.Error("busybox archive is empty")
 	}
 	_, unit := readTree(t, env, "/usr/lib/systemd/system/stamp-import-images.service")
 	for _, w := range []string{
-		"ExecStart=/usr/bin/ctr -n k8s.io images import /var/lib/stamp/images/docker.io_library_busybox_1.36.tar\nExecStart=/usr/bin/ctr -n k8s.io images import " + pause + "\n",
+		"ExecStart=/usr/bin/ctr -n k8s.io images import /var/lib/stamp/images/mirror.example.invalid_5000_library_busybox_1.36.tar\nExecStart=/usr/bin/ctr -n k8s.io images import " + pause + "\n",
 		"ConditionPathExists=!/var/lib/stamp/images-imported", "Type=oneshot", "WantedBy=multi-user.target",
 	} {
 		if !strings.Contains(string(unit), w) {
@@ -166,7 +166,7 @@ func TestImagesArchive(t *testing.T) {
 		t.Fatal("skopeo is missing (run test/scripts/deps.sh)")
 	}
 	host := env.Tree.DiskPath(pause)
-	out, err := exec.Command(skopeo, "inspect", "--raw", "oci-archive:"+host+":registry.k8s.io/pause:3.10").CombinedOutput()
+	out, err := exec.Command(skopeo, "inspect", "--raw", "oci-archive:"+host+":registry.example.invalid/pause:3.10").CombinedOutput()
 	if err != nil {
 		t.Fatalf("skopeo inspect: %v\n%s", err, out)
 	}
@@ -178,7 +178,7 @@ func TestImagesArchive(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), `"Architecture": "amd64"`) {
 		t.Errorf("skopeo inspect: %v\n%s", err, out)
 	}
-	if out, err := exec.Command(skopeo, "inspect", "--raw", "oci-archive:"+host+":registry.k8s.io/pause:3.9").CombinedOutput(); err == nil {
+	if out, err := exec.Command(skopeo, "inspect", "--raw", "oci-archive:"+host+":registry.example.invalid/pause:3.9").CombinedOutput(); err == nil {
 		t.Errorf("skopeo found a ref name the archive does not have:\n%s", out)
 	}
 	os.Remove(host) // the tree's directory is removed with the test anyway
@@ -189,7 +189,7 @@ func TestImagesMissingPlatform(t *testing.T) {
 	env.Arch = "s390x"
 	idx, _, _ := testIndex(t, env)
 	d := digestOf(t, idx)
-	l := &Images{Images: []*Input{{Kind: "image", URI: "registry.k8s.io/pause:3.10@" + d, Digest: d, Pinned: true}}}
+	l := &Images{Images: []*Input{{Kind: "image", URI: "registry.example.invalid/pause:3.10@" + d, Digest: d, Pinned: true}}}
 	err := l.Apply(context.Background(), env)
 	if err == nil || !strings.Contains(err.Error(), "linux/s390x") || !strings.Contains(err.Error(), "linux/amd64, linux/arm64/v8") {
 		t.Fatalf("missing platform: %v", err)
@@ -198,10 +198,10 @@ func TestImagesMissingPlatform(t *testing.T) {
 
 func TestImageName(t *testing.T) {
 	for ref, want := range map[string]string{
-		"registry.k8s.io/pause:3.10@sha256:" + strings.Repeat("a", 64):    "registry.k8s.io/pause:3.10",
-		"busybox:1.36@sha256:" + strings.Repeat("a", 64):                  "docker.io/library/busybox:1.36",
-		"docker.io/calico/node:v3.27.0@sha256:" + strings.Repeat("a", 64): "docker.io/calico/node:v3.27.0",
-		"127.0.0.1:5000/k8s/pause:1":                                      "127.0.0.1:5000/k8s/pause:1",
+		"registry.example.invalid/pause:3.10@sha256:" + strings.Repeat("a", 64):        "registry.example.invalid/pause:3.10",
+		"mirror.example.invalid/calico/node:v3.27.0@sha256:" + strings.Repeat("a", 64): "mirror.example.invalid/calico/node:v3.27.0",
+		"localhost/k8s/pause:1":      "localhost/k8s/pause:1",
+		"127.0.0.1:5000/k8s/pause:1": "127.0.0.1:5000/k8s/pause:1",
 	} {
 		if got, err := ImageName(ref); err != nil || got != want {
 			t.Errorf("%s: %q %v, want %q", ref, got, err, want)
@@ -209,5 +209,10 @@ func TestImageName(t *testing.T) {
 	}
 	if _, err := ImageName("r.example/x@sha256:" + strings.Repeat("a", 64)); err == nil {
 		t.Error("a reference without a tag was accepted")
+	}
+	for _, short := range []string{"busybox:1.36", "library/busybox:1.36"} {
+		if _, err := ImageName(short); err == nil || !strings.Contains(err.Error(), "does not name its registry") {
+			t.Errorf("%s: %v, want a refusal of a reference without its registry", short, err)
+		}
 	}
 }

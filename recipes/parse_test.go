@@ -36,7 +36,7 @@ provision:                     # phase 3: same layer kinds allowed
     - oci: {ref: "127.0.0.1:5000/k8s/bins:v1.31.4", dest: /usr/bin/, mode: "0755"}
     - oci: {ref: "registry.example/img@sha256:` + hex64 + `", paths: [/usr/local/bin/crictl], dest: /usr/bin/}
     - debs: {repo: "file:///srv/debian", suite: bookworm, components: [main], packages: [socat]}
-    - images: ["registry.k8s.io/pause:3.10@sha256:` + hex64 + `"]
+    - images: ["registry.example.invalid/pause:3.10@sha256:` + hex64 + `"]
     - systemd: {enable: [containerd.service], mask: [], default: multi-user.target}
 
 seal:                          # applied by rootfs.Seal after the last phase
@@ -80,7 +80,7 @@ func TestParseDesignExample(t *testing.T) {
 			{Line: 25, Field: "provision.layers[0]", OCI: &OCI{Ref: "127.0.0.1:5000/k8s/bins:v1.31.4", Dest: "/usr/bin/", Mode: ptr(Mode(0755))}},
 			{Line: 26, Field: "provision.layers[1]", OCI: &OCI{Ref: "registry.example/img@sha256:" + hex64, Paths: []string{"/usr/local/bin/crictl"}, Dest: "/usr/bin/"}},
 			{Line: 27, Field: "provision.layers[2]", Debs: &Debs{Repo: "file:///srv/debian", Suite: "bookworm", Components: []string{"main"}, Packages: []string{"socat"}, Scripts: ScriptsOffline}},
-			{Line: 28, Field: "provision.layers[3]", Images: []Image{{Ref: "registry.k8s.io/pause:3.10@sha256:" + hex64}}},
+			{Line: 28, Field: "provision.layers[3]", Images: []Image{{Ref: "registry.example.invalid/pause:3.10@sha256:" + hex64}}},
 			{Line: 29, Field: "provision.layers[4]", Systemd: &Systemd{Enable: []string{"containerd.service"}, Default: "multi-user.target"}},
 		}},
 		Seal: Seal{Cleanup: Cleanup{Default: true}},
@@ -115,7 +115,7 @@ func TestParseDesignExample(t *testing.T) {
 		}
 	}
 	im := got.Provision.Layers[3].Images[0]
-	if im.Name() != "registry.k8s.io/pause" || im.Tag() != "3.10" || im.Digest() != "sha256:"+hex64 {
+	if im.Name() != "registry.example.invalid/pause" || im.Tag() != "3.10" || im.Digest() != "sha256:"+hex64 {
 		t.Errorf("image parts = %q %q %q", im.Name(), im.Tag(), im.Digest())
 	}
 }
@@ -166,7 +166,7 @@ customize:
     - hook: {run: ./h.sh, args: [a, 1], env: {B: "2", A: x}}
     - images: "r.example/a:1@sha256:` + hex64 + `"
     - images: [{ref: "r.example/b:2@sha256:` + hex64 + `"}]
-    - debs: {repo: "https://deb.debian.org/debian", suites: [bookworm, bookworm-updates], packages: socat, recommends: true}
+    - debs: {repo: "https://deb.example.invalid/debian", suites: [bookworm, bookworm-updates], packages: socat, recommends: true}
 seal:
   cleanup: [/var/cache/**, /root/.bash_history]
 outputs:
@@ -198,7 +198,7 @@ outputs:
 		{"hook long", *l[10].Hook, Hook{Run: "./h.sh", Args: []string{"a", "1"}, Env: map[string]string{"A": "x", "B": "2"}}},
 		{"images string", l[11].Images, []Image{{Ref: "r.example/a:1@sha256:" + hex64}}},
 		{"images mapping", l[12].Images, []Image{{Ref: "r.example/b:2@sha256:" + hex64}}},
-		{"debs", *l[13].Debs, Debs{Repo: "https://deb.debian.org/debian", Suites: []string{"bookworm", "bookworm-updates"}, Components: []string{"main"}, Packages: []string{"socat"}, Recommends: true, Scripts: ScriptsOffline}},
+		{"debs", *l[13].Debs, Debs{Repo: "https://deb.example.invalid/debian", Suites: []string{"bookworm", "bookworm-updates"}, Components: []string{"main"}, Packages: []string{"socat"}, Recommends: true, Scripts: ScriptsOffline}},
 		{"cleanup list", r.Seal.Cleanup, Cleanup{Default: true, Globs: []string{"/var/cache/**", "/root/.bash_history"}}},
 		{"raw defaults", r.Outputs[0].Partitions, []Partition{
 			{Name: "esp", Type: "esp", Size: 256 << 20, Filesystem: "vfat"},

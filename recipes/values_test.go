@@ -143,7 +143,7 @@ func TestCheckRef(t *testing.T) {
 		ref       string
 		loose, ok bool // loose: accepted without tag+digest; ok: accepted as an images entry
 	}{
-		{"registry.k8s.io/pause:3.10@sha256:" + hex64, true, true},
+		{"registry.example.invalid/pause:3.10@sha256:" + hex64, true, true},
 		{"127.0.0.1:5000/k8s/bins:v1.31.4", true, false},
 		{"127.0.0.1:5000/k8s/bins@sha256:" + hex64, true, false},
 		{"127.0.0.1:5000/k8s/bins", true, false},

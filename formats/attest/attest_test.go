@@ -43,7 +43,7 @@ func TestOCIPackage(t *testing.T) {
 	if got, want := p.ExternalRefs[0].ReferenceLocator, "pkg:oci/bins@sha256%3A"+strings.Repeat("0a", 32)+"?repository_url=127.0.0.1%3A5000%2Fk8s%2Fbins"; got != want {
 		t.Errorf("purl %s, want %s", got, want)
 	}
-	if p := ociPackage("image", "registry.k8s.io/pause:3.10@"+d, d); p.Name != "registry.k8s.io/pause:3.10" || p.PrimaryPackagePurpose != "CONTAINER" {
+	if p := ociPackage("image", "registry.example.invalid/pause:3.10@"+d, d); p.Name != "registry.example.invalid/pause:3.10" || p.PrimaryPackagePurpose != "CONTAINER" {
 		t.Errorf("image package %+v", p)
 	}
 }

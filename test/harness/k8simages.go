@@ -18,10 +18,10 @@ import (
 // K8sImage is a control-plane image built by stamp from the test binaries,
 // as an OCI layout directory.
 type K8sImage struct {
-	// Name is how kubeadm and kubelet name it, e.g.
-	// registry.k8s.io/kube-apiserver:v1.31.13. Nothing ever fetches from
-	// that host: tests push the image to a registry of their own under
-	// the same repository path (Repository:Tag).
+	// Name is how kubeadm and kubelet name it by default: kubeadm's own
+	// image repository (asked of kubeadm, so no host is written here),
+	// then Repository:Tag. Nothing ever fetches from that repository:
+	// tests push the image to a registry of their own under the same path.
 	Name       string
 	Repository string // e.g. kube-apiserver, coredns/coredns
 	Tag        string
@@ -70,14 +70,26 @@ func k8sImageSpecs() []imageSpec {
 	)
 }
 
-// K8sImageNames are the names of the images, as kubeadm config images list
-// prints them.
-func K8sImageNames() []string {
-	var names []string
-	for _, s := range k8sImageSpecs() {
-		names = append(names, "registry.k8s.io/"+s.repo+":"+s.tag)
+// kubeadmRepository is the image repository kubeadm names images in when
+// no imageRepository is configured, asked of the kubeadm binary itself.
+func kubeadmRepository(ctx context.Context, bins *K8sBinaries) (string, error) {
+	cmd := exec.CommandContext(ctx, bins.Path("kubeadm"), "config", "images", "list", "--kubernetes-version", K8sVersion)
+	home, err := os.MkdirTemp("", "stamp-kubeadm-")
+	if err != nil {
+		return "", err
 	}
-	return names
+	defer os.RemoveAll(home)
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + home}
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("kubeadm config images list: %w", err)
+	}
+	first, _, _ := strings.Cut(string(out), "\n")
+	repo, _, ok := strings.Cut(first, "/kube-apiserver:")
+	if !ok {
+		return "", fmt.Errorf("kubeadm config images list: first image %q is not kube-apiserver", first)
+	}
+	return repo, nil
 }
 
 // BuildK8sImages builds every control-plane image with the stamp binary
@@ -121,6 +133,10 @@ func BuildK8sImages(ctx context.Context, stampBin string, bins *K8sBinaries, log
 		}
 		logf("k8s inputs: built %d images with stamp in %s", len(specs), time.Since(start).Round(time.Second))
 	}
+	repo, err := kubeadmRepository(ctx, bins)
+	if err != nil {
+		return nil, err
+	}
 	var out []K8sImage
 	for _, s := range specs {
 		dir := filepath.Join(root, imageDirName(s.repo))
@@ -130,7 +146,7 @@ func BuildK8sImages(ctx context.Context, stampBin string, bins *K8sBinaries, log
 		if err != nil {
 			return nil, fmt.Errorf("image %s: %w", s.repo, err)
 		}
-		out = append(out, K8sImage{Name: "registry.k8s.io/" + s.repo + ":" + s.tag, Repository: s.repo, Tag: s.tag,
+		out = append(out, K8sImage{Name: repo + "/" + s.repo + ":" + s.tag, Repository: s.repo, Tag: s.tag,
 			Layout: layout, Digest: strings.TrimSpace(string(digest)), Entrypoint: s.entrypoint})
 	}
 	return out, nil
