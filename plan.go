@@ -202,7 +202,10 @@ var layerConverters = map[string]func(l *recipes.Layer, h hostInputs) layers.Lay
 	"images": func(l *recipes.Layer, _ hostInputs) layers.Layer {
 		im := &layers.Images{}
 		for _, i := range l.Images {
-			im.Images = append(im.Images, &layers.Input{Kind: layers.InputImage, URI: i.Ref, Digest: i.Digest(), Pinned: true})
+			// A tag without a digest is resolved once and pinned in
+			// stamp.lock, as the oci layer's references are.
+			d := i.Digest()
+			im.Images = append(im.Images, &layers.Input{Kind: layers.InputImage, URI: i.Ref, Digest: d, Pinned: d != ""})
 		}
 		return im
 	},

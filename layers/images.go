@@ -48,8 +48,8 @@ const (
 // An image pinned by an index keeps that index, holding only the recipe's
 // platform, so the runtime records the digest the recipe pinned.
 type Images struct {
-	// Images are the inputs, Kind "image", URI name:tag@sha256:..., each
-	// pinned by the recipe.
+	// Images are the inputs, Kind "image", URI name:tag[@sha256:...],
+	// each pinned by the recipe or, from its tag, by stamp.lock.
 	Images []*Input
 	// Dir is where the archives go; "" is DefaultImagesDir.
 	Dir string

@@ -222,7 +222,7 @@ const (
 
 // Image is a container image to preload into the tree's image store.
 type Image struct {
-	Ref string // name:tag@sha256:<64 hex>
+	Ref string // name:tag, optionally @sha256:<64 hex> (else stamp.lock pins it)
 }
 
 // Name, Tag and Digest split Ref; Ref is validated at decode time.

@@ -213,7 +213,7 @@ func splitImageRef(ref string) (name, tag, digest string) {
 }
 
 // checkRef validates an image reference. needTagAndDigest demands both.
-func checkRef(ref string, needTagAndDigest bool) error {
+func checkRef(ref string, needTag bool) error {
 	if ref == "" {
 		return errors.New("ref is required")
 	}
@@ -238,8 +238,8 @@ func checkRef(ref string, needTagAndDigest bool) error {
 	if tag != "" && !validTag(tag) {
 		return fmt.Errorf("ref %q has an invalid tag %q", ref, tag)
 	}
-	if needTagAndDigest && (tag == "" || digest == "") {
-		return fmt.Errorf("ref %q must have both a tag and a digest: name:tag@sha256:<64 hex>", ref)
+	if needTag && tag == "" {
+		return fmt.Errorf("ref %q must have a tag, the name the runtime finds the image by: name:tag (stamp.lock pins its digest) or name:tag@sha256:<64 hex>", ref)
 	}
 	return nil
 }

@@ -141,10 +141,10 @@ func TestNormalizeSHA256(t *testing.T) {
 func TestCheckRef(t *testing.T) {
 	for _, tt := range []struct {
 		ref       string
-		loose, ok bool // loose: accepted without tag+digest; ok: accepted as an images entry
+		loose, ok bool // loose: accepted without a tag; ok: accepted as an images entry
 	}{
 		{"registry.example.invalid/pause:3.10@sha256:" + hex64, true, true},
-		{"127.0.0.1:5000/k8s/bins:v1.31.4", true, false},
+		{"127.0.0.1:5000/k8s/bins:v1.31.4", true, true},
 		{"127.0.0.1:5000/k8s/bins@sha256:" + hex64, true, false},
 		{"127.0.0.1:5000/k8s/bins", true, false},
 		{"a/b:1@sha256:" + hex64[:10], false, false},

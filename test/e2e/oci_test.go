@@ -599,7 +599,8 @@ func checkCacheBlobs(t *testing.T, cacheDir string) {
 
 // The images layer stores an oci-archive per image that skopeo reads under
 // the image's name, and that a real containerd imports with the very command
-// the first-boot unit runs.
+// the first-boot unit runs. An image named by its tag alone is pinned in
+// stamp.lock by the build, as oci references are.
 func TestOCIImagesLayer(t *testing.T) {
 	harness.RequireTools(t, "skopeo")
 	reg := harness.StartRegistry(t)
@@ -611,9 +612,13 @@ func TestOCIImagesLayer(t *testing.T) {
 	coredns := harness.Image(t, "amd64", harness.TarLayer(t, harness.TarFile{Name: "coredns", Body: "coredns", Mode: 0o755}))
 	corednsRef := reg.Addr + "/coredns/coredns:v1.11.1"
 	corednsDigest := harness.Push(t, corednsRef, coredns)
-	dir := pullRecipeDir(t, pullRecipe("images", "amd64", fmt.Sprintf(`    - images: ["%s@%s", "%s@%s"]`, pauseRef, pauseDigest, corednsRef, corednsDigest)))
+	dir := pullRecipeDir(t, pullRecipe("images", "amd64", fmt.Sprintf(`    - images: ["%s@%s", "%s"]`, pauseRef, pauseDigest, corednsRef)))
 	out := filepath.Join(dir, "out")
 	stampAs65534(t, dir, nil, "build", "recipe.yaml", "-o", out, "--cache-dir", filepath.Join(dir, "cache"), "--work-dir", dir).mustSucceed(t)
+	lockb, err := os.ReadFile(filepath.Join(dir, "stamp.lock"))
+	if err != nil || !strings.Contains(string(lockb), corednsDigest) || strings.Contains(string(lockb), pauseDigest) {
+		t.Errorf("stamp.lock should pin %s (tag only) as %s and not the pinned pause: %v\n%s", corednsRef, corednsDigest, err, lockb)
+	}
 	tarPath := filepath.Join(out, "images.tar")
 	idx := harness.TarIndex(harness.ReadTar(t, tarPath))
 	sanitize := func(s string) string { return strings.NewReplacer(":", "_", "/", "_").Replace(s) }
