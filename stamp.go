@@ -181,6 +181,9 @@ func Build(ctx context.Context, rec *recipes.Recipe, o Options) (*Result, error)
 	if err := runPhases(ctx, rec, phases, tree, c, ep, &o); err != nil {
 		return nil, err
 	}
+	if err := writeRelease(tree, rec, ep); err != nil {
+		return nil, err
+	}
 	sealOpts := rootfs.SealOptions{Epoch: ep, NoDefaultCleanup: !rec.Seal.Cleanup.Default, Cleanup: rec.Seal.Cleanup.Globs}
 	rep, err := rootfs.Seal(ctx, tree, sealOpts)
 	if err != nil {

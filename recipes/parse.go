@@ -157,6 +157,7 @@ func (d *decoder) recipe(n *yaml.Node) *Recipe {
 			})
 		},
 		"offline-only": func(v *yaml.Node, f string) { r.OfflineOnly = d.boolean(v, f) },
+		"release":      func(v *yaml.Node, f string) { r.Release = d.treePath(v, f) },
 	})
 	if seen == nil {
 		return r

@@ -26,6 +26,9 @@ type Recipe struct {
 	// (run layers, debs with scripts: chroot), so the build needs no
 	// namespaces and gives the same bytes on any builder.
 	OfflineOnly bool
+	// Release, when set, is a file in the image that names what made it
+	// (the recipe, its digest and stamp's version), in os-release syntax.
+	Release string
 
 	Base      Base
 	Customize Phase

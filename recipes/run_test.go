@@ -47,6 +47,8 @@ func TestRunAndOfflineOnlyErrors(t *testing.T) {
 		{"network string", head + "provision:\n  layers:\n    - run: {command: [x], network: \"yes\"}\n", 7, "provision.layers[0].run.network", "expected true or false"},
 		{"unknown field", head + "provision:\n  layers:\n    - run: {command: [x], user: root}\n", 7, "provision.layers[0].run.user", "unknown field"},
 		{"offline-only string", head + "offline-only: \"yes\"\n", 5, "offline-only", "expected true or false"},
+		{"release relative", head + "release: etc/stamp-release\n", 5, "release", "must be absolute"},
+		{"release dotdot", head + "release: /etc/../x\n", 5, "release", "must not contain .."},
 		{"offline-only run", head + "offline-only: true\ncustomize:\n  layers:\n    - files: [{path: /a, content: x}]\n    - run: {command: [/bin/true]}\n", 9, "customize.layers[1].run", "offline-only: true forbids run steps"},
 		{"offline-only after run", head + "provision:\n  layers:\n    - run: {command: [/bin/true]}\noffline-only: true\n", 7, "provision.layers[0].run", "offline-only: true forbids run steps"},
 		{"offline-only chroot", head + "offline-only: true\nprovision:\n  layers:\n" + chroot, 8, "provision.layers[0].debs.scripts", "forbids scripts: chroot"},
