@@ -294,6 +294,8 @@ func writeImportUnit(ctx context.Context, env *Env, archives []string) error {
 			return err
 		}
 	}
+	// Before cloud-final too: Cluster API's bootstrap runs kubeadm from
+	// cloud-init's runcmd, whose preflight must find every image present.
 	var b strings.Builder
 	b.WriteString(`# Written by stamp: imports the container images the recipe pre-seeded
 # into containerd's k8s.io namespace, once.
@@ -301,7 +303,7 @@ func writeImportUnit(ctx context.Context, env *Env, archives []string) error {
 Description=Import pre-seeded container images into containerd
 Requires=containerd.service
 After=containerd.service
-Before=kubelet.service
+Before=kubelet.service cloud-final.service
 ConditionPathExists=!` + importedStamp + `
 
 [Service]

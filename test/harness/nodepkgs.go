@@ -18,16 +18,18 @@ import (
 	"time"
 )
 
-// NodeDebPackages is the Kubernetes node's package set, what its recipe's
-// debs layer asks for on top of NodeBaseFor: the container runtime and
-// init, the network and audit tools, cloud-init's Python stack, an SSH
-// server and a kernel.
+// NodeDebPackages is the Kubernetes node's Debian package set, what the
+// first debs layer of recipes/k8s-node.yaml asks for on top of
+// NodeBaseFor (the node test holds the two equal): the container runtime
+// and init, the network and audit tools, cloud-init's Python stack, an SSH
+// server, a kernel and the static busybox its initramfs runs. The CNI
+// plugins come from the Kubernetes repository (kubernetes-cni).
 var NodeDebPackages = []string{
 	"systemd-sysv", "containerd", "runc", "iproute2", "ca-certificates",
 	"auditd", "apt-transport-https", "conntrack", "chrony", "curl", "ebtables", "ethtool", "iptables", "jq", "gnupg",
 	"libnetfilter-acct1", "libnetfilter-cttimeout1", "libnetfilter-log1", "python3-netifaces", "python3-pip",
 	"socat", "cloud-init", "cloud-guest-utils", "openssh-server", "linux-image-cloud-amd64", "systemd-boot-efi",
-	"containernetworking-plugins",
+	"busybox-static",
 }
 
 // NodeBasePackages are DpkgBasePackages and the rest of bookworm's
