@@ -306,6 +306,9 @@ func (l *Debs) load(ctx context.Context, env *Env) ([]*repo.Package, error) {
 	var idx []*repo.Index
 	for i, suite := range l.Suites {
 		src := repo.Source{URL: l.Repo, Suite: suite, Components: l.Components, Arch: env.Arch, Trusted: l.Trusted}
+		if src.Flat() {
+			src.Components = nil
+		}
 		if !l.Trusted {
 			kr, err := repo.ReadKeyring(keyring)
 			if err != nil {

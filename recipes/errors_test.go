@@ -81,6 +81,7 @@ func TestParseErrors(t *testing.T) {
 		{"debs repo", head + "provision:\n  layers:\n    - debs: {repo: /srv, suite: a, packages: [socat]}\n", 7, "provision.layers[0].debs.repo", "URL"},
 		{"debs no packages", head + "provision:\n  layers:\n    - debs: {repo: \"file:///srv\", suite: a}\n", 7, "provision.layers[0].debs.packages", "packages is required"},
 		{"debs scripts", head + "provision:\n  layers:\n    - debs: {repo: \"file:///srv\", suite: a, packages: [socat], scripts: real}\n", 7, "provision.layers[0].debs.scripts", `must be "offline" or "chroot"`},
+		{"debs flat components", head + "provision:\n  layers:\n    - debs:\n        repo: \"file:///srv\"\n        suite: /\n        components: [main]\n        packages: [kubelet]\n", 10, "provision.layers[0].debs.components", "flat repository"},
 		{"debs chroot defer", head + "provision:\n  layers:\n    - debs:\n        repo: \"file:///srv\"\n        suite: a\n        packages: [socat]\n        scripts: chroot\n        deferScripts: true\n", 12, "provision.layers[0].debs.deferScripts", "no effect with scripts: chroot"},
 		{"image no tag", head + "provision:\n  layers:\n    - images: [\"registry.example.invalid/pause@sha256:" + hex64 + "\"]\n", 7, "provision.layers[0].images[0]", "must have a tag"},
 		{"image short digest", head + "provision:\n  layers:\n    - images:\n      - \"registry.example.invalid/pause:3.10@sha256:" + hex64 + "\"\n      - \"registry.example.invalid/pause:3.10@sha256:abcd\"\n", 9, "provision.layers[0].images[1]", "digest must be sha256:<64 lowercase hex>"},

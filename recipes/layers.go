@@ -430,6 +430,12 @@ func (d *decoder) debs(n *yaml.Node, field string) Debs {
 	if seen["packages"] != nil && len(b.Packages) == 0 {
 		d.fail(seen["packages"], child(field, "packages"), "list at least one package")
 	}
+	for _, s := range append([]string{b.Suite}, b.Suites...) {
+		if strings.HasSuffix(s, "/") && seen["components"] != nil {
+			d.fail(seen["components"], child(field, "components"), "suite %q is a flat repository (it ends in /), which has no components", s)
+			break
+		}
+	}
 	if len(b.Components) == 0 {
 		b.Components = []string{"main"}
 	}

@@ -197,9 +197,9 @@ type Run struct {
 // Debs installs Debian packages from a repository, resolved offline.
 type Debs struct {
 	Repo       string // http(s):// or file:// URL of the archive root
-	Suite      string
+	Suite      string // ending in "/": a flat repository's directory
 	Suites     []string
-	Components []string // default [main]
+	Components []string // default [main]; none for a flat repository
 	Packages   []string
 	Keyring    string // host path relative to the recipe
 	Trusted    bool   // skip signature checks

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path"
 	"sort"
 	"strings"
 
@@ -23,8 +24,14 @@ type Fetcher interface {
 
 // Source is one suite of a repository.
 type Source struct {
-	URL        string // archive root: http(s):// or file://
-	Suite      string
+	URL string // archive root: http(s):// or file://
+	// Suite is a suite under dists/ ("bookworm"), or, ending in "/", the
+	// directory of a flat repository ("/" for the root itself): its
+	// Release and Packages sit in that directory, it has no components,
+	// and its Filename fields are relative to URL, as apt reads
+	// "deb URL DIR/". The Kubernetes project publishes its packages so.
+	Suite string
+	// Components are read under a suite; a flat repository has none.
 	Components []string
 	Arch       string
 	// Keyring verifies InRelease; unused when Trusted.
@@ -43,7 +50,20 @@ func (s Source) ReleaseURL() string {
 	return s.dist() + "/" + name
 }
 
-func (s Source) dist() string { return strings.TrimSuffix(s.URL, "/") + "/dists/" + s.Suite }
+// Flat reports whether the source is a flat repository.
+func (s Source) Flat() bool { return strings.HasSuffix(s.Suite, "/") }
+
+// dist is the directory the Release and the indexes are named under.
+func (s Source) dist() string {
+	root := strings.TrimSuffix(s.URL, "/")
+	if !s.Flat() {
+		return root + "/dists/" + s.Suite
+	}
+	if dir := strings.Trim(path.Clean("/"+s.Suite), "/"); dir != "" {
+		return root + "/" + dir
+	}
+	return root
+}
 
 // Index is what a source offers.
 type Index struct {
@@ -60,9 +80,14 @@ var indexNames = []string{"Packages.gz", "Packages.zst", "Packages.xz", "Package
 // Load reads the source's Release (from the store when releaseDigest is
 // set, as the build's lock pins it) and the Packages indexes of every
 // component for the architecture and "all", each verified against the
-// Release's SHA256.
+// Release's SHA256. A flat source has one Packages index beside its
+// Release, which may list every architecture: only the source's own and
+// "all" are kept.
 func Load(ctx context.Context, f Fetcher, s Source, releaseDigest string) (*Index, error) {
 	relURL := s.ReleaseURL()
+	if s.Flat() && len(s.Components) > 0 {
+		return nil, fmt.Errorf("%s: a flat repository (suite %q) has no components, but %s were asked for", relURL, s.Suite, strings.Join(s.Components, ", "))
+	}
 	if releaseDigest == "" {
 		var err error
 		if releaseDigest, err = f.Fetch(ctx, relURL, ""); err != nil {
@@ -89,6 +114,24 @@ func Load(ctx context.Context, f Fetcher, s Source, releaseDigest string) (*Inde
 		return nil, fmt.Errorf("%s: %w", relURL, err)
 	}
 	idx := &Index{Release: rel, Files: map[string]string{relURL: releaseDigest}}
+	if s.Flat() {
+		name, sum, ok := pickIndex(rel, "")
+		if !ok {
+			return nil, fmt.Errorf("%s: lists no Packages index beside it", relURL)
+		}
+		u := s.dist() + "/" + name
+		pkgs, d, err := fetchPackages(ctx, f, u, name, sum, s.URL)
+		if err != nil {
+			return nil, err
+		}
+		idx.Files[u] = d
+		for _, p := range pkgs {
+			if p.Arch == s.Arch || p.Arch == "all" {
+				idx.Packages = append(idx.Packages, p)
+			}
+		}
+		return idx, nil
+	}
 	seen := map[string]bool{}
 	for _, comp := range s.Components {
 		found := false
@@ -99,15 +142,11 @@ func Load(ctx context.Context, f Fetcher, s Source, releaseDigest string) (*Inde
 			}
 			found = true
 			u := s.dist() + "/" + name
-			d, err := f.Fetch(ctx, u, "sha256:"+sum.SHA256)
+			pkgs, d, err := fetchPackages(ctx, f, u, name, sum, s.URL)
 			if err != nil {
-				return nil, fmt.Errorf("%s: %w", u, err)
+				return nil, err
 			}
 			idx.Files[u] = d
-			pkgs, err := readPackages(f, d, name, s.URL)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", u, err)
-			}
 			for _, p := range pkgs {
 				// Debian lists arch-all packages in binary-ARCH too.
 				k := p.Name + " " + p.Version + " " + p.Arch
@@ -123,6 +162,20 @@ func Load(ctx context.Context, f Fetcher, s Source, releaseDigest string) (*Inde
 		}
 	}
 	return idx, nil
+}
+
+// fetchPackages brings the index at u into the store, verified against
+// the Release's sum, and reads it.
+func fetchPackages(ctx context.Context, f Fetcher, u, name string, sum FileSum, repoURL string) ([]*Package, string, error) {
+	d, err := f.Fetch(ctx, u, "sha256:"+sum.SHA256)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", u, err)
+	}
+	pkgs, err := readPackages(f, d, name, repoURL)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", u, err)
+	}
+	return pkgs, d, nil
 }
 
 // checkArch refuses a suite whose Release says it does not carry arch.

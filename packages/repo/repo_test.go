@@ -46,7 +46,11 @@ func source(t *testing.T, r *harness.DebRepo, url string) Source {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Source{URL: url, Suite: r.Suite, Components: []string{r.Component}, Arch: r.Arch, Keyring: kr}
+	s := Source{URL: url, Suite: r.Suite, Arch: r.Arch, Keyring: kr}
+	if r.Component != "" {
+		s.Components = []string{r.Component}
+	}
+	return s
 }
 
 // TestLoadRealRepository reads the signed test repository over file:// and
@@ -88,6 +92,53 @@ func TestLoadRealRepository(t *testing.T) {
 			s.Trusted, s.Keyring = true, nil
 			if _, err := Load(ctx, c, s, ""); err != nil {
 				t.Errorf("trusted: %v", err)
+			}
+		})
+	}
+}
+
+// TestLoadFlatRepository reads a flat repository ("deb URL /", as the
+// Kubernetes project publishes one): Release and Packages at the URL
+// itself, Filename relative to it, no components.
+func TestLoadFlatRepository(t *testing.T) {
+	r := harness.FlatDebRepoFor(t, harness.DebRepoFor(t))
+	ctx := context.Background()
+	for name, url := range map[string]string{"file": r.FileURL(), "http": harness.ServeDebRepo(t, r.Dir)} {
+		t.Run(name, func(t *testing.T) {
+			c := newCache(t)
+			s := source(t, r, url)
+			if !s.Flat() || len(s.Components) != 0 {
+				t.Fatalf("the harness's flat repository reads as suite %q, components %v", s.Suite, s.Components)
+			}
+			if want := strings.TrimSuffix(url, "/") + "/InRelease"; s.ReleaseURL() != want {
+				t.Errorf("ReleaseURL = %s, want %s", s.ReleaseURL(), want)
+			}
+			idx, err := Load(ctx, c, s, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(idx.Packages) != len(r.Debs) {
+				t.Errorf("%d packages in the index, %d debs in the repository", len(idx.Packages), len(r.Debs))
+			}
+			for u := range idx.Files {
+				if strings.Contains(u, "/dists/") {
+					t.Errorf("read %s: a flat repository has no dists/", u)
+				}
+			}
+			for _, p := range idx.Packages {
+				if p.Name != "socat" {
+					continue
+				}
+				if want := strings.TrimSuffix(url, "/") + "/" + r.Debs["socat"]; p.URL() != want {
+					t.Errorf("socat's URL = %s, want %s", p.URL(), want)
+				}
+				if _, err := FetchDeb(ctx, c, p); err != nil {
+					t.Error(err)
+				}
+			}
+			s.Components = []string{"main"}
+			if _, err := Load(ctx, c, s, ""); err == nil || !strings.Contains(err.Error(), "no components") {
+				t.Errorf("components on a flat repository: err = %v", err)
 			}
 		})
 	}

@@ -58,11 +58,11 @@ var DpkgBasePackages = append(append([]string{}, DefaultPackages...),
 	"findutils", "diffutils", "debianutils", "gzip", "mawk", "libc-bin")
 
 // DebRepo is a signed Debian repository on disk with one suite and one
-// component, built from real packages.
+// component, or a flat one, built from real packages.
 type DebRepo struct {
-	Dir       string // the archive root: dists/ and pool/
-	Suite     string
-	Component string
+	Dir       string // the archive root: dists/ and pool/, or a flat repository's directory
+	Suite     string // "/" for a flat repository
+	Component string // "" for a flat repository
 	Arch      string
 	// Keyring is the binary OpenPGP public keyring InRelease is signed for.
 	Keyring string
@@ -136,13 +136,18 @@ func DebRepoFor(t testing.TB) *DebRepo {
 	return loadDebRepo(dir)
 }
 
+// loadDebRepo reads back what buildDebRepo laid out in dir, flat or not.
 func loadDebRepo(dir string) *DebRepo {
 	r := &DebRepo{Dir: dir, Suite: "stamp", Component: "main", Arch: "amd64",
 		Keyring: filepath.Join(dir, "keyring.gpg"), Debs: map[string]string{}}
-	found, _ := filepath.Glob(filepath.Join(dir, "pool", "main", "*.deb"))
+	pool := filepath.Join("pool", "main")
+	if _, err := os.Stat(filepath.Join(dir, "InRelease")); err == nil {
+		r.Suite, r.Component, pool = "/", "", "amd64"
+	}
+	found, _ := filepath.Glob(filepath.Join(dir, pool, "*.deb"))
 	for _, f := range found {
 		name, _, _ := strings.Cut(filepath.Base(f), "_")
-		r.Debs[name] = filepath.Join("pool", "main", filepath.Base(f))
+		r.Debs[name] = filepath.Join(pool, filepath.Base(f))
 	}
 	return r
 }
@@ -231,9 +236,24 @@ func repoKey(ctx context.Context, dir string) (string, error) {
 // Release, and InRelease and Release.gpg signed with the key in gnupgHome,
 // whose public part is written to dir/keyring.gpg.
 func BuildDebRepo(ctx context.Context, dir string, debs []string, gnupgHome string) (*DebRepo, error) {
-	pool := filepath.Join(dir, "pool", "main")
-	bin := filepath.Join(dir, "dists", "stamp", "main", "binary-amd64")
-	for _, d := range []string{pool, bin} {
+	return buildDebRepo(ctx, dir, debs, gnupgHome, false)
+}
+
+// BuildFlatDebRepo lays out a flat repository in dir, as the Kubernetes
+// project publishes its packages: amd64/*.deb, and Packages{,.gz,.xz},
+// Release, InRelease and Release.gpg beside them in dir itself, read by
+// apt as "deb URL /".
+func BuildFlatDebRepo(ctx context.Context, dir string, debs []string, gnupgHome string) (*DebRepo, error) {
+	return buildDebRepo(ctx, dir, debs, gnupgHome, true)
+}
+
+func buildDebRepo(ctx context.Context, dir string, debs []string, gnupgHome string, flat bool) (*DebRepo, error) {
+	poolRel, indexDir, relDir := "pool/main", filepath.Join(dir, "dists", "stamp", "main", "binary-amd64"), "dists/stamp"
+	if flat {
+		poolRel, indexDir, relDir = "amd64", dir, "."
+	}
+	pool := filepath.Join(dir, poolRel)
+	for _, d := range []string{pool, indexDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
 		}
@@ -254,28 +274,32 @@ func BuildDebRepo(ctx context.Context, dir string, debs []string, gnupgHome stri
 		return nil
 	}
 	var pk bytes.Buffer
-	if err := run(&pk, "apt-ftparchive", "packages", "pool/main"); err != nil {
+	if err := run(&pk, "apt-ftparchive", "packages", poolRel); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(bin, "Packages"), pk.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(indexDir, "Packages"), pk.Bytes(), 0o644); err != nil {
 		return nil, err
 	}
 	for _, c := range [][]string{{"gzip", "-9knf"}, {"xz", "-kf"}} {
-		if err := run(io.Discard, c[0], append(c[1:], filepath.Join(bin, "Packages"))...); err != nil {
+		if err := run(io.Discard, c[0], append(c[1:], filepath.Join(indexDir, "Packages"))...); err != nil {
 			return nil, err
 		}
 	}
-	var rel bytes.Buffer
-	if err := run(&rel, "apt-ftparchive",
+	opts := []string{
 		"-o", "APT::FTPArchive::Release::Origin=stamp-test",
-		"-o", "APT::FTPArchive::Release::Suite=stamp",
-		"-o", "APT::FTPArchive::Release::Codename=stamp",
 		"-o", "APT::FTPArchive::Release::Architectures=amd64",
-		"-o", "APT::FTPArchive::Release::Components=main",
-		"release", "dists/stamp"); err != nil {
+	}
+	if !flat {
+		opts = append(opts,
+			"-o", "APT::FTPArchive::Release::Suite=stamp",
+			"-o", "APT::FTPArchive::Release::Codename=stamp",
+			"-o", "APT::FTPArchive::Release::Components=main")
+	}
+	var rel bytes.Buffer
+	if err := run(&rel, "apt-ftparchive", append(opts, "release", relDir)...); err != nil {
 		return nil, err
 	}
-	dist := filepath.Join(dir, "dists", "stamp")
+	dist := filepath.Join(dir, relDir)
 	if err := os.WriteFile(filepath.Join(dist, "Release"), rel.Bytes(), 0o644); err != nil {
 		return nil, err
 	}
@@ -654,4 +678,27 @@ func writeDpkgDB(w io.Writer, status []byte, info map[string][]byte) error {
 		}
 	}
 	return tw.Close()
+}
+
+// FlatDebRepoFor lays out r's packages again as a flat repository (see
+// BuildFlatDebRepo), signed with the same key, in a fresh directory
+// under TempDirFor65534.
+func FlatDebRepoFor(t testing.TB, r *DebRepo) *DebRepo {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	gnupg, err := sharedRepoKey(ctx)
+	if err != nil {
+		t.Fatalf("flat repo: signing key: %v", err)
+	}
+	var debs []string
+	for _, d := range r.Debs {
+		debs = append(debs, filepath.Join(r.Dir, d))
+	}
+	sort.Strings(debs)
+	flat, err := BuildFlatDebRepo(ctx, filepath.Join(TempDirFor65534(t), "deb"), debs, gnupg)
+	if err != nil {
+		t.Fatalf("flat repo: %v", err)
+	}
+	return flat
 }

@@ -33,10 +33,11 @@ const k8sDebRevision = "1.1"
 
 // k8sDebFormat changes whenever the same binaries would be packaged
 // differently.
-const k8sDebFormat = "stamp-test-k8sdebs/1"
+const k8sDebFormat = "stamp-test-k8sdebs/2"
 
-// K8sRepoMinor names the repository directory, as upstream names it.
-var K8sRepoMinor = strings.Join(strings.Split(K8sVersion, ".")[:2], ".")
+// k8sRepoPath is the flat repository's directory under the cache entry,
+// named as upstream names it per minor version ("v1.31/deb").
+var k8sRepoPath = filepath.Join("v"+strings.Join(strings.Split(strings.TrimPrefix(K8sVersion, "v"), ".")[:2], "."), "deb")
 
 // kubeletService is /usr/lib/systemd/system/kubelet.service as upstream's
 // kubelet package ships it.
@@ -163,7 +164,8 @@ func k8sDebSpecs(bins *K8sBinaries) []debSpec {
 	}
 }
 
-// K8sDebRepo is the signed repository of the Kubernetes packages.
+// K8sDebRepo is the signed flat repository of the Kubernetes packages,
+// laid out as the official one: "deb [signed-by=...] URL /".
 type K8sDebRepo struct {
 	*DebRepo
 	// Versions maps each package to its version.
@@ -197,8 +199,8 @@ func BuildK8sDebRepo(ctx context.Context, bins *K8sBinaries, logf func(string, .
 		versions[s.name] = s.version
 	}
 	root := filepath.Join(k8sCacheDir(), "repo-"+hex.EncodeToString(h.Sum(nil)[:8]))
-	dir := filepath.Join(root, K8sRepoMinor)
-	if _, err := os.Stat(filepath.Join(dir, "dists", "stamp", "InRelease")); err == nil {
+	dir := filepath.Join(root, k8sRepoPath)
+	if _, err := os.Stat(filepath.Join(dir, "InRelease")); err == nil {
 		return &K8sDebRepo{DebRepo: loadDebRepo(dir), Versions: versions}, nil
 	}
 	start := time.Now()
@@ -218,7 +220,7 @@ func BuildK8sDebRepo(ctx context.Context, bins *K8sBinaries, logf func(string, .
 		}
 		debs = append(debs, d)
 	}
-	if _, err := BuildDebRepo(ctx, filepath.Join(tmp, K8sRepoMinor), debs, gnupg); err != nil {
+	if _, err := BuildFlatDebRepo(ctx, filepath.Join(tmp, k8sRepoPath), debs, gnupg); err != nil {
 		os.RemoveAll(tmp)
 		return nil, fmt.Errorf("k8s repo: %w", err)
 	}

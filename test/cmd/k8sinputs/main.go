@@ -48,7 +48,7 @@ func run() error {
 		return err
 	}
 	fmt.Printf("Kubernetes %s inputs ready in %s\n", harness.K8sVersion, time.Since(start).Round(time.Second))
-	fmt.Printf("  debs:   repo file://%s suite %s components [%s] keyring %s\n", in.Repo.Dir, in.Repo.Suite, in.Repo.Component, in.Repo.Keyring)
+	fmt.Printf("  debs:   deb [signed-by=%s] %s %s\n", in.Repo.Keyring, in.Repo.FileURL(), in.Repo.Suite)
 	for _, im := range in.Images {
 		fmt.Printf("  image:  %s %s (%s)\n", im.Name, im.Digest, im.Layout)
 	}
