@@ -26,6 +26,16 @@ import (
 // default CPU lacks.
 var BootModules = []string{"crc32c_generic", "ext4", "virtio_pci", "virtio_blk"}
 
+// DiskModules are the drivers of the other disks a root may be on:
+// virtio-scsi, NVMe and SATA (AHCI), with sd_mod for the SCSI disks the
+// first and last present. Each is loaded when the kernel has it, as a
+// module or built in, and left out when it has not (Debian's cloud kernel
+// has no AHCI driver: that kernel cannot boot from SATA). crct10dif_generic
+// and crc64_rocksoft_generic come first for the reason crc32c_generic
+// does: sd_mod and nvme-core need T10 protection checksums, which their
+// libraries ask the crypto API for by name.
+var DiskModules = []string{"crct10dif_generic", "crc64_rocksoft_generic", "virtio_scsi", "sd_mod", "nvme", "ahci"}
+
 // Where a boot initramfs puts things.
 const (
 	bootBusybox = "/bin/busybox"
@@ -40,8 +50,8 @@ type BootInitramfsOptions struct {
 	// KernelVersion picks the modules directory; empty means the version of
 	// the newest /boot/vmlinuz-*.
 	KernelVersion string
-	// Modules are loaded after BootModules, with their dependencies (for
-	// other disks: nvme, ahci, sd_mod, virtio_scsi).
+	// Modules are loaded after BootModules and DiskModules, with their
+	// dependencies; each must be in the kernel.
 	Modules []string
 	// Busybox is the tree path of a static busybox; empty means /bin/busybox
 	// or /usr/bin/busybox, as Debian's busybox-static installs it.
@@ -321,6 +331,12 @@ func (s *moduleSet) depends(m *kmod) ([]string, error) {
 	return nil, nil
 }
 
+// has reports whether the kernel has the module name, as a module or built in.
+func (s *moduleSet) has(name string) bool {
+	name = strings.ReplaceAll(name, "-", "_")
+	return s.byName[name] != nil || s.builtin[name]
+}
+
 // order returns the modules to load for names, each after everything it
 // depends on; built-in ones are left out.
 func (s *moduleSet) order(names []string) ([]*kmod, error) {
@@ -397,7 +413,7 @@ func staticBusybox(t *rootfs.Tree, want string) (*rootfs.Entry, error) {
 
 // WriteBootInitramfs writes a small initramfs that boots the tree from a
 // disk: busybox (the tree's own, which must be static), the kernel modules
-// BootModules and o.Modules need, resolved from the tree, and an /init that
+// BootModules, DiskModules and o.Modules need, resolved from the tree, and an /init that
 // loads them, finds the root the kernel command line names (root=PARTUUID=,
 // UUID= or LABEL= of an ext2/3/4 file system, or a /dev path), mounts it
 // read-only (rw when the command line says so) and switch_roots into the
@@ -433,7 +449,13 @@ func bootInitramfsItems(t *rootfs.Tree, o BootInitramfsOptions) ([]cpioItem, err
 	if err != nil {
 		return nil, err
 	}
-	mods, err := set.order(append(append([]string{}, BootModules...), o.Modules...))
+	want := append([]string{}, BootModules...)
+	for _, m := range DiskModules {
+		if set.has(m) {
+			want = append(want, m)
+		}
+	}
+	mods, err := set.order(append(want, o.Modules...))
 	if err != nil {
 		return nil, fmt.Errorf("kernel %s: %w", k.version, err)
 	}

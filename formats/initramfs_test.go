@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path"
@@ -67,11 +68,16 @@ func bootTestTree(t *testing.T) (*harness.BootKit, *rootfs.Tree) {
 }
 
 // bootWantOrder is the load order the modules' own .modinfo dependencies
-// give for BootModules on Debian's 6.1 kernel: every module after those it
-// depends on, in the order each names them.
+// give for BootModules and DiskModules on Debian's 6.1 kernel: every
+// module after those it depends on, in the order each names them.
 var bootWantOrder = []string{
 	"crc32c_generic", "jbd2", "mbcache", "crc16", "ext4",
 	"virtio_ring", "virtio_pci_modern_dev", "virtio_pci_legacy_dev", "virtio", "virtio_pci", "virtio_blk",
+	"crct10dif_common", "crct10dif_generic", "crc64", "crc64_rocksoft_generic",
+	"scsi_common", "scsi_mod", "virtio_scsi",
+	"crc_t10dif", "crc64_rocksoft", "t10_pi", "sd_mod",
+	"nvme_core", "nvme",
+	"libata", "libahci", "ahci",
 }
 
 func bootInitOf(t *testing.T, items []cpioItem) string {
@@ -132,10 +138,13 @@ func TestBootInitramfs(t *testing.T) {
 		t.Errorf("/bin/busybox is not the tree's busybox")
 	}
 	for _, m := range bootWantOrder {
-		host, err := filepath.Glob(filepath.Join(k.Modules, "kernel", "*", m+".ko"))
-		if len(host) == 0 {
-			host, err = filepath.Glob(filepath.Join(k.Modules, "kernel", "*", "*", m+".ko"))
-		}
+		var host []string
+		err := filepath.WalkDir(filepath.Join(k.Modules, "kernel"), func(p string, d fs.DirEntry, err error) error {
+			if err == nil && strings.ReplaceAll(d.Name(), "-", "_") == m+".ko" {
+				host = append(host, p)
+			}
+			return err
+		})
 		if err != nil || len(host) != 1 {
 			t.Fatalf("%s: %v %q", m, err, host)
 		}

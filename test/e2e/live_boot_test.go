@@ -197,7 +197,8 @@ outputs:
 }
 
 // The boot initramfs finds an ext4 root on a virtio disk by PARTUUID, UUID
-// and LABEL, mounts it read-only and runs the tree's init from it. The disk
+// and LABEL, and on virtio-scsi, NVMe and SATA disks by PARTUUID, mounts it
+// read-only and runs the tree's init from it. The disk
 // is made with sgdisk and mke2fs -d, so this tests the initramfs alone.
 func TestBootInitramfsMountsExt4Root(t *testing.T) {
 	k := harness.BootParts(t)
@@ -256,6 +257,31 @@ echo "stamp-disk-ok-$((6 * 7))"`
 			}
 			if !strings.Contains(log, "stamp-initramfs: root="+root+" is /dev/vda2") {
 				t.Errorf("the initramfs did not report finding the root")
+			}
+		})
+	}
+
+	// The same disk on the other buses a node's root may be on, found by
+	// PARTUUID through the drivers of formats.DiskModules.
+	for _, bus := range []struct {
+		name, dev string
+		args      []string
+	}{
+		{"virtio-scsi", "/dev/sda2", []string{"-device", "virtio-scsi-pci,id=scsi0", "-device", "scsi-hd,drive=d0,bus=scsi0.0"}},
+		{"nvme", "/dev/nvme0n1p2", []string{"-device", "nvme,drive=d0,serial=stamp0"}},
+		{"sata", "/dev/sda2", []string{"-device", "ahci,id=ahci0", "-device", "ide-hd,drive=d0,bus=ahci0.0"}},
+	} {
+		t.Run(bus.name, func(t *testing.T) {
+			root := "PARTUUID=" + strings.ToLower(partUUID)
+			args := append([]string{"-kernel", k.Vmlinuz, "-initrd", initrd,
+				"-drive", "file=" + disk + ",format=raw,if=none,id=d0,snapshot=on",
+				"-append", "console=ttyS0 panic=-1 root=" + root}, bus.args...)
+			log := harness.RunQEMU(t, args, "stamp-disk-ok-42", bootTimeout)
+			if !strings.Contains(log, "root-mount: "+bus.dev+" ext4 ro") {
+				t.Errorf("the root is not %s mounted ext4 read-only", bus.dev)
+			}
+			if !strings.Contains(log, "stamp-initramfs: root="+root+" is "+bus.dev) {
+				t.Errorf("the initramfs did not report finding the root on %s", bus.dev)
 			}
 		})
 	}

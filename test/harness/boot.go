@@ -136,11 +136,17 @@ func BootParts(t testing.TB) *BootKit {
 }
 
 // BootModuleGlobs are the module files (relative to the modules directory)
-// a tree needs for an initramfs that mounts an ext4 root from a virtio
-// disk, dependencies included: formats.BootModules and what they need.
+// a tree needs for an initramfs that mounts an ext4 root from a virtio-blk,
+// virtio-scsi, NVMe or SATA disk, dependencies included:
+// formats.BootModules, formats.DiskModules and what they need.
 var BootModuleGlobs = []string{
 	"kernel/crypto/crc32c_generic.ko", "kernel/lib/crc16.ko", "kernel/fs/mbcache.ko",
 	"kernel/fs/jbd2", "kernel/fs/ext4", "kernel/drivers/virtio", "kernel/drivers/block/virtio_blk.ko",
+	"kernel/crypto/crct10dif_*.ko", "kernel/crypto/crc64_rocksoft_generic.ko", "kernel/lib/crc-t10dif.ko",
+	"kernel/lib/crc64.ko", "kernel/lib/crc64-rocksoft.ko", "kernel/block/t10-pi.ko",
+	"kernel/drivers/scsi/scsi_common.ko", "kernel/drivers/scsi/scsi_mod.ko", "kernel/drivers/scsi/sd_mod.ko",
+	"kernel/drivers/scsi/virtio_scsi.ko", "kernel/drivers/nvme/host/nvme-core.ko", "kernel/drivers/nvme/host/nvme.ko",
+	"kernel/drivers/ata/libata.ko", "kernel/drivers/ata/libahci.ko", "kernel/drivers/ata/ahci.ko",
 }
 
 // BootTreeOptions say what a test tree holds.
