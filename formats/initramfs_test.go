@@ -304,7 +304,7 @@ func TestBootInitramfsErrors(t *testing.T) {
 		o    BootInitramfsOptions
 		want string
 	}{
-		{"missing module", BootInitramfsOptions{Modules: []string{"nvme"}}, "nvme"},
+		{"missing module", BootInitramfsOptions{Modules: []string{"e1000e"}}, "e1000e"},
 		{"missing kernel", BootInitramfsOptions{KernelVersion: "9.9.9"}, "vmlinuz-9.9.9"},
 		{"missing busybox", BootInitramfsOptions{Busybox: "/opt/busybox"}, "busybox-static"},
 	} {
@@ -328,5 +328,26 @@ func TestBootInitramfsErrors(t *testing.T) {
 	}
 	if err := write(BootInitramfsOptions{}); err == nil || !strings.Contains(err.Error(), "jbd2") || !strings.Contains(err.Error(), "needed by ext4") {
 		t.Errorf("missing dependency: err = %v", err)
+	}
+}
+
+// A disk driver the kernel lacks (Debian's cloud kernel has no AHCI) is
+// left out, not an error: the image boots from the buses it has.
+func TestBootInitramfsWithoutADiskDriver(t *testing.T) {
+	k := harness.BootParts(t)
+	var globs []string
+	for _, g := range harness.BootModuleGlobs {
+		if !strings.Contains(g, "/ata/") {
+			globs = append(globs, g)
+		}
+	}
+	tree := k.Tree(t, harness.BootTreeOptions{Marker: "unused", Modules: globs})
+	items, err := bootInitramfsItems(tree, BootInitramfsOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	loads := bootLoads(bootInitOf(t, items))
+	if slices.Contains(loads, "ahci") || !slices.Contains(loads, "nvme") || !slices.Contains(loads, "virtio_scsi") {
+		t.Errorf("/init loads %q: want nvme and virtio_scsi, and no ahci", loads)
 	}
 }
