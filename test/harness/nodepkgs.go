@@ -28,7 +28,7 @@ var NodeDebPackages = []string{
 	"systemd-sysv", "containerd", "runc", "iproute2", "ca-certificates",
 	"auditd", "apt-transport-https", "conntrack", "chrony", "curl", "ebtables", "ethtool", "iptables", "jq", "gnupg",
 	"libnetfilter-acct1", "libnetfilter-cttimeout1", "libnetfilter-log1", "python3-netifaces", "python3-pip",
-	"socat", "cloud-init", "cloud-guest-utils", "openssh-server", "linux-image-cloud-amd64", "systemd-boot-efi",
+	"socat", "cloud-init", "cloud-guest-utils", "openssh-server", "linux-image-amd64", "systemd-boot-efi",
 	"busybox-static",
 }
 
@@ -52,9 +52,13 @@ func NodeBaseFor(t testing.TB) *DpkgBase {
 // which alternative (python3-* postinsts run py3compile only if which
 // finds it) and libpam-runtime's /etc/pam.d/common-* (adduser runs chfn,
 // which needs PAM), and passwd's shadowconfig (groupadd would otherwise
-// make /etc/gshadow mode 0000). NodeBaseFor runs them for real, chrooted into the
-// base, and adds what they made to the database tarball.
-var nodeBaseScripts = []string{"passwd", "mawk", "debianutils", "libpam-runtime"}
+// make /etc/gshadow mode 0000), and base-files', which on a first install
+// turns /var/run and /var/lock into links to /run and /run/lock (without
+// them a daemon writing its PID file under /var/run, as auditd does, is
+// never seen by systemd, which looks in /run). NodeBaseFor runs them for
+// real, chrooted into the base, and adds what they made to the database
+// tarball.
+var nodeBaseScripts = []string{"base-files", "passwd", "mawk", "debianutils", "libpam-runtime"}
 
 // NodeRepoFor returns a repository of exactly what installing
 // NodeDebPackages onto an empty system brings, with apt's choices, and
@@ -94,7 +98,7 @@ func dpkgBaseOf(t testing.TB, pkgs []string, configure []string) *DpkgBase {
 	if err != nil {
 		t.Fatalf("dpkg base: %v", err)
 	}
-	db := strings.TrimSuffix(tarball, ".tar.zst") + ".nodedb4.tar"
+	db := strings.TrimSuffix(tarball, ".tar.zst") + ".nodedb5.tar"
 	status := strings.TrimSuffix(tarball, ".tar.zst") + ".status"
 	if _, err := os.Stat(db); err != nil {
 		st, err := statusFor(ctx, debs)
