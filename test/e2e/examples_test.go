@@ -93,7 +93,7 @@ func TestEveryShippedRecipeBuilds(t *testing.T) {
 
 // copyTree copies the regular files, directories and symlinks under src
 // into dst, keeping executable bits (hooks).
-func copyTree(t *testing.T, src, dst string) {
+func copyTree(t testing.TB, src, dst string) {
 	t.Helper()
 	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {

@@ -3,8 +3,9 @@
 # prints wall time and peak RSS side by side. Speed and memory are judged here,
 # never by timed unit tests.
 set -euo pipefail
-# Usage: bench.sh [tar|ext4|qcow2|cpio|codecs|oci|debs]...; all of them by
-# default.
+# Usage: bench.sh [tar|ext4|qcow2|cpio|codecs|oci|debs|node]...; all of them
+# by default. node needs the Kubernetes inputs (make k8s-inputs; it builds
+# them first, which takes about 50 minutes on a machine that has none).
 cd "$(dirname "$0")/../.."
 STAMP=${STAMP:-bin/stamp}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/stamp-bench.XXXXXX")
@@ -92,7 +93,15 @@ bench_debs() {
 	bash test/scripts/bench-debs.sh
 }
 
-for b in "${@:-tar ext4 qcow2 cpio codecs oci debs}"; do
+bench_node() {
+	echo
+	echo "== node: recipes/k8s-node.yaml cold and warm, beside mmdebstrap --variant=minbase of the same packages"
+	go run ./test/cmd/k8sinputs -stamp "$STAMP" >/dev/null
+	go test -tags node -run '^$' -bench '^BenchmarkNodeBuild$' -benchtime "${BENCHTIME_NODE:-1x}" -timeout 60m ./test/e2e |
+		grep -E '^(Benchmark|---|\s+node_bench_test)' || true
+}
+
+for b in "${@:-tar ext4 qcow2 cpio codecs oci debs node}"; do
 	for one in $b; do
 		declare -F "bench_$one" >/dev/null || { echo "bench: no benchmark named $one" >&2; exit 2; }
 		"bench_$one"

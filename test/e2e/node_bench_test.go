@@ -1,0 +1,125 @@
+//go:build node
+
+package e2e
+
+import (
+	"archive/tar"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stamp-dev/stamp/test/harness"
+)
+
+// BenchmarkNodeBuild builds recipes/k8s-node.yaml (with a tar output added)
+// from a cold cache and again from the warm one, and installs the same
+// package set with mmdebstrap (minbase, the node's packages and the
+// Kubernetes ones, from the same local repositories) into a tarball. It
+// reports both build times, mmdebstrap's time, and the size of the node's
+// tree (without the pre-seeded container images, which mmdebstrap does not
+// make) against mmdebstrap's tarball. Needs root: mmdebstrap --mode=root.
+func BenchmarkNodeBuild(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Fatal("needs root: mmdebstrap runs in --mode=root beside stamp")
+	}
+	mmdebstrap := harness.Tool(b, "mmdebstrap")
+	nb := prepareNodeBuild(b, func(string) {})
+	recipe := filepath.Join(nb.dir, "k8s-node.yaml")
+	y, err := os.ReadFile(recipe)
+	if err != nil {
+		b.Fatal(err)
+	}
+	// outputs: is the recipe's last section.
+	if err := os.WriteFile(recipe, append(y, "  - {format: tar}\n"...), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	include := append(append([]string{}, harness.NodeDebPackages...), "kubelet", "kubeadm", "kubectl", "cri-tools", "kubernetes-cni")
+
+	var cold, warm, mm time.Duration
+	var stampAll, stampPkgs, mmSize int64
+	for i := 0; i < b.N; i++ {
+		cache := filepath.Join(nb.dir, fmt.Sprintf("cache-%d", i))
+		build := func(out string) time.Duration {
+			b.Helper()
+			args := append([]string{"build", "k8s-node.yaml", "-o", out, "--cache-dir", cache, "--work-dir", nb.dir,
+				"--insecure-registry", nb.reg.Addr, "--log-level", "error"}, nb.setArgs...)
+			cmd := exec.Command(stampBin, args...)
+			cmd.Dir = nb.dir
+			exec.Command("sync").Run()
+			start := time.Now()
+			if out, err := cmd.CombinedOutput(); err != nil {
+				b.Fatalf("stamp build: %v\n%s", err, out)
+			}
+			return time.Since(start)
+		}
+		coldOut, warmOut := filepath.Join(nb.dir, "cold"), filepath.Join(nb.dir, "warm")
+		cold += build(coldOut)
+		warm += build(warmOut)
+		stampAll, stampPkgs = nodeTarSizes(b, filepath.Join(coldOut, "k8s-node.tar"))
+		os.RemoveAll(coldOut)
+		os.RemoveAll(warmOut)
+		os.RemoveAll(cache)
+
+		tarball := filepath.Join(nb.dir, "mmdebstrap.tar")
+		exec.Command("sync").Run()
+		start := time.Now()
+		cmd := exec.Command(mmdebstrap, "--mode=root", "--variant=minbase", "--quiet",
+			"--include="+strings.Join(include, ","), nb.repo.Suite, tarball,
+			fmt.Sprintf("deb [signed-by=%s] %s %s %s", filepath.Join(nb.dir, "debian.gpg"), nb.repo.FileURL(), nb.repo.Suite, nb.repo.Component),
+			fmt.Sprintf("deb [signed-by=%s] %s %s", filepath.Join(nb.dir, "kubernetes.gpg"), nb.in.Repo.FileURL(), nb.in.Repo.Suite))
+		cmd.Env = append(os.Environ(), "SOURCE_DATE_EPOCH=1700000000")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("mmdebstrap: %v\n%s", err, out)
+		}
+		mm += time.Since(start)
+		fi, err := os.Stat(tarball)
+		if err != nil {
+			b.Fatal(err)
+		}
+		mmSize = fi.Size()
+		os.Remove(tarball)
+	}
+	n := float64(b.N)
+	b.ReportMetric(cold.Seconds()/n, "cold-s/op")
+	b.ReportMetric(warm.Seconds()/n, "warm-s/op")
+	b.ReportMetric(mm.Seconds()/n, "mmdebstrap-s/op")
+	b.ReportMetric(float64(stampAll)/(1<<20), "stamp-tar-MiB")
+	b.ReportMetric(float64(stampPkgs)/(1<<20), "stamp-no-images-MiB")
+	b.ReportMetric(float64(mmSize)/(1<<20), "mmdebstrap-tar-MiB")
+	b.ReportMetric(float64(stampPkgs)/float64(mmSize), "size-ratio")
+}
+
+// nodeTarSizes returns the tarball's size, and that size less the
+// pre-seeded images under /var/lib/stamp/images.
+func nodeTarSizes(b *testing.B, p string) (all, withoutImages int64) {
+	b.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var images int64
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			b.Fatalf("%s: %v", p, err)
+		}
+		if strings.HasPrefix(strings.TrimPrefix(h.Name, "./"), "var/lib/stamp/images/") {
+			images += 512 + (h.Size+511)/512*512
+		}
+	}
+	return fi.Size(), fi.Size() - images
+}

@@ -1,0 +1,283 @@
+//go:build node
+
+// The node's end-to-end test needs the Kubernetes test inputs (make
+// k8s-inputs, a cold build of about an hour) and boots a whole Debian
+// under TCG, so it runs in make e2e-node (go test -tags node), not in
+// make test.
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stamp-dev/stamp/formats"
+	"github.com/stamp-dev/stamp/recipes"
+	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/test/harness"
+)
+
+// nodeRecipePath is the recipe under test, relative to this package.
+const nodeRecipePath = "../../recipes/k8s-node.yaml"
+
+// TestNodeImage builds recipes/k8s-node.yaml as uid 65534 against a local
+// Debian repository, a local Kubernetes repository and a local registry,
+// checks the image's hygiene on the image itself, proves the build
+// reproducible (stamp verify: as root and as uid 65534, under a varied
+// environment), then boots the raw disk under OVMF with a NoCloud seed
+// whose user-data runs nodeChecks inside the node and prints each result.
+// With STAMP_E2E_NODE_OUT set, the outputs are left there (make e2e-node:
+// out/e2e-node), with node.env naming the registry the images carry.
+func TestNodeImage(t *testing.T) {
+	harness.RequireTools(t, "qemu-system-x86_64", "qemu-img", "sgdisk", "cp", "truncate")
+	step := stepTimer(t)
+	nb := prepareNodeBuild(t, step)
+	dir, setArgs, reg, images := nb.dir, nb.setArgs, nb.reg, nb.images
+	out := filepath.Join(dir, "out")
+	cache := filepath.Join(dir, "cache")
+	args := append([]string{"build", "k8s-node.yaml", "-o", out, "--cache-dir", cache, "--work-dir", dir, "--insecure-registry", reg.Addr}, setArgs...)
+	r := stampAs65534(t, dir, nil, args...)
+	r.mustSucceed(t)
+	step("cold build as uid 65534")
+	deferred := 0
+	for _, l := range strings.Split(r.stderr, "\n") {
+		if strings.Contains(l, "deferred") {
+			deferred++
+			if !strings.Contains(l, "update-initramfs") && !strings.Contains(l, "systemd-hwdb") {
+				t.Errorf("deferred beyond update-initramfs and systemd-hwdb: %s", l)
+			}
+		}
+	}
+	t.Logf("%d commands deferred to first boot (update-initramfs, systemd-hwdb)", deferred)
+	for _, f := range []string{"k8s-node.raw", "k8s-node.qcow2", "k8s-node.pxe", "SHA256SUMS", "stamp.lock"} {
+		p := filepath.Join(out, f)
+		if f == "stamp.lock" {
+			p = filepath.Join(dir, f)
+		}
+		if fi, err := os.Stat(p); err != nil {
+			t.Fatalf("no %s: %v", f, err)
+		} else {
+			t.Logf("%s: %d bytes", f, fi.Size())
+		}
+	}
+
+	raw := filepath.Join(out, "k8s-node.raw")
+	checkNodeHygiene(t, raw, images)
+	step("hygiene checked on the image")
+	if o := os.Getenv("STAMP_E2E_NODE_OUT"); o != "" {
+		keepNodeOutputs(t, out, o, reg.Addr, dir)
+	}
+
+	// The bytes again: stamp verify builds twice more (as root, then as
+	// uid 65534 in another directory, umask, time zone, locale and
+	// directory order) and compares; --against then holds the first
+	// build to the same bytes.
+	if os.Geteuid() == 0 {
+		vargs := append([]string{"verify", "k8s-node.yaml", "--cache-dir", cache, "--insecure-registry", reg.Addr, "--against", filepath.Join(out, "SHA256SUMS")}, setArgs...)
+		v := stamp(t, dir, nil, vargs...)
+		v.mustSucceed(t)
+		t.Logf("stamp verify:\n%s", lastLines(v.stdout+v.stderr, 12))
+		step("stamp verify against the first build (a root build, compared)")
+	} else {
+		t.Error("not root: the node test's root build cannot run; make e2e-node runs as root")
+	}
+
+	bootNode(t, raw, reg.Addr, images)
+	step("boot and in-node checks")
+}
+
+// nodeBuild is a directory, owned by uid 65534, holding the node recipe,
+// its overlay, base and keyrings, ready to build against local
+// repositories and a local registry with setArgs.
+type nodeBuild struct {
+	dir     string
+	setArgs []string
+	reg     *harness.Registry
+	images  []string // what the registry holds, as the recipe names them
+	in      *harness.K8sInputs
+	repo    *harness.DebRepo
+}
+
+// prepareNodeBuild gathers the inputs (built once per machine), pushes the
+// images to a fresh local registry and lays out the recipe directory.
+func prepareNodeBuild(tb testing.TB, step func(string)) *nodeBuild {
+	tb.Helper()
+	in := harness.K8sInputsFor(tb)
+	repo := harness.NodeRepoFor(tb)
+	base := harness.NodeBaseTarball(tb)
+	step("inputs (Kubernetes binaries, .deb repositories, images, node base)")
+
+	rec, err := recipes.LoadWith(nodeRecipePath, recipes.Options{Set: map[string]string{
+		"base": "x", "mirror": "file:///x", "kubernetes_repo": "file:///x", "kubernetes_keyring": "x", "registry": "reg.invalid"}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if got, want := sortedCopy(rec.Customize.Layers[0].Debs.Packages), sortedCopy(harness.NodeDebPackages); !slices.Equal(got, want) {
+		tb.Fatalf("the recipe's Debian packages and harness.NodeDebPackages (what the test repository holds) differ:\nrecipe  %q\nharness %q", got, want)
+	}
+
+	reg := harness.StartRegistry(tb)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	refs, err := harness.PushK8sMirror(ctx, in.Stamp, in.Bins, in.Images, reg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var images []string
+	for name := range refs {
+		images = append(images, name)
+	}
+	sort.Strings(images)
+	step("images pushed to the local registry")
+
+	dir := harness.TempDirFor65534(tb)
+	copyFile(tb, nodeRecipePath, filepath.Join(dir, "k8s-node.yaml"))
+	copyTree(tb, filepath.Join(filepath.Dir(nodeRecipePath), "k8s-node"), filepath.Join(dir, "k8s-node"))
+	for src, dst := range map[string]string{base: "base.tar.zst", repo.Keyring: "debian.gpg", in.Repo.Keyring: "kubernetes.gpg"} {
+		copyFile(tb, src, filepath.Join(dir, dst))
+	}
+	sets := []string{
+		"base=./base.tar.zst",
+		"mirror=" + repo.FileURL(), "suite=" + repo.Suite, "debian_keyring=./debian.gpg",
+		"kubernetes_repo=" + in.Repo.FileURL(), "kubernetes_keyring=./kubernetes.gpg",
+		"registry=" + reg.Addr,
+	}
+	var setArgs []string
+	for _, s := range sets {
+		setArgs = append(setArgs, "--set", s)
+	}
+	return &nodeBuild{dir: dir, setArgs: setArgs, reg: reg, images: images, in: in, repo: repo}
+}
+
+// stepTimer logs the time each step took, for the README's table.
+func stepTimer(t *testing.T) func(string) {
+	last := time.Now()
+	return func(what string) {
+		t.Logf("STEP %-60s %s", what, time.Since(last).Round(time.Second))
+		last = time.Now()
+	}
+}
+
+func sortedCopy(s []string) []string {
+	c := slices.Clone(s)
+	sort.Strings(c)
+	return c
+}
+
+func lastLines(s string, n int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(l[max(0, len(l)-n):], "\n")
+}
+
+func copyFile(t testing.TB, src, dst string) {
+	t.Helper()
+	in, err := os.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// keepNodeOutputs copies the outputs (sparse) to dst for the cluster test,
+// with node.env saying what they were built against.
+func keepNodeOutputs(t *testing.T, out, dst, registry, recipeDir string) {
+	t.Helper()
+	if err := os.RemoveAll(dst); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := exec.Command("cp", "-a", "--sparse=always", out, dst).CombinedOutput(); err != nil {
+		t.Fatalf("cp %s %s: %v\n%s", out, dst, err, b)
+	}
+	copyFile(t, filepath.Join(recipeDir, "stamp.lock"), filepath.Join(dst, "stamp.lock"))
+	env := fmt.Sprintf("# what %s was built against (test/e2e/node_test.go)\nREGISTRY=%s\nKUBERNETES_VERSION=%s\n", dst, registry, harness.K8sVersion)
+	if err := os.WriteFile(filepath.Join(dst, "node.env"), []byte(env), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("outputs kept in %s", dst)
+}
+
+// checkNodeHygiene reads the raw disk back (no mount) and checks what the
+// seal and the recipe promise before any boot: no SSH host keys, an empty
+// machine-id, no cloud-init instance state, no core files, no logs, no apt
+// lists or caches, no swap, the release file and every pre-seeded image.
+func checkNodeHygiene(t *testing.T, raw string, images []string) {
+	t.Helper()
+	im, err := formats.ReadEntries(context.Background(), raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byPath := map[string]*rootfs.Entry{}
+	for _, e := range im.Entries {
+		byPath[e.Path] = e
+	}
+	bad := func(format string, args ...any) { t.Errorf("hygiene: "+format, args...) }
+	sshKey := regexp.MustCompile(`^/etc/ssh/ssh_host_.*_key(\.pub)?$`)
+	for _, e := range im.Entries {
+		p := e.Path
+		switch {
+		case sshKey.MatchString(p):
+			bad("%s is in the image", p)
+		case strings.HasPrefix(p, "/var/lib/cloud/"):
+			bad("cloud-init state %s is in the image", p)
+		case strings.HasPrefix(p, "/var/log/") && e.Type != rootfs.TypeDir:
+			bad("log %s is in the image", p)
+		case strings.HasPrefix(p, "/var/lib/apt/lists/") && e.Type != rootfs.TypeDir,
+			strings.HasPrefix(p, "/var/cache/apt/") && e.Type == rootfs.TypeRegular:
+			bad("apt state %s is in the image", p)
+		case path.Base(p) == "core" && e.Type == rootfs.TypeRegular, strings.HasPrefix(p, "/var/lib/systemd/coredump/") && e.Type != rootfs.TypeDir:
+			bad("core file %s is in the image", p)
+		case strings.HasPrefix(p, "/etc/ssh/") && strings.HasSuffix(p, "_key"):
+			bad("private key %s is in the image", p)
+		}
+	}
+	if e := byPath["/etc/machine-id"]; e == nil || e.Size != 0 {
+		bad("/etc/machine-id must exist and be empty: %v", e)
+	}
+	for _, p := range []string{"/var/lib/dbus/machine-id", "/var/lib/systemd/random-seed", "/etc/stamp-release",
+		"/usr/sbin/ntpd", "/etc/containerd/config.toml", "/etc/crictl.yaml", "/opt/cni/bin/bridge", "/opt/cni/bin/host-local",
+		"/etc/cni/net.d/10-stamp-bridge.conflist", "/usr/lib/systemd/system/kubelet.service",
+		"/usr/lib/systemd/system/kubelet.service.d/10-kubeadm.conf", "/etc/systemd/system/multi-user.target.wants/kubelet.service",
+		"/etc/systemd/system/multi-user.target.wants/containerd.service", "/etc/systemd/system/timers.target.wants/apt-daily.timer"} {
+		_, have := byPath[p]
+		want := !slices.Contains([]string{"/var/lib/dbus/machine-id", "/var/lib/systemd/random-seed", "/usr/sbin/ntpd",
+			"/etc/systemd/system/timers.target.wants/apt-daily.timer"}, p)
+		if have != want {
+			bad("%s present %t, want %t", p, have, want)
+		}
+	}
+	for _, p := range im.Partitions {
+		if p.Filesystem == "swap" || strings.Contains(strings.ToLower(p.Type), "swap") || strings.EqualFold(p.Type, "0657FD6D-A4AB-43C4-84E5-0933C84B4F4F") {
+			bad("partition %+v is swap", p)
+		}
+	}
+	for _, name := range images {
+		p := "/var/lib/stamp/images/" + strings.NewReplacer(":", "_", "/", "_").Replace(name) + ".tar"
+		if byPath[p] == nil {
+			bad("no pre-seeded archive %s for %s", p, name)
+		}
+	}
+}
