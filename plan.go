@@ -266,7 +266,7 @@ func convertDebs(d *recipes.Debs, hostPath func(string) string) *layers.Debs {
 	}
 	l := layers.NewDebs(d.Repo, suites, keyring, d.Trusted)
 	l.Components, l.Packages, l.Recommends, l.Exclude = d.Components, d.Packages, d.Recommends, d.Exclude
-	l.DeferScripts = d.DeferScripts
+	l.DeferScripts, l.Skip = d.DeferScripts, d.Skip
 	l.Chroot = d.Scripts == recipes.ScriptsChroot
 	return l
 }

@@ -47,6 +47,9 @@ type Debs struct {
 	// first boot instead: their packages stay unpacked and a unit runs
 	// dpkg --configure -a. Without it such a script fails the build.
 	DeferScripts bool
+	// Skip are commands (by base name) that maintainer scripts call and
+	// that neither run nor wait for first boot, as if they had succeeded.
+	Skip []string
 	// Pinned, when set, gives the digest stamp.lock holds for a .deb URL.
 	// Every package is checked against it before anything is fetched,
 	// on top of the pinned index's SHA256.
@@ -192,12 +195,16 @@ func (l *Debs) apply(ctx context.Context, env *Env) error {
 
 	se := l.scriptEnv(env)
 	var later [][]string
-	if l.DeferScripts {
+	if l.DeferScripts || len(l.Skip) > 0 {
 		se.Defer = func(pkg string, argv []string) bool {
+			if slices.Contains(l.Skip, path.Base(argv[0])) {
+				env.Log.Infof("%s: %s runs %q; skipped, as the recipe asks", env.Label, pkg, strings.Join(argv, " "))
+				return true
+			}
 			// Only commands whose work nothing later in the build
 			// depends on: an initramfs is made at first boot as well as
 			// here, and stamp's own boot outputs bring theirs.
-			if !deferrable[path.Base(argv[0])] {
+			if !l.DeferScripts || !deferrable[path.Base(argv[0])] {
 				return false
 			}
 			env.Log.Warnf("%s: %s runs %q; deferred to first boot", env.Label, pkg, strings.Join(argv, " "))

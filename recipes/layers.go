@@ -2,6 +2,7 @@ package recipes
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -390,6 +391,12 @@ func (d *decoder) oci(n *yaml.Node, field string) OCI {
 	return o
 }
 
+// SkippableCommands are the commands a debs layer may skip: their work
+// lands only in files nothing reads when the image boots through stamp's
+// own initramfs (the raw format's, or a PXE output's), such as
+// initramfs-tools' /boot/initrd.img-*.
+var SkippableCommands = []string{"update-initramfs"}
+
 func (d *decoder) debs(n *yaml.Node, field string) Debs {
 	var b Debs
 	seen := d.mapping(n, field, map[string]handler{
@@ -409,6 +416,14 @@ func (d *decoder) debs(n *yaml.Node, field string) Debs {
 		"recommends":   func(v *yaml.Node, f string) { b.Recommends = d.boolean(v, f) },
 		"exclude":      func(v *yaml.Node, f string) { b.Exclude = d.strList(v, f) },
 		"deferScripts": func(v *yaml.Node, f string) { b.DeferScripts = d.boolean(v, f) },
+		"skip": func(v *yaml.Node, f string) {
+			b.Skip = d.strList(v, f)
+			for _, c := range b.Skip {
+				if !slices.Contains(SkippableCommands, c) {
+					d.fail(d.resolveQuiet(v), f, "skip %q: only %s can be skipped", c, strings.Join(SkippableCommands, ", "))
+				}
+			}
+		},
 		"scripts": func(v *yaml.Node, f string) {
 			b.Scripts = d.str(v, f)
 			if !d.failed(v) && b.Scripts != ScriptsOffline && b.Scripts != ScriptsChroot {
@@ -441,6 +456,9 @@ func (d *decoder) debs(n *yaml.Node, field string) Debs {
 	}
 	if b.Scripts == "" {
 		b.Scripts = ScriptsOffline
+	}
+	if b.Scripts == ScriptsChroot && len(b.Skip) > 0 {
+		d.fail(seen["skip"], child(field, "skip"), "skip has no effect with scripts: chroot, where every script runs")
 	}
 	if b.Scripts == ScriptsChroot && b.DeferScripts {
 		d.fail(seen["deferScripts"], child(field, "deferScripts"), "deferScripts has no effect with scripts: chroot, where every script runs")

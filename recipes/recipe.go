@@ -208,6 +208,9 @@ type Debs struct {
 	// DeferScripts lets maintainer scripts no built-in handler covers wait
 	// for a first-boot "dpkg --configure -a" instead of failing the build.
 	DeferScripts bool
+	// Skip names commands of SkippableCommands that maintainer scripts
+	// call and that then run neither at build time nor at first boot.
+	Skip []string
 	// Scripts is how maintainer scripts run: "offline" (the default), by
 	// the built-in handlers, identical for every builder; or "chroot", for
 	// real in a chroot of the tree, which needs a root build or user

@@ -615,6 +615,35 @@ func matchAny(pats []string, p string) bool {
 	return false
 }
 
+// TestDebsKernelSkipsInitramfs installs the kernel with skip:
+// [update-initramfs], as a recipe booted by stamp's own initramfs does:
+// the command runs neither now nor at first boot, and the kernel is
+// configured all the same.
+func TestDebsKernelSkipsInitramfs(t *testing.T) {
+	harness.RequireSetpriv(t)
+	repo := harness.DebRepoFor(t)
+	base := harness.DpkgBaseFor(t)
+	dir := debsDir(t, repo, base, debsRecipe(repo.FileURL(), []string{harness.KernelPackage}, "        deferScripts: true\n        skip: [update-initramfs]"))
+	out := filepath.Join(dir, "out")
+	build := stampAs65534(t, dir, nil, "build", "recipe.yaml", "-o", out, "--cache-dir", "cache", "--work-dir", "work").mustSucceed(t)
+	if !strings.Contains(build.stderr, "skipped, as the recipe asks") {
+		t.Errorf("the build does not say it skipped update-initramfs:\n%s", build.stderr)
+	}
+	root := extractAsRoot(t, filepath.Join(out, "e2e-debs-rootfs.tar"))
+	for name, para := range readDpkgStatus(t, root) {
+		if got := para.Get("Status"); got != "install ok installed" {
+			t.Errorf("%s: Status %q, want install ok installed", name, got)
+		}
+	}
+	if made, _ := filepath.Glob(filepath.Join(root, "boot/initrd.img-*")); len(made) > 0 {
+		t.Errorf("an initramfs was made: %q", made)
+	}
+	unit, err := os.ReadFile(filepath.Join(root, "etc/systemd/system/stamp-dpkg-configure.service"))
+	if err != nil || strings.Contains(string(unit), "update-initramfs") || !strings.Contains(string(unit), "systemd-hwdb") {
+		t.Errorf("first-boot unit: want systemd-hwdb and no update-initramfs: %v\n%s", err, unit)
+	}
+}
+
 // TestDebsKernel installs Debian's kernel as uid 65534. Its postinst runs
 // depmod, linux-update-symlinks and run-parts of /etc/kernel/postinst.d,
 // whose initramfs hook runs update-initramfs. The module indexes must be
