@@ -135,6 +135,11 @@ waitunit stamp-dpkg-configure.service
 systemd-analyze 2>&1 | sed 's/^/STAMP-INFO analyze: /'
 systemd-analyze blame 2>&1 | head -n 25 | sed 's/^/STAMP-INFO blame: /'
 crictl images 2>&1 | sed 's/^/STAMP-INFO crictl: /'
+# The boot is not finished while cloud-final runs this, so blame says
+# nothing: the first-boot units' own start and end times instead.
+for u in stamp-dpkg-configure stamp-import-images stamp-ssh-keygen cloud-config containerd; do
+	echo "STAMP-INFO unit $u: $(systemctl show -p ExecMainStartTimestampMonotonic -p ExecMainExitTimestampMonotonic -p ActiveEnterTimestampMonotonic "$u.service" | tr '\n' ' ')"
+done
 systemctl --failed --no-legend 2>&1 | sed 's/^/STAMP-INFO failed unit: /'
 for u in $(systemctl list-units --state=failed,activating --no-legend --plain | cut -d' ' -f1); do
 	journalctl -b -u "$u" --no-pager 2>&1 | tail -n 15 | sed "s|^|STAMP-INFO journal $u: |"
