@@ -68,10 +68,12 @@ func BenchmarkNodeBuild(b *testing.B) {
 		tarball := filepath.Join(nb.dir, "mmdebstrap.tar")
 		exec.Command("sync").Run()
 		start := time.Now()
+		// copy://, not file://: mmdebstrap's apt runs chrooted, where
+		// the host's repository paths do not exist.
 		cmd := exec.Command(mmdebstrap, "--mode=root", "--variant=minbase", "--quiet",
 			"--include="+strings.Join(include, ","), nb.repo.Suite, tarball,
-			fmt.Sprintf("deb [signed-by=%s] %s %s %s", filepath.Join(nb.dir, "debian.gpg"), nb.repo.FileURL(), nb.repo.Suite, nb.repo.Component),
-			fmt.Sprintf("deb [signed-by=%s] %s %s", filepath.Join(nb.dir, "kubernetes.gpg"), nb.in.Repo.FileURL(), nb.in.Repo.Suite))
+			fmt.Sprintf("deb [signed-by=%s] %s %s %s", filepath.Join(nb.dir, "debian.gpg"), "copy://"+nb.repo.Dir, nb.repo.Suite, nb.repo.Component),
+			fmt.Sprintf("deb [signed-by=%s] %s %s", filepath.Join(nb.dir, "kubernetes.gpg"), "copy://"+nb.in.Repo.Dir, nb.in.Repo.Suite))
 		cmd.Env = append(os.Environ(), "SOURCE_DATE_EPOCH=1700000000")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			b.Fatalf("mmdebstrap: %v\n%s", err, out)
