@@ -1,0 +1,301 @@
+package vhd
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stamp-dev/stamp/test/harness"
+)
+
+// TestCHS holds the geometry to values worked by hand from the
+// specification's algorithm, one per branch of it. qemu-img create writes
+// one cylinder more for each of these sizes (302/4/17, 1004/12/17,
+// 1016/16/63, 2081/16/63, 20561/16/255): it grows the disk to a geometry
+// that covers it, where the specification's rounds down.
+func TestCHS(t *testing.T) {
+	for _, c := range []struct {
+		size int64
+		want Geometry
+	}{
+		{10 << 20, Geometry{301, 4, 17}},                  // 17 sectors, the 4-head floor
+		{100 << 20, Geometry{1003, 12, 17}},               // 17 sectors, heads from the cylinders
+		{500 << 20, Geometry{1015, 16, 63}},               // past 17 and 31 sectors
+		{1 << 30, Geometry{2080, 16, 63}},                 // 1 GiB
+		{40 << 30, Geometry{20560, 16, 255}},              // the 255-sector branch
+		{3 << 40, Geometry{65535, 16, 255}},               // capped
+		{65535 * 16 * 63 * 512, Geometry{16191, 16, 255}}, // the branch's edge
+	} {
+		if got := CHS(c.size); got != c.want {
+			t.Errorf("CHS(%d) = %v, want %v", c.size, got, c.want)
+		}
+	}
+}
+
+func TestFooterChecksumAndFields(t *testing.T) {
+	f := Footer{DataOffset: noOffset, Timestamp: 0x01020304, CreatorVer: creatorVersion, CreatorOS: creatorOS,
+		OriginalSize: 1 << 30, CurrentSize: 1 << 30, Geometry: CHS(1 << 30), Type: TypeFixed, UniqueID: [16]byte{1, 2, 3}}
+	copy(f.CreatorApp[:], CreatorApp)
+	b := f.Marshal()
+	// The specification's check: the byte sum without the checksum field,
+	// plus the field, is all ones.
+	var sum uint32
+	for i, c := range b {
+		if i < 64 || i >= 68 {
+			sum += uint32(c)
+		}
+	}
+	if got := binary.BigEndian.Uint32(b[64:]); got != ^sum {
+		t.Errorf("checksum %#x, want %#x", got, ^sum)
+	}
+	for _, w := range []struct {
+		off  int
+		want string
+	}{{0, "conectix"}, {28, "stmp"}, {36, "Wi2k"}, {8, "\x00\x00\x00\x02"}, {12, "\x00\x01\x00\x00"}, {60, "\x00\x00\x00\x02"}} {
+		if got := string(b[w.off : w.off+len(w.want)]); got != w.want {
+			t.Errorf("footer at %d is %q, want %q", w.off, got, w.want)
+		}
+	}
+	g, err := ParseFooter(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *g != f {
+		t.Errorf("parsed %+v, want %+v", *g, f)
+	}
+	b[100] = 1
+	if _, err := ParseFooter(b); err == nil || !strings.Contains(err.Error(), "checksum") {
+		t.Errorf("a changed byte: %v", err)
+	}
+}
+
+func TestTimestamp(t *testing.T) {
+	for _, c := range []struct {
+		t    time.Time
+		want uint32
+	}{
+		{time.Unix(0, 0), 0},
+		{time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC), 0},
+		{time.Date(2000, 1, 1, 0, 1, 0, 0, time.UTC), 60},
+		{time.Unix(1700000000, 0), 1700000000 - 946684800},
+	} {
+		if got := Timestamp(c.t); got != c.want {
+			t.Errorf("Timestamp(%v) = %d, want %d", c.t, got, c.want)
+		}
+	}
+}
+
+// rawDisk writes a sparse raw disk of size bytes with data in a few places:
+// at the start, zeros written as data, one byte at a block's end, and at
+// the very end.
+func rawDisk(t testing.TB, dir string, size int64) string {
+	t.Helper()
+	p := filepath.Join(dir, "disk.raw")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	random := make([]byte, 1<<20+333)
+	for i := range random {
+		random[i] = byte(rng.Uint32())
+	}
+	at := func(b []byte, off int64) {
+		if _, err := f.WriteAt(b, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at(random, 0)
+	at(make([]byte, 3<<20), 4<<20) // zeros as data: no block stored
+	at([]byte{7}, 3*BlockSize-1)
+	at(random[:1000], size-1000)
+	return p
+}
+
+func write(t testing.TB, raw, out string, o Options) *Stats {
+	t.Helper()
+	src, err := os.Open(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	fi, err := src.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, err := Write(context.Background(), f, src, fi.Size(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := f.Stat(); err != nil || fi.Size() != st.FileSize {
+		t.Fatalf("%s is %d bytes, Write says %d (%v)", out, fi.Size(), st.FileSize, err)
+	}
+	return st
+}
+
+// TestRoundTrip writes fixed and dynamic images of disks that end on and
+// off a MiB and reads the disk back: the bytes are the raw's, padded with
+// zeros; a dynamic image stores only the blocks with data.
+func TestRoundTrip(t *testing.T) {
+	for _, size := range []int64{9 << 20, 9<<20 + 7*Sector} {
+		dir := t.TempDir()
+		raw := rawDisk(t, dir, size)
+		want, err := os.ReadFile(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, make([]byte, VirtualSize(size)-size)...)
+		for _, dyn := range []bool{false, true} {
+			out := filepath.Join(dir, map[bool]string{false: "fixed.vhd", true: "dyn.vhd"}[dyn])
+			st := write(t, raw, out, Options{Dynamic: dyn, UniqueID: [16]byte{9}, Time: time.Unix(1700000000, 0)})
+			if want := (size + 1<<20 - 1) >> 20 << 20; st.VirtualSize != want {
+				t.Errorf("%s: virtual size %d, want %d", out, st.VirtualSize, want)
+			}
+			f, err := os.Open(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := Open(f, st.FileSize)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(io.NewSectionReader(r, 0, r.Size()))
+			f.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("%s: the disk read back differs from the raw", out)
+			}
+			if r.Dynamic() != dyn || r.Footer().UniqueID != [16]byte{9} || r.Footer().Timestamp != 1700000000-946684800 {
+				t.Errorf("%s: footer %+v", out, r.Footer())
+			}
+			if dyn {
+				// Blocks 0 (random data), 2 (the byte at its end) and 4 (the
+				// end); block 1 holds a hole, block 2 zeros written as data
+				// up to its last byte, block 3 zeros only.
+				if st.Blocks != 3 {
+					t.Errorf("%s: %d blocks stored, want 3", out, st.Blocks)
+				}
+				if want := int64(FooterSize + headerSize + Sector + 3*(bitmapSize+BlockSize) + FooterSize); st.FileSize != want {
+					t.Errorf("%s: %d bytes, want %d", out, st.FileSize, want)
+				}
+			}
+		}
+	}
+}
+
+// TestSameBytes: the same disk and options give the same image.
+func TestSameBytes(t *testing.T) {
+	dir := t.TempDir()
+	raw := rawDisk(t, dir, 5<<20)
+	for _, dyn := range []bool{false, true} {
+		var sums [2][]byte
+		for i := range sums {
+			out := filepath.Join(dir, "x.vhd")
+			os.Remove(out)
+			write(t, raw, out, Options{Dynamic: dyn, UniqueID: [16]byte{1}, Time: time.Unix(1e9, 0)})
+			b, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sums[i] = b
+		}
+		if !bytes.Equal(sums[0], sums[1]) {
+			t.Errorf("dynamic %v: two writes differ", dyn)
+		}
+	}
+}
+
+func qemuImg(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(harness.Tool(t, "qemu-img"), args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("qemu-img %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// vpcOpts opens a VHD in qemu at the footer's current size: qemu takes an
+// image's size from its geometry unless it knows the creator (see
+// CreatorApp).
+func vpcOpts(p string) string {
+	return "driver=vpc,force_size_calc=current_size,file.filename=" + p
+}
+
+// TestQemuImg has qemu read both types: the format and virtual size it
+// reports, the disk compared with the raw, and with qemu-img's own VHD of
+// the same raw (content, not bytes: qemu's geometry-sized disk is larger).
+func TestQemuImg(t *testing.T) {
+	harness.RequireTools(t, "qemu-img")
+	dir := t.TempDir()
+	size := int64(9<<20 + 7*Sector)
+	raw := rawDisk(t, dir, size)
+	for _, sub := range []string{"fixed", "dynamic"} {
+		out := filepath.Join(dir, sub+".vhd")
+		write(t, raw, out, Options{Dynamic: sub == "dynamic"})
+		info := qemuImg(t, "info", "--output=json", "--image-opts", vpcOpts(out))
+		for _, want := range []string{`"format": "vpc"`, `"virtual-size": 10485760,`} {
+			if !strings.Contains(info, want) {
+				t.Errorf("%s: qemu-img info lacks %q:\n%s", sub, want, info)
+			}
+		}
+		// The raw disk is shorter than the image's: compare treats the
+		// padding as equal only because it is zeros.
+		if got := qemuImg(t, "compare", "--image-opts", "driver=raw,file.filename="+raw, vpcOpts(out)); !strings.Contains(got, "identical") {
+			t.Errorf("%s: qemu-img compare with the raw:\n%s", sub, got)
+		}
+		theirs := filepath.Join(dir, "qemu-"+sub+".vhd")
+		qemuImg(t, "convert", "-f", "raw", "-O", "vpc", "-o", "subformat="+sub, raw, theirs)
+		if got := qemuImg(t, "compare", "--image-opts", "driver=vpc,file.filename="+theirs, vpcOpts(out)); !strings.Contains(got, "identical") {
+			t.Errorf("%s: qemu-img compare with qemu-img's own:\n%s", sub, got)
+		}
+		// And the other way: our reader reads qemu-img's image as the raw.
+		f, err := os.Open(theirs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fi, _ := f.Stat()
+		r, err := Open(f, fi.Size())
+		if err != nil {
+			t.Fatalf("reading qemu-img's %s image: %v", sub, err)
+		}
+		got := make([]byte, size)
+		if _, err := r.ReadAt(got, 0); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		want, _ := os.ReadFile(raw)
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s: qemu-img's image reads back different from the raw", sub)
+		}
+	}
+	// A changed byte must show: the comparison above is not vacuous.
+	out := filepath.Join(dir, "dynamic.vhd")
+	f, err := os.OpenFile(raw, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt([]byte{0xAA}, 6<<20)
+	f.Close()
+	if o, err := exec.Command(harness.Tool(t, "qemu-img"), "compare", "--image-opts", "driver=raw,file.filename="+raw, vpcOpts(out)).CombinedOutput(); err == nil {
+		t.Errorf("qemu-img compare misses a changed byte:\n%s", o)
+	}
+}
