@@ -68,3 +68,6 @@ func GUIDBytes(u [16]byte) [16]byte {
 	g[6], g[7] = u[7], u[6]
 	return g
 }
+
+// VHDUniqueID is the unique ID in the footer of the VHD output named output.
+func VHDUniqueID(seed, output string) [16]byte { return UUID(seed, "vhd/"+output) }

@@ -126,6 +126,9 @@ type Entry struct {
 func Table() []Entry {
 	return []Entry{
 		{Name: "qcow2", MadeFrom: map[string][]string{"": {"raw"}}, Writer: qcow2Format{}, Reader: qcow2ImageReader{}},
+		// A fixed vhd begins as the raw disk it holds: it is known by its
+		// footer before raw looks at its start.
+		{Name: "vhd", MadeFrom: map[string][]string{"": {"raw"}}, Writer: vhdFormat{}, Reader: vhdImageReader{}},
 		{Name: "raw", Writer: rawFormat{}, Reader: rawImageReader{}},
 		{Name: "pxe", MadeFrom: map[string][]string{"": {"cpio"}}, Writer: pxeFormat{}, Reader: pxeImageReader{}},
 		{Name: "oci", MadeFrom: map[string][]string{"containerdisk": {"qcow2", "raw"}}, Writer: ociFormat{}, Reader: ociImageReader{}},

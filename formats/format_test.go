@@ -28,6 +28,8 @@ func TestTableWritesAndReadsEveryFormat(t *testing.T) {
 	specs := []*Spec{
 		{Format: "raw", Name: "raw", Options: rawSpec()},
 		{Format: "qcow2", Name: "qcow2", Options: &Qcow2Spec{Compress: true}},
+		{Format: "vhd", Name: "vhd", Options: &VHDSpec{}},
+		{Format: "vhd", Name: "vhd-dynamic", Options: &VHDSpec{Dynamic: true}},
 		{Format: "cpio", Name: "cpio", Options: &CpioSpec{Compression: compress.Gzip}},
 		{Format: "pxe", Name: "pxe", Options: &PXESpec{Cmdline: "console=ttyS0"}},
 		{Format: "tar", Name: "tar", Options: &TarSpec{Compression: compress.Zstd}},
@@ -98,7 +100,7 @@ func TestTableWritesAndReadsEveryFormat(t *testing.T) {
 			}
 		}
 	}
-	if _, err := Lookup("vhd"); err == nil || !strings.Contains(err.Error(), "not supported") {
+	if _, err := Lookup("vmdk"); err == nil || !strings.Contains(err.Error(), "not supported") {
 		t.Errorf("Lookup of an unknown format: %v", err)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/stamp-dev/stamp/disk/ext4"
 	"github.com/stamp-dev/stamp/disk/fat"
 	"github.com/stamp-dev/stamp/disk/qcow2"
+	"github.com/stamp-dev/stamp/disk/vhd"
 	"github.com/stamp-dev/stamp/rootfs"
 	"github.com/stamp-dev/stamp/rootfs/compress"
 )
@@ -53,6 +54,19 @@ func OpenPlain(im *Image) (io.ReadCloser, error) {
 		}
 		return readCloser{rc, func() error { rc.Close(); return f.Close() }}, nil
 	case PlainGuestDisk:
+		if im.Format == "vhd" {
+			fi, err := f.Stat()
+			if err != nil {
+				f.Close()
+				return nil, err
+			}
+			v, err := vhd.Open(f, fi.Size())
+			if err != nil {
+				f.Close()
+				return nil, err
+			}
+			return readCloser{io.NewSectionReader(v, 0, v.Size()), f.Close}, nil
+		}
 		q, err := qcow2.Open(f)
 		if err != nil {
 			f.Close()

@@ -121,7 +121,13 @@ type Head struct {
 	Compression compress.Algorithm
 	Raw         []byte // up to HeadSize bytes as stored
 	Plain       []byte // the same decompressed; Raw when not compressed
+	// Tail is the last TailSize bytes as stored (fewer in a shorter file),
+	// for formats known by a trailer, such as a fixed VHD's footer.
+	Tail []byte
 }
+
+// TailSize is how much of a file's end detection reads.
+const TailSize = 512
 
 // HeadSize is how much of a file detection reads.
 const HeadSize = 64 << 10
@@ -188,6 +194,14 @@ func ReadHead(path string) (*Head, error) {
 	}
 	h.Raw = h.Raw[:n]
 	h.Plain = h.Raw
+	if h.Size <= int64(n) {
+		h.Tail = h.Raw[max(0, n-TailSize):]
+	} else {
+		h.Tail = make([]byte, TailSize)
+		if _, err := f.ReadAt(h.Tail, h.Size-TailSize); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+	}
 	alg, _, err := compress.Detect(bytes.NewReader(h.Raw))
 	if err != nil || alg == compress.None {
 		// Undetectable compression (bzip2) is left for the readers to refuse.

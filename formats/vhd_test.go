@@ -1,0 +1,106 @@
+package formats
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stamp-dev/stamp/disk"
+	"github.com/stamp-dev/stamp/disk/vhd"
+	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/test/harness"
+)
+
+// manifest lists an image's entries and extras as manifest lines.
+func manifest(t testing.TB, img string) (string, *Image) {
+	t.Helper()
+	im, err := ReadEntries(context.Background(), img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := rootfs.FirstLinks(im.Entries)
+	var lines []string
+	for _, e := range im.Entries {
+		lines = append(lines, rootfs.ManifestLine(e, first, false))
+	}
+	for _, e := range im.Extra {
+		lines = append(lines, rootfs.ManifestLine(e, nil, false))
+	}
+	return strings.Join(lines, "\n"), im
+}
+
+// TestRawAndVHD writes a raw disk as both VHD types, twice each: the two
+// writes are the same bytes, qemu reads the raw disk in them, the VHD adds
+// what the raw adds, and reading it back by detection gives the raw's
+// entries, its footer's identifier derived from the seed and output name.
+func TestRawAndVHD(t *testing.T) {
+	harness.RequireTools(t, "qemu-img")
+	tree := rawTestTree(t, "amd64")
+	img, _ := writeRaw(t, rawSource(tree, "amd64"), rawSpec())
+	want, _ := manifest(t, img)
+	for _, typ := range []string{"fixed", "dynamic"} {
+		t.Run(typ, func(t *testing.T) {
+			var sums [][32]byte
+			for range 2 {
+				dir := t.TempDir()
+				src := rawSource(tree, "amd64")
+				src.From = img
+				src.FromAdds = readAdds(t, img, tree)
+				res, err := vhdFormat{}.Write(context.Background(), src, &Spec{Format: "vhd", Name: "disk-" + typ, From: "raw", Options: &VHDSpec{Dynamic: typ == "dynamic"}}, dir, "node")
+				if err != nil {
+					t.Fatal(err)
+				}
+				v := filepath.Join(dir, res.Files[0])
+				if res.Files[0] != "node.vhd" {
+					t.Errorf("file %s, want node.vhd", res.Files[0])
+				}
+				if out := run(t, "qemu-img", "compare", "--image-opts", "driver=raw,file.filename="+img,
+					"driver=vpc,force_size_calc=current_size,file.filename="+v); !strings.Contains(out, "Images are identical.") {
+					t.Fatalf("qemu-img compare:\n%s", out)
+				}
+				if typ == "fixed" {
+					checkSparse(t, v)
+				}
+				sums = append(sums, sumFile(t, v))
+				if want := readAdds(t, img, tree); !slices.Equal(res.Adds, want) {
+					t.Errorf("vhd adds %q, want the raw disk's %q", res.Adds, want)
+				}
+				got, im := manifest(t, v)
+				if im.Format != "vhd" {
+					t.Errorf("read back as %s", im.Format)
+				}
+				if got != want {
+					t.Errorf("the vhd reads back other entries than the raw:\n%s\nwant:\n%s", got, want)
+				}
+				facts := map[string]string{}
+				for _, f := range im.Facts {
+					facts[f.Key] = f.Value
+				}
+				if facts["vhd.type"] != typ || facts["vhd.unique-id"] != disk.FormatUUID(disk.VHDUniqueID("node", "disk-"+typ)) ||
+					facts["vhd.timestamp"] != strconv.FormatUint(uint64(vhd.Timestamp(src.Epoch)), 10) {
+					t.Errorf("facts %v", facts)
+				}
+				// What inspect's region offsets are measured in is the disk.
+				im.Path = v
+				rc, err := OpenPlain(im)
+				if err != nil {
+					t.Fatal(err)
+				}
+				n, err := io.Copy(io.Discard, rc)
+				rc.Close()
+				fi, _ := os.Stat(img)
+				if err != nil || typ == "dynamic" && n != vhd.VirtualSize(fi.Size()) {
+					t.Errorf("the plain stream: %d bytes, %v", n, err)
+				}
+			}
+			if sums[0] != sums[1] {
+				t.Error("two VHD encodings of the same raw disk differ")
+			}
+		})
+	}
+}
