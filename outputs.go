@@ -192,6 +192,9 @@ var outputOptions = map[string]func(out *recipes.Output) (any, error){
 	recipes.FormatQcow2: func(out *recipes.Output) (any, error) {
 		return &formats.Qcow2Spec{Compress: out.Compression == "zlib"}, nil
 	},
+	recipes.FormatVHD: func(out *recipes.Output) (any, error) {
+		return &formats.VHDSpec{Dynamic: out.Type == "dynamic"}, nil
+	},
 	recipes.FormatOCI: func(out *recipes.Output) (any, error) {
 		alg, err := outputCompression(out)
 		return &formats.OCISpec{Kind: out.Kind, Layout: out.Layout, Compression: alg,

@@ -51,6 +51,8 @@ var outputFormats = []outputFormat{
 	// qcow2 clusters hold zlib deflate or nothing.
 	{name: FormatQcow2, keys: []string{"from", "compression"}, compressions: []string{"none", "zlib"},
 		madeFrom: map[string][]string{"": {FormatRaw}}},
+	// A fixed VHD is what Azure takes, so it is the default type.
+	{name: FormatVHD, keys: []string{"from", "type"}, madeFrom: map[string][]string{"": {FormatRaw}}, defaults: (*decoder).vhdDefaults},
 	{name: FormatCpio, keys: []string{"compression"}, compressions: compressions, defaultCompression: "zstd"},
 	{name: FormatPXE, keys: []string{"compression", "from", "boot"}, compressions: compressions, defaultCompression: "zstd",
 		madeFrom: map[string][]string{"": {FormatCpio}}, fromOptional: true},
@@ -171,6 +173,7 @@ func (d *decoder) output(n *yaml.Node, field string) outputNode {
 		"from":       func(v *yaml.Node, f string) { o.From = d.str(v, f) },
 		"kind":       func(v *yaml.Node, f string) { o.Kind = d.enum(v, f, "kind", "rootfs", "containerdisk") },
 		"layout":     func(v *yaml.Node, f string) { o.Layout = d.enum(v, f, "layout", "dir", "archive") },
+		"type":       func(v *yaml.Node, f string) { o.Type = d.enum(v, f, "type", "fixed", "dynamic") },
 		"entrypoint": func(v *yaml.Node, f string) { o.Entrypoint = d.strList(v, f) },
 		"env": func(v *yaml.Node, f string) {
 			d.list(v, f, func(item *yaml.Node, f string) {
@@ -249,6 +252,12 @@ func (d *decoder) ociDefaults(on *outputNode) {
 	}
 	if o.Kind == "rootfs" && on.seen["from"] != nil {
 		d.fail(on.seen["from"], child(o.Field, "from"), "an oci rootfs is made from the tree; from applies to kind containerdisk")
+	}
+}
+
+func (d *decoder) vhdDefaults(on *outputNode) {
+	if on.out.Type == "" {
+		on.out.Type = "fixed"
 	}
 }
 

@@ -52,3 +52,23 @@ func TestOCICompression(t *testing.T) {
 		}
 	}
 }
+
+// TestVHDType: a VHD is fixed, the type Azure takes, unless the recipe asks
+// for dynamic, and is made from the raw output before it.
+func TestVHDType(t *testing.T) {
+	base := "apiVersion: stamp.dev/v1alpha1\nkind: Recipe\nname: x\nbase: {tarball: ./b.tar}\noutputs:\n  - {format: raw, name: disk}\n"
+	for out, want := range map[string]string{
+		"  - {format: vhd}\n":                         "fixed",
+		"  - {format: vhd, type: fixed}\n":            "fixed",
+		"  - {format: vhd, name: d, type: dynamic}\n": "dynamic",
+	} {
+		r, err := Parse([]byte(base+out), "r.yaml")
+		if err != nil {
+			t.Fatalf("%q: %v", out, err)
+		}
+		o := r.Outputs[len(r.Outputs)-1]
+		if o.Type != want || o.From != "disk" || o.Compression != "" {
+			t.Errorf("%q: type %q from %q compression %q, want %q from disk", out, o.Type, o.From, o.Compression, want)
+		}
+	}
+}

@@ -270,13 +270,14 @@ const (
 	FormatCpio  = "cpio"
 	FormatPXE   = "pxe"
 	FormatOCI   = "oci"
+	FormatVHD   = "vhd"
 )
 
 // Output is one artifact made from the sealed tree (or from an earlier output).
 type Output struct {
 	Line   int
 	Field  string // e.g. "outputs[1]"
-	Format string // tar | raw | qcow2 | cpio | pxe | oci
+	Format string // tar | raw | qcow2 | vhd | cpio | pxe | oci
 	// Name is unique among outputs; default the format.
 	Name string
 	// Compression: tar none|gzip|zstd|xz (default none); cpio and pxe the same
@@ -288,11 +289,12 @@ type Output struct {
 	Size       int64
 	Partitions []Partition
 	Boot       *Boot
-	// From names an earlier output this one encodes: qcow2 from raw, pxe from
-	// cpio, oci containerdisk from raw or qcow2.
+	// From names an earlier output this one encodes: qcow2 and vhd from raw,
+	// pxe from cpio, oci containerdisk from raw or qcow2.
 	From       string
 	Kind       string // oci: rootfs | containerdisk
 	Layout     string // oci: dir | archive
+	Type       string // vhd: fixed | dynamic, default fixed
 	Entrypoint []string
 	Env        []string          // oci: KEY=VALUE
 	Labels     map[string]string // oci; sort the keys before use
