@@ -26,11 +26,14 @@ outputs:
   - format: raw
     boot: {loader: systemd-boot, cmdline: "console=ttyS0 panic=-1"}
   - {format: qcow2, from: raw}
+  - {format: vhd, from: raw}
+  - {format: vhd, name: dyn, type: dynamic, from: raw}
 `
 
-// TestDiskBoots builds a raw disk and its qcow2 from a tree of real Debian
-// parts (kernel, modules, busybox-static, systemd-boot) and boots both under
-// OVMF: firmware → systemd-boot on the ESP → the kernel and the initramfs
+// TestDiskBoots builds a raw disk, its qcow2 and its fixed and dynamic
+// VHDs from a tree of real Debian parts (kernel, modules, busybox-static,
+// systemd-boot) and boots the raw, the qcow2 and the fixed VHD under OVMF
+// (one VHD boot: the dynamic one's disk is compared with the raw instead): firmware → systemd-boot on the ESP → the kernel and the initramfs
 // the raw format made → the ext4 root found by its PARTUUID → /sbin/init,
 // which prints the marker. The build runs as root and again as uid 65534 in
 // another directory, and both give the same bytes.
@@ -70,6 +73,17 @@ func TestDiskBoots(t *testing.T) {
 	if b, err := exec.Command("qemu-img", "compare", "-f", "raw", "-F", "qcow2", raw, qcow).CombinedOutput(); err != nil {
 		t.Fatalf("qemu-img compare: %v\n%s", err, b)
 	}
+	fixed, dyn := filepath.Join(out, "disk-boot.vhd"), filepath.Join(out, "disk-boot-dyn.vhd")
+	// qemu takes the size of a VHD whose creator it does not know ("stmp")
+	// from its CHS geometry, which falls short of the disk: it is told to
+	// use the footer's size, as Hyper-V and Azure do.
+	vpc := func(p string) string { return "driver=vpc,force_size_calc=current_size,file.filename=" + p }
+	for _, v := range []string{fixed, dyn} {
+		if b, err := exec.Command("qemu-img", "compare", "--image-opts", "driver=raw,file.filename="+raw, vpc(v)).CombinedOutput(); err != nil {
+			t.Fatalf("qemu-img compare %s: %v\n%s", filepath.Base(v), err, b)
+		}
+		stamp(t, dir, nil, "inspect", "--check", v).mustSucceed(t)
+	}
 	manifest, err := os.ReadFile(filepath.Join(out, "manifest.txt"))
 	if err != nil {
 		t.Fatal(err)
@@ -83,13 +97,14 @@ func TestDiskBoots(t *testing.T) {
 	other := filepath.Join(harness.TempDirFor65534(t), "out")
 	stampAs65534(t, dir, nil, "build", "recipe.yaml", "-o", other).mustSucceed(t)
 	a, b := diskSums(t, out), diskSums(t, other)
-	for _, name := range []string{"disk-boot.raw", "disk-boot.qcow2"} {
+	for _, name := range []string{"disk-boot.raw", "disk-boot.qcow2", "disk-boot.vhd", "disk-boot-dyn.vhd"} {
 		if a[name] == "" || a[name] != b[name] {
 			t.Errorf("%s: %q as root, %q as uid 65534", name, a[name], b[name])
 		}
 	}
 
-	for _, drive := range []string{"file=" + raw + ",format=raw,if=virtio", "file=" + qcow + ",format=qcow2,if=virtio"} {
+	for _, drive := range []string{"file=" + raw + ",format=raw,if=virtio", "file=" + qcow + ",format=qcow2,if=virtio",
+		"file=" + fixed + ",format=vpc,force_size_calc=current_size,if=virtio"} {
 		harness.RunQEMU(t, []string{"-bios", harness.OVMFPath, "-m", "1024", "-drive", drive, "-snapshot"}, marker, 6*time.Minute)
 	}
 }
