@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -186,6 +187,11 @@ func TestRoundTrip(t *testing.T) {
 			}
 			if r.Dynamic() != dyn || r.Footer().UniqueID != [16]byte{9} || r.Footer().Timestamp != 1700000000-946684800 {
 				t.Errorf("%s: footer %+v", out, r.Footer())
+			}
+			// The raw holds 1 MiB and 1000 bytes of data and a byte: zeros,
+			// written or not, stay holes in the image.
+			if fi, err := os.Stat(out); err != nil || fi.Sys().(*syscall.Stat_t).Blocks*512 > 1<<20+64<<10 {
+				t.Errorf("%s: %d bytes allocated, want the data's (%v)", out, fi.Sys().(*syscall.Stat_t).Blocks*512, err)
 			}
 			if dyn {
 				// Blocks 0 (random data), 2 (the byte at its end) and 4 (the

@@ -96,10 +96,8 @@ func writeFixed(ctx context.Context, w io.WriterAt, src io.ReaderAt, size int64,
 			if err := readFull(src, b, off); err != nil {
 				return err
 			}
-			if !isZero(b) {
-				if _, err := w.WriteAt(b, off); err != nil {
-					return fmt.Errorf("vhd: writing the disk at %d: %w", off, err)
-				}
+			if err := writeNonZero(w, b, off); err != nil {
+				return fmt.Errorf("vhd: writing the disk at %d: %w", off, err)
 			}
 			if progress != nil {
 				progress(int64(len(b)))
@@ -153,7 +151,7 @@ func writeDynamic(ctx context.Context, w io.WriterAt, src io.ReaderAt, size int6
 			if _, err := w.WriteAt(bitmap, pos); err != nil {
 				return fmt.Errorf("vhd: writing block %d: %w", blk, err)
 			}
-			if _, err := w.WriteAt(buf, pos+bitmapSize); err != nil {
+			if err := writeNonZero(w, buf, pos+bitmapSize); err != nil {
 				return fmt.Errorf("vhd: writing block %d: %w", blk, err)
 			}
 			pos += bitmapSize + BlockSize
@@ -180,6 +178,33 @@ func writeDynamic(ctx context.Context, w io.WriterAt, src io.ReaderAt, size int6
 		}
 	}
 	st.FileSize = pos + FooterSize
+	return nil
+}
+
+// page is the unit writeNonZero leaves out when it is zeros: a file
+// system's block, the smallest hole a file can have.
+const page = 4 << 10
+
+// writeNonZero writes b at off except its pages of zeros, which the image
+// file is left to read as holes: a block that is mostly free space then
+// takes only its data on the host, as it does in the raw disk.
+func writeNonZero(w io.WriterAt, b []byte, off int64) error {
+	for i := 0; i < len(b); {
+		for i < len(b) && isZero(b[i:min(i+page, len(b))]) {
+			i += page
+		}
+		j := i
+		for j < len(b) && !isZero(b[j:min(j+page, len(b))]) {
+			j += page
+		}
+		j = min(j, len(b))
+		if j > i {
+			if _, err := w.WriteAt(b[i:j], off+int64(i)); err != nil {
+				return err
+			}
+		}
+		i = j
+	}
 	return nil
 }
 
