@@ -3,7 +3,7 @@
 # prints wall time and peak RSS side by side. Speed and memory are judged here,
 # never by timed unit tests.
 set -euo pipefail
-# Usage: bench.sh [tar|ext4|qcow2|cpio|codecs|oci|debs|node]...; all of them
+# Usage: bench.sh [tar|ext4|qcow2|vhd|cpio|codecs|oci|debs|node]...; all of them
 # by default. node needs the Kubernetes inputs (make k8s-inputs; it builds
 # them first, which takes about 50 minutes on a machine that has none).
 cd "$(dirname "$0")/../.."
@@ -70,6 +70,12 @@ bench_qcow2() {
 	go test -run '^$' -bench '^BenchmarkWriteVsQemuImg$' -benchtime 2x -timeout 30m ./disk/qcow2 | grep -E '^Benchmark' || true
 }
 
+bench_vhd() {
+	echo
+	echo "== vhd: our writer vs qemu-img convert -O vpc, fixed and dynamic, on the same raw disk"
+	go test -run '^$' -bench '^BenchmarkWriteVsQemuImg$' -benchtime 2x -timeout 30m ./disk/vhd | grep -E '^Benchmark' || true
+}
+
 bench_cpio() {
 	echo
 	echo "== cpio: our writer vs find | sort | cpio -o -H newc --reproducible; xz and zstd throughput"
@@ -101,7 +107,7 @@ bench_node() {
 		grep -E '^(Benchmark|---|\s+node_bench_test)' || true
 }
 
-for b in "${@:-tar ext4 qcow2 cpio codecs oci debs node}"; do
+for b in "${@:-tar ext4 qcow2 vhd cpio codecs oci debs node}"; do
 	for one in $b; do
 		declare -F "bench_$one" >/dev/null || { echo "bench: no benchmark named $one" >&2; exit 2; }
 		"bench_$one"
