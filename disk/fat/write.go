@@ -1,7 +1,6 @@
 package fat
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -11,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/stamp-dev/stamp/disk"
 )
 
 // File is one entry to put in the file system.
@@ -402,7 +403,7 @@ func (wr *writer) writeFile(n *node) (err error) {
 			return fmt.Errorf("%s: reading after %d of %d bytes: %w", n.path, done+int64(k), n.size, err)
 		}
 		// The target reads as zeros already; skipping zero runs keeps it sparse.
-		if !allZero(wr.buf[:k]) {
+		if !disk.IsZero(wr.buf[:k]) {
 			if err := wr.at(wr.buf[:k], off+done, n.path); err != nil {
 				return err
 			}
@@ -414,19 +415,6 @@ func (wr *writer) writeFile(n *node) (err error) {
 		return fmt.Errorf("%s: content is longer than its size %d", n.path, n.size)
 	}
 	return nil
-}
-
-var zeros [64 << 10]byte
-
-func allZero(b []byte) bool {
-	for len(b) > 0 {
-		k := min(len(b), len(zeros))
-		if !bytes.Equal(b[:k], zeros[:k]) {
-			return false
-		}
-		b = b[k:]
-	}
-	return true
 }
 
 func (wr *writer) eoc() uint32 {

@@ -7,12 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"runtime"
 	"sync"
 
 	"github.com/klauspost/compress/flate"
-	"golang.org/x/sys/unix"
+
+	"github.com/stamp-dev/stamp/disk"
 )
 
 // Options configure Write.
@@ -68,15 +68,12 @@ func Write(ctx context.Context, w io.WriterAt, src io.ReaderAt, size int64, o Op
 			wr.comp[i] = c
 		}
 	}
-	extents, err := dataExtents(src, size)
-	if err != nil {
-		return nil, err
-	}
+	extents := disk.DataExtents(src, size)
 	buf := make([]byte, chunkClusters*clusterSize)
 	var next uint64 // the first guest cluster not yet seen
 	for _, e := range extents {
-		first := max(uint64(e.off/clusterSize), next)
-		end := uint64((e.off + e.len + clusterSize - 1) / clusterSize)
+		first := max(uint64(e.Off/clusterSize), next)
+		end := uint64((e.Off + e.Len + clusterSize - 1) / clusterSize)
 		for c := first; c < end; c += chunkClusters {
 			if err := ctx.Err(); err != nil {
 				return nil, err
@@ -125,7 +122,7 @@ func (wr *writer) chunk(c uint64, b []byte) error {
 	n := len(b) / clusterSize
 	data := make([]int, 0, n) // indexes of the clusters that hold data
 	for i := range n {
-		if !isZero(b[i*clusterSize : (i+1)*clusterSize]) {
+		if !disk.IsZero(b[i*clusterSize : (i+1)*clusterSize]) {
 			data = append(data, i)
 		}
 	}
@@ -385,41 +382,4 @@ func (c *compressor) compress(b []byte) ([]byte, error) {
 		return nil, err
 	}
 	return bytes.Clone(c.buf.Bytes()), nil
-}
-
-var zeroCluster [clusterSize]byte
-
-func isZero(b []byte) bool { return bytes.Equal(b, zeroCluster[:len(b)]) }
-
-type extent struct{ off, len int64 }
-
-// dataExtents lists where src may hold data: its data extents when it is a
-// file whose file system reports holes, else all of it.
-func dataExtents(src io.ReaderAt, size int64) ([]extent, error) {
-	all := []extent{{0, size}}
-	f, ok := src.(*os.File)
-	if !ok || size == 0 {
-		return all, nil
-	}
-	var out []extent
-	for off := int64(0); off < size; {
-		start, err := f.Seek(off, unix.SEEK_DATA)
-		if err != nil {
-			if errors.Is(err, unix.ENXIO) {
-				break // only a hole remains
-			}
-			return all, nil // no SEEK_DATA here: read everything
-		}
-		if start >= size {
-			break
-		}
-		end, err := f.Seek(start, unix.SEEK_HOLE)
-		if err != nil {
-			return all, nil
-		}
-		end = min(end, size)
-		out = append(out, extent{start, end - start})
-		off = end
-	}
-	return out, nil
 }

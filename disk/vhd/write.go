@@ -4,13 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/stamp-dev/stamp/disk"
 )
 
 // Options configure Write.
@@ -67,11 +65,9 @@ func Write(ctx context.Context, w io.WriterAt, src io.ReaderAt, size int64, o Op
 		UniqueID:     o.UniqueID,
 	}
 	copy(f.CreatorApp[:], CreatorApp)
-	extents, err := dataExtents(src, size)
-	if err != nil {
-		return nil, err
-	}
+	extents := disk.DataExtents(src, size)
 	st := &Stats{VirtualSize: virtual}
+	var err error
 	if o.Dynamic {
 		f.DataOffset = FooterSize
 		f.Type = TypeDynamic
@@ -85,14 +81,14 @@ func Write(ctx context.Context, w io.WriterAt, src io.ReaderAt, size int64, o Op
 	return st, nil
 }
 
-func writeFixed(ctx context.Context, w io.WriterAt, src io.ReaderAt, size int64, extents []extent, f *Footer, st *Stats, progress func(int64)) error {
+func writeFixed(ctx context.Context, w io.WriterAt, src io.ReaderAt, size int64, extents []disk.Extent, f *Footer, st *Stats, progress func(int64)) error {
 	buf := make([]byte, chunk)
 	for _, e := range extents {
-		for off := e.off; off < e.off+e.len; off += chunk {
+		for off := e.Off; off < e.Off+e.Len; off += chunk {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			b := buf[:min(chunk, e.off+e.len-off)]
+			b := buf[:min(chunk, e.Off+e.Len-off)]
 			if err := readFull(src, b, off); err != nil {
 				return err
 			}
@@ -113,7 +109,7 @@ func writeFixed(ctx context.Context, w io.WriterAt, src io.ReaderAt, size int64,
 	return nil
 }
 
-func writeDynamic(ctx context.Context, w io.WriterAt, src io.ReaderAt, size int64, extents []extent, f *Footer, st *Stats, progress func(int64)) error {
+func writeDynamic(ctx context.Context, w io.WriterAt, src io.ReaderAt, size int64, extents []disk.Extent, f *Footer, st *Stats, progress func(int64)) error {
 	entries := uint32((st.VirtualSize + BlockSize - 1) / BlockSize)
 	const table = FooterSize + headerSize
 	bat := make([]byte, batSize(entries))
@@ -129,8 +125,8 @@ func writeDynamic(ctx context.Context, w io.WriterAt, src io.ReaderAt, size int6
 	buf := make([]byte, BlockSize)
 	next := int64(0) // the first block not yet seen
 	for _, e := range extents {
-		first := max(e.off/BlockSize, next)
-		end := (e.off + e.len + BlockSize - 1) / BlockSize
+		first := max(e.Off/BlockSize, next)
+		end := (e.Off + e.Len + BlockSize - 1) / BlockSize
 		for blk := first; blk < end; blk++ {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -144,7 +140,7 @@ func writeDynamic(ctx context.Context, w io.WriterAt, src io.ReaderAt, size int6
 			if progress != nil {
 				progress(want)
 			}
-			if isZero(buf) {
+			if disk.IsZero(buf) {
 				continue
 			}
 			binary.BigEndian.PutUint32(bat[blk*4:], uint32(pos/Sector))
@@ -190,11 +186,11 @@ const page = 4 << 10
 // takes only its data on the host, as it does in the raw disk.
 func writeNonZero(w io.WriterAt, b []byte, off int64) error {
 	for i := 0; i < len(b); {
-		for i < len(b) && isZero(b[i:min(i+page, len(b))]) {
+		for i < len(b) && disk.IsZero(b[i:min(i+page, len(b))]) {
 			i += page
 		}
 		j := i
-		for j < len(b) && !isZero(b[j:min(j+page, len(b))]) {
+		for j < len(b) && !disk.IsZero(b[j:min(j+page, len(b))]) {
 			j += page
 		}
 		j = min(j, len(b))
@@ -217,50 +213,4 @@ func readFull(src io.ReaderAt, b []byte, off int64) error {
 		return fmt.Errorf("vhd: reading the raw disk at %d: %w", off, err)
 	}
 	return nil
-}
-
-var zeroBlock [BlockSize]byte
-
-func isZero(b []byte) bool {
-	for len(b) > 0 {
-		n := min(len(b), len(zeroBlock))
-		if !bytes.Equal(b[:n], zeroBlock[:n]) {
-			return false
-		}
-		b = b[n:]
-	}
-	return true
-}
-
-type extent struct{ off, len int64 }
-
-// dataExtents lists where src may hold data: its data extents when it is a
-// file whose file system reports holes, else all of it.
-func dataExtents(src io.ReaderAt, size int64) ([]extent, error) {
-	all := []extent{{0, size}}
-	f, ok := src.(*os.File)
-	if !ok || size == 0 {
-		return all, nil
-	}
-	var out []extent
-	for off := int64(0); off < size; {
-		start, err := f.Seek(off, unix.SEEK_DATA)
-		if err != nil {
-			if errors.Is(err, unix.ENXIO) {
-				break // only a hole remains
-			}
-			return all, nil // no SEEK_DATA here: read everything
-		}
-		if start >= size {
-			break
-		}
-		end, err := f.Seek(start, unix.SEEK_HOLE)
-		if err != nil {
-			return all, nil
-		}
-		end = min(end, size)
-		out = append(out, extent{start, end - start})
-		off = end
-	}
-	return out, nil
 }
