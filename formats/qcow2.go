@@ -2,7 +2,6 @@ package formats
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -21,12 +20,22 @@ type Qcow2Spec struct {
 type qcow2Format struct{}
 
 func (qcow2Format) Write(ctx context.Context, src *Source, spec *Spec, dir, base string) (*Result, error) {
-	if src.From == "" {
-		return nil, errors.New("from: a qcow2 is made from a raw output")
-	}
 	so, err := optionsOf[Qcow2Spec](spec)
 	if err != nil {
 		return nil, err
+	}
+	return encodeRaw(src, spec, dir, base+".qcow2", func(out *os.File, in *os.File, size int64, progress func(int64)) error {
+		_, err := qcow2.Write(ctx, out, in, size, qcow2.Options{Compress: so.Compress, Progress: progress})
+		return err
+	})
+}
+
+// encodeRaw writes the raw disk output src.From, encoded by encode, as
+// name in dir. The raw disk is read back from its file, so the encoding
+// holds exactly the bytes the raw output does, and adds what the disk adds.
+func encodeRaw(src *Source, spec *Spec, dir, name string, encode func(out, in *os.File, size int64, progress func(int64)) error) (*Result, error) {
+	if src.From == "" {
+		return nil, fmt.Errorf("from: a %s is made from a raw output", spec.Format)
 	}
 	in, err := os.Open(src.From)
 	if err != nil {
@@ -37,20 +46,14 @@ func (qcow2Format) Write(ctx context.Context, src *Source, spec *Spec, dir, base
 	if err != nil {
 		return nil, fmt.Errorf("from: %w", err)
 	}
-	o := qcow2.Options{Compress: so.Compress}
+	var progress func(int64)
 	if src.Progress != nil {
 		add, done := src.Progress(spec.Name, fi.Size())
 		defer done()
-		o.Progress = add
+		progress = add
 	}
-	name := base + ".qcow2"
-	err = writeFile(filepath.Join(dir, name), func(f *os.File) error {
-		_, err := qcow2.Write(ctx, f, in, fi.Size(), o)
-		return err
-	})
-	if err != nil {
+	if err := writeFile(filepath.Join(dir, name), func(f *os.File) error { return encode(f, in, fi.Size(), progress) }); err != nil {
 		return nil, err
 	}
-	// The qcow2 holds the raw disk, so it adds what the disk adds.
 	return &Result{Files: []string{name}, Adds: append([]string(nil), src.FromAdds...)}, nil
 }

@@ -2,10 +2,7 @@ package formats
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/stamp-dev/stamp/disk"
 	"github.com/stamp-dev/stamp/disk/vhd"
@@ -24,36 +21,14 @@ type VHDSpec struct {
 type vhdFormat struct{}
 
 func (vhdFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base string) (*Result, error) {
-	if src.From == "" {
-		return nil, errors.New("from: a vhd is made from a raw output")
-	}
 	so, err := optionsOf[VHDSpec](spec)
 	if err != nil {
 		return nil, err
 	}
-	in, err := os.Open(src.From)
-	if err != nil {
-		return nil, fmt.Errorf("from: %w", err)
-	}
-	defer in.Close()
-	fi, err := in.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("from: %w", err)
-	}
 	o := vhd.Options{Dynamic: so.Dynamic, UniqueID: disk.VHDUniqueID(src.Seed, spec.Name), Time: src.Epoch}
-	if src.Progress != nil {
-		add, done := src.Progress(spec.Name, fi.Size())
-		defer done()
-		o.Progress = add
-	}
-	name := base + ".vhd"
-	err = writeFile(filepath.Join(dir, name), func(f *os.File) error {
-		_, err := vhd.Write(ctx, f, in, fi.Size(), o)
+	return encodeRaw(src, spec, dir, base+".vhd", func(out *os.File, in *os.File, size int64, progress func(int64)) error {
+		o.Progress = progress
+		_, err := vhd.Write(ctx, out, in, size, o)
 		return err
 	})
-	if err != nil {
-		return nil, err
-	}
-	// The VHD holds the raw disk, so it adds what the disk adds.
-	return &Result{Files: []string{name}, Adds: append([]string(nil), src.FromAdds...)}, nil
 }
