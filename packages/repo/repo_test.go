@@ -101,7 +101,9 @@ func TestLoadRealRepository(t *testing.T) {
 // Kubernetes project publishes one): Release and Packages at the URL
 // itself, Filename relative to it, no components.
 func TestLoadFlatRepository(t *testing.T) {
-	r := harness.FlatDebRepoFor(t, harness.DebRepoFor(t))
+	// Upstream's flat repository lists every architecture in one index:
+	// a package of another one must be left out.
+	r := harness.FlatDebRepoFor(t, harness.DebRepoFor(t), foreignDeb(t, "arm64"))
 	ctx := context.Background()
 	for name, url := range map[string]string{"file": r.FileURL(), "http": harness.ServeDebRepo(t, r.Dir)} {
 		t.Run(name, func(t *testing.T) {
@@ -117,8 +119,13 @@ func TestLoadFlatRepository(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(idx.Packages) != len(r.Debs) {
-				t.Errorf("%d packages in the index, %d debs in the repository", len(idx.Packages), len(r.Debs))
+			if len(idx.Packages) != len(r.Debs)-1 {
+				t.Errorf("%d packages in the index, want the %d debs of the repository less the arm64 one", len(idx.Packages), len(r.Debs))
+			}
+			for _, p := range idx.Packages {
+				if p.Arch != "amd64" && p.Arch != "all" {
+					t.Errorf("%s is in the amd64 index", p.ID())
+				}
 			}
 			for u := range idx.Files {
 				if strings.Contains(u, "/dists/") {
@@ -142,6 +149,24 @@ func TestLoadFlatRepository(t *testing.T) {
 			}
 		})
 	}
+}
+
+// foreignDeb builds an empty package of another architecture with dpkg-deb.
+func foreignDeb(t *testing.T, arch string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "pkg", "DEBIAN"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	control := "Package: stamp-foreign\nVersion: 1.0\nArchitecture: " + arch + "\nMaintainer: stamp <stamp@stamp.invalid>\nDescription: a package of another architecture\n"
+	if err := os.WriteFile(filepath.Join(dir, "pkg", "DEBIAN", "control"), []byte(control), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deb := filepath.Join(dir, "stamp-foreign_1.0_"+arch+".deb")
+	if out, err := exec.Command("dpkg-deb", "--root-owner-group", "--build", filepath.Join(dir, "pkg"), deb).CombinedOutput(); err != nil {
+		t.Fatalf("dpkg-deb --build: %v\n%s", err, out)
+	}
+	return deb
 }
 
 func TestLoadRefusesTampering(t *testing.T) {

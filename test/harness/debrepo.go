@@ -680,10 +680,10 @@ func writeDpkgDB(w io.Writer, status []byte, info map[string][]byte) error {
 	return tw.Close()
 }
 
-// FlatDebRepoFor lays out r's packages again as a flat repository (see
-// BuildFlatDebRepo), signed with the same key, in a fresh directory
-// under TempDirFor65534.
-func FlatDebRepoFor(t testing.TB, r *DebRepo) *DebRepo {
+// FlatDebRepoFor lays out r's packages and the .deb files extra again as
+// a flat repository (see BuildFlatDebRepo), signed with the same key, in a
+// fresh directory under TempDirFor65534.
+func FlatDebRepoFor(t testing.TB, r *DebRepo, extra ...string) *DebRepo {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -696,6 +696,7 @@ func FlatDebRepoFor(t testing.TB, r *DebRepo) *DebRepo {
 		debs = append(debs, filepath.Join(r.Dir, d))
 	}
 	sort.Strings(debs)
+	debs = append(debs, extra...)
 	flat, err := BuildFlatDebRepo(ctx, filepath.Join(TempDirFor65534(t), "deb"), debs, gnupg)
 	if err != nil {
 		t.Fatalf("flat repo: %v", err)
