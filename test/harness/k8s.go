@@ -38,6 +38,12 @@ const (
 	// CNIPluginsVersion is what the kubernetes-cni package of the v1.31
 	// repository carries.
 	CNIPluginsVersion = "v1.5.1"
+	// K8sGoToolchain is the Go release upstream builds K8sVersion with (the
+	// .go-version at the root of its source), fetched from the module proxy
+	// as golang.org/toolchain. The binaries must behave as released ones do:
+	// built with a newer Go, kubeadm's HTTPProxyCIDR preflight check fails,
+	// as net/url refuses its bracketed IPv4 URL since Go 1.25.2.
+	K8sGoToolchain = "go1.23.12"
 )
 
 // k8sStagingVersions are the published versions of the modules that
@@ -70,10 +76,18 @@ type goBuild struct {
 	ldflags string
 	// main, when set, is the whole main.go of the scratch module itself.
 	main string
+	// toolchain is the Go release that builds the group, as GOTOOLCHAIN
+	// names it; empty for this machine's own.
+	toolchain string
 }
 
-// key identifies everything that makes the group's bytes.
-func (b *goBuild) key(goVersion string) string {
+// key identifies everything that makes the group's bytes; localGo is this
+// machine's Go release, which builds the groups that name none.
+func (b *goBuild) key(localGo string) string {
+	goVersion := localGo
+	if b.toolchain != "" {
+		goVersion = b.toolchain
+	}
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00%s\x00%s", k8sBinFormat, goVersion, b.group, b.tags, b.ldflags, b.main)
 	for _, m := range [][2]map[string]string{{b.require, b.replace}, {b.bins, nil}} {
@@ -114,7 +128,7 @@ func k8sGoBuilds(stagingReplaces []string) []*goBuild {
 	}
 	kube := &goBuild{group: "kubernetes", require: map[string]string{"k8s.io/kubernetes": K8sVersion},
 		replace: repl, bins: map[string]string{}, tags: "selinux,notest",
-		ldflags: "-s -w " + strings.Join(x, " ")}
+		ldflags: "-s -w " + strings.Join(x, " "), toolchain: K8sGoToolchain}
 	for _, n := range K8sBinaryNames {
 		kube.bins[n] = "k8s.io/kubernetes/cmd/" + n
 	}
@@ -266,7 +280,7 @@ func k8sStagingModules(ctx context.Context, root string) ([]string, error) {
 		return nil, err
 	}
 	var stdout bytes.Buffer
-	if err := goCmd(ctx, tmp, &stdout, "mod", "download", "-json", "k8s.io/kubernetes@"+K8sVersion); err != nil {
+	if err := goCmd(ctx, tmp, "", &stdout, "mod", "download", "-json", "k8s.io/kubernetes@"+K8sVersion); err != nil {
 		return nil, err
 	}
 	var gomod string
@@ -330,9 +344,9 @@ func (b *goBuild) build(ctx context.Context, src, dir string, logf func(string, 
 	if b.main == "" {
 		// Adds the requirements and go.sum lines the packages need; the
 		// proxy sometimes answers 403 for a moment, so try again once.
-		if err := goCmd(ctx, src, io.Discard, append([]string{"get"}, get...)...); err != nil {
+		if err := goCmd(ctx, src, b.toolchain, io.Discard, append([]string{"get"}, get...)...); err != nil {
 			logf("k8s inputs: %s: go get failed, retrying: %v", b.group, err)
-			if err := goCmd(ctx, src, io.Discard, append([]string{"get"}, get...)...); err != nil {
+			if err := goCmd(ctx, src, b.toolchain, io.Discard, append([]string{"get"}, get...)...); err != nil {
 				return err
 			}
 		}
@@ -352,7 +366,7 @@ func (b *goBuild) build(ctx context.Context, src, dir string, logf func(string, 
 		if b.main != "" {
 			pkg = "."
 		}
-		if err := goCmd(ctx, src, io.Discard, append(args, pkg)...); err != nil {
+		if err := goCmd(ctx, src, b.toolchain, io.Discard, append(args, pkg)...); err != nil {
 			return err
 		}
 		logf("k8s inputs:   %s in %s", n, time.Since(start).Round(time.Second))
@@ -385,12 +399,15 @@ func goEnv(ctx context.Context, name string) (string, error) {
 }
 
 // goCmd runs the go command in dir, niced and with at most two jobs, for
-// linux/amd64 without cgo and with this toolchain only. Its stderr is in
-// the error.
-func goCmd(ctx context.Context, dir string, stdout io.Writer, args ...string) error {
+// linux/amd64 without cgo, with the named toolchain (this machine's when
+// empty) and no other. Its stderr is in the error.
+func goCmd(ctx context.Context, dir, toolchain string, stdout io.Writer, args ...string) error {
+	if toolchain == "" {
+		toolchain = "local"
+	}
 	cmd := exec.CommandContext(ctx, "nice", append([]string{"-n", "15", "go"}, args...)...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOTOOLCHAIN=local", "GOFLAGS=-mod=mod -p=2 -buildvcs=false", "GOWORK=off",
+	cmd.Env = append(os.Environ(), "GOTOOLCHAIN="+toolchain, "GOFLAGS=-mod=mod -p=2 -buildvcs=false", "GOWORK=off",
 		"CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = stdout, &stderr

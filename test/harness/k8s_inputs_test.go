@@ -9,6 +9,7 @@ package harness
 import (
 	"bytes"
 	"context"
+	"debug/buildinfo"
 	"debug/elf"
 	"encoding/json"
 	"fmt"
@@ -77,6 +78,16 @@ func TestK8sInputs(t *testing.T) {
 				t.Errorf("%s: machine %s, want x86-64", name, f.Machine)
 			}
 			f.Close()
+		}
+		// The Kubernetes binaries are built with the Go release upstream
+		// builds them with, as the binary's build information says.
+		for _, n := range K8sBinaryNames {
+			info, err := buildinfo.ReadFile(in.Bins.Path(n))
+			if err != nil {
+				t.Errorf("%s: %v", n, err)
+			} else if info.GoVersion != K8sGoToolchain {
+				t.Errorf("%s was built with %s, want %s", n, info.GoVersion, K8sGoToolchain)
+			}
 		}
 		// The pause container ends on SIGTERM, as kubelet stops a sandbox.
 		pause := exec.Command(in.Bins.Path("pause"))
