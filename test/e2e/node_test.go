@@ -142,7 +142,15 @@ func prepareNodeBuild(tb testing.TB, step func(string)) *nodeBuild {
 	reg := harness.StartRegistry(tb)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	refs, err := harness.PushK8sMirror(ctx, in.Stamp, in.Bins, in.Images, reg)
+	// kube-proxy runs for real on the cluster test's node, so it needs the
+	// iptables its upstream image has.
+	k8sImages := slices.Clone(in.Images)
+	for i := range k8sImages {
+		if k8sImages[i].Repository == "kube-proxy" {
+			k8sImages[i] = harness.KubeProxyDebianImage(tb, in, repo, base)
+		}
+	}
+	refs, err := harness.PushK8sMirror(ctx, in.Stamp, in.Bins, k8sImages, reg)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -253,4 +254,116 @@ func PushK8sImages(ctx context.Context, stampBin string, images []K8sImage, reg 
 		refs[im.Name] = ref + "@" + im.Digest
 	}
 	return refs, nil
+}
+
+// kubeProxyFormat changes whenever the same inputs and stamp would make a
+// different kube-proxy image here.
+const kubeProxyFormat = "stamp-test-kube-proxy-debian/1"
+
+// KubeProxyDebianImage builds, with stamp and once per machine, the
+// kube-proxy image a node that runs a real datapath needs: upstream's is
+// distroless-iptables, Debian's iptables and conntrack beside the binary,
+// since kube-proxy execs them. This one is base (a Debian root with its
+// dpkg database) plus those packages from repo, installed by stamp's debs
+// layer, plus the kube-proxy binary; it replaces in.Images' static
+// kube-proxy, which serves tests that never start it.
+func KubeProxyDebianImage(tb testing.TB, in *K8sInputs, repo *DebRepo, base string) K8sImage {
+	tb.Helper()
+	var static *K8sImage
+	for i := range in.Images {
+		if in.Images[i].Repository == "kube-proxy" {
+			static = &in.Images[i]
+		}
+	}
+	if static == nil {
+		tb.Fatal("the Kubernetes inputs have no kube-proxy image")
+	}
+	h := sha256.New()
+	fmt.Fprint(h, kubeProxyFormat)
+	for _, f := range []string{in.Stamp, in.Bins.Path("kube-proxy"), base, filepath.Join(repo.Dir, "dists", repo.Suite, "InRelease")} {
+		sum, err := fileSHA256(f)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		fmt.Fprintf(h, "\x00%s", sum)
+	}
+	root := filepath.Join(k8sCacheDir(), "kube-proxy-"+hex.EncodeToString(h.Sum(nil)[:8]))
+	layout := filepath.Join(root, "out", "kube-proxy-image.oci")
+	unlock, err := lockFile(filepath.Join(k8sCacheDir(), ".lock"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer unlock()
+	if _, err := os.Stat(filepath.Join(root, "ready")); err != nil {
+		start := time.Now()
+		tmp := root + ".tmp"
+		os.RemoveAll(tmp)
+		if err := buildKubeProxyImage(tmp, in, repo, base); err != nil {
+			os.RemoveAll(tmp)
+			tb.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(tmp, "ready"), nil, 0o644); err != nil {
+			tb.Fatal(err)
+		}
+		os.RemoveAll(root)
+		if err := os.Rename(tmp, root); err != nil {
+			tb.Fatal(err)
+		}
+		tb.Logf("k8s inputs: built the Debian kube-proxy image with stamp in %s", time.Since(start).Round(time.Second))
+	}
+	digest, err := os.ReadFile(layout + ".digest")
+	if err != nil {
+		tb.Fatalf("kube-proxy image: %v", err)
+	}
+	im := *static
+	im.Layout, im.Digest = layout, strings.TrimSpace(string(digest))
+	return im
+}
+
+// buildKubeProxyImage writes the recipe in root and builds it there.
+func buildKubeProxyImage(root string, in *K8sInputs, repo *DebRepo, base string) error {
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return err
+	}
+	recipe := fmt.Sprintf(`apiVersion: stamp.dev/v1alpha1
+kind: Recipe
+name: kube-proxy
+arch: amd64
+epoch: %d
+base:
+  tarball: %s
+customize:
+  layers:
+    - debs:
+        repo: %s
+        suite: %s
+        keyring: %s
+        packages: [iptables, conntrack]
+    - files:
+        - {path: /usr/local/bin/kube-proxy, from: %s, mode: "0755", owner: "0:0"}
+outputs:
+  - format: oci
+    name: image
+    kind: rootfs
+    layout: dir
+    entrypoint: [/usr/local/bin/kube-proxy]
+    env: [%q]
+    labels: {org.opencontainers.image.title: kube-proxy, org.opencontainers.image.version: %q}
+`, DefaultEpoch.Unix(), base, repo.FileURL(), repo.Suite, repo.Keyring, in.Bins.Path("kube-proxy"), k8sImagePath, K8sVersion)
+	file := filepath.Join(root, "recipe.yaml")
+	if err := os.WriteFile(file, []byte(recipe), 0o644); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "nice", "-n", "10", in.Stamp, "build", file, "-o", filepath.Join(root, "out"),
+		"--work-dir", filepath.Join(root, "work"), "--cache-dir", filepath.Join(root, "cache"), "--log-format", "json")
+	cmd.Env = append(os.Environ(), "SOURCE_DATE_EPOCH="+fmt.Sprint(DefaultEpoch.Unix()))
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("stamp build %s: %w\n%s", file, err, tail(stderr.String(), 4000))
+	}
+	os.RemoveAll(filepath.Join(root, "work"))
+	return os.RemoveAll(filepath.Join(root, "cache"))
 }
