@@ -139,17 +139,22 @@ func PushK8sMirror(ctx context.Context, stampBin string, bins *K8sBinaries, imag
 // output of stamp.
 func CIDATASeed(t testing.TB, dir, userData, metaData string) string {
 	t.Helper()
+	return CIDATASeedFiles(t, dir, map[string]string{"user-data": userData, "meta-data": metaData})
+}
+
+// CIDATASeedFiles is CIDATASeed with any NoCloud files (network-config,
+// vendor-data, ...) by name.
+func CIDATASeedFiles(t testing.TB, dir string, files map[string]string) string {
+	t.Helper()
 	tools := RequireTools(t, "mkfs.vfat", "mcopy")
 	img := filepath.Join(dir, "seed.img")
-	for name, body := range map[string]string{"user-data": userData, "meta-data": metaData} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 	if out, err := exec.Command(tools[0], "-n", "CIDATA", "-C", img, "2048").CombinedOutput(); err != nil {
 		t.Fatalf("mkfs.vfat: %v\n%s", err, out)
 	}
-	for _, name := range []string{"user-data", "meta-data"} {
+	for _, name := range sortedKeys(files) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(files[name]), 0o644); err != nil {
+			t.Fatal(err)
+		}
 		if out, err := exec.Command(tools[1], "-i", img, filepath.Join(dir, name), "::"+name).CombinedOutput(); err != nil {
 			t.Fatalf("mcopy %s: %v\n%s", name, err, out)
 		}
