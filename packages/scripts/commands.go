@@ -59,6 +59,7 @@ var commands = map[string]command{
 	"update-locale":            cmdUpdateLocale,
 	"ssh-keygen":               cmdSshKeygen,
 	"systemd-machine-id-setup": cmdMachineIDSetup,
+	"dbus-uuidgen":             cmdDbusUUIDGen,
 	"py3clean":                 cmdPy3clean,
 	"python3.11":               cmdPython,
 	"python3.12":               cmdPython,

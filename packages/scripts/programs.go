@@ -289,6 +289,37 @@ func cmdMachineIDSetup(r *run, hc interp.HandlerContext, args []string) error {
 	return r.env.Tree.Update(rp, func(in *rootfs.Inode) { in.Perm = 0o444 })
 }
 
+// cmdDbusUUIDGen is dbus-uuidgen --ensure[=FILE], which dbus-daemon's
+// postinst runs: the file (D-Bus's machine ID, /var/lib/dbus/machine-id by
+// default) is left alone when it holds a valid ID; otherwise, as dbus does
+// for the default file, it takes /etc/machine-id's ID when that is valid,
+// and a random one when not. The seal removes the file from every output,
+// so a booted node's D-Bus reads systemd's machine ID.
+func cmdDbusUUIDGen(r *run, hc interp.HandlerContext, args []string) error {
+	p, custom := "/var/lib/dbus/machine-id", false
+	switch {
+	case len(args) == 2 && args[1] == "--ensure":
+	case len(args) == 2 && strings.HasPrefix(args[1], "--ensure="):
+		p, custom = strings.TrimPrefix(args[1], "--ensure="), true
+	default:
+		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+	}
+	if b, err := r.readFile(p); err == nil && machineIDRE.Match(b) {
+		return nil
+	}
+	id := ""
+	if b, err := r.readFile("/etc/machine-id"); err == nil && machineIDRE.Match(b) && !custom {
+		id = strings.TrimSpace(string(b))
+	} else {
+		var raw [16]byte
+		if _, err := rand.Read(raw[:]); err != nil {
+			return err
+		}
+		id = hex.EncodeToString(raw[:])
+	}
+	return r.writeFile(p, []byte(id+"\n"), 0o644)
+}
+
 // cmdJournalctl is journalctl --update-catalog: the message catalog's
 // binary database is the image's journald's format, so the image's own
 // journalctl builds it (through its loader) from the catalog directories

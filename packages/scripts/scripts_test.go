@@ -377,3 +377,37 @@ func TestSedMatchesSed(t *testing.T) {
 		}
 	}
 }
+
+// TestDbusUUIDGen: dbus-daemon's postinst runs dbus-uuidgen --ensure, which
+// copies systemd's machine ID into D-Bus's file when it is valid, keeps a
+// valid file, and refuses options it does not know.
+func TestDbusUUIDGen(t *testing.T) {
+	tr := newTree(t)
+	const id = "0123456789abcdef0123456789abcdef"
+	file(t, tr, "/etc/machine-id", id+"\n")
+	file(t, tr, "/usr/bin/dbus-uuidgen", "#!/bin/sh\n")
+	script := func(body string) error {
+		return Run(context.Background(), env(tr), Script{Package: "dbus-daemon", Name: "postinst", Body: []byte("#!/bin/sh\nset -e\n" + body)}, "configure", "")
+	}
+	if err := script("mkdir -p /var/lib/dbus\ndbus-uuidgen --ensure\n"); err != nil {
+		t.Fatal(err)
+	}
+	if got := snapshot(tr, "/var/lib/dbus/machine-id"); len(got) != 1 || got[0] != "/var/lib/dbus/machine-id = "+id+"\n" {
+		t.Errorf("after --ensure: %q", got)
+	}
+	// A custom file gets an ID of its own; a second run keeps it.
+	if err := script("dbus-uuidgen --ensure=/var/lib/dbus/other\n"); err != nil {
+		t.Fatal(err)
+	}
+	first := snapshot(tr, "/var/lib/dbus/other")
+	if err := script("dbus-uuidgen --ensure=/var/lib/dbus/other\n"); err != nil {
+		t.Fatal(err)
+	}
+	if again := snapshot(tr, "/var/lib/dbus/other"); len(first) != 1 || strings.Contains(first[0], id) || first[0] != again[0] {
+		t.Errorf("custom file: first %q, again %q", first, again)
+	}
+	var ue *UnhandledError
+	if err := script("dbus-uuidgen --get\n"); !errors.As(err, &ue) {
+		t.Errorf("dbus-uuidgen --get: err = %v, want an UnhandledError", err)
+	}
+}

@@ -445,7 +445,7 @@ func checkDebFiles(t *testing.T, root, debPath string) {
 func diffOracle(t *testing.T, root, oracle string, theirs map[string]string, skip []string) []string {
 	t.Helper()
 	ours := treeState(t, root)
-	cleanup := []string{"/usr/lib/stamp", "/usr/lib/stamp/**", "/etc/machine-id", "/etc/ssh/ssh_host_*", "/var/lib/systemd/random-seed",
+	cleanup := []string{"/usr/lib/stamp", "/usr/lib/stamp/**", "/etc/machine-id", "/var/lib/dbus/machine-id", "/etc/ssh/ssh_host_*", "/var/lib/systemd/random-seed",
 		"/var/lib/apt/lists/**", "/var/cache/apt/**", "/tmp/**", "/var/lib/dpkg/*-old", "/var/log/**"}
 	var diffs []string
 	for p, want := range theirs {
