@@ -8,6 +8,8 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
+	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -43,6 +45,10 @@ type SeedFile struct {
 	Path, Owner, Permissions, Content string
 }
 
+// jinjaRE finds what jinja takes for a statement, an expression or a
+// comment.
+var jinjaRE = regexp.MustCompile(`\{[{%#]`)
+
 // kubeadmSentinel is the file CABPK's runcmd writes once kubeadm
 // succeeded; infrastructure providers read it to mark the machine
 // bootstrapped.
@@ -65,6 +71,19 @@ const kubeadmSentinel = "/run/cluster-api/bootstrap-success.complete"
 //
 // The certificates are new on every call.
 func (k KubeadmInit) UserData() (string, error) {
+	// cloud-init renders the whole user-data as a jinja template, so
+	// braces meant for another tool would be rendered or refused, and
+	// cloud-init would then run none of it.
+	for _, f := range k.Files {
+		if jinjaRE.MatchString(f.Content) {
+			return "", fmt.Errorf("file %s: jinja would render %q", f.Path, jinjaRE.FindString(f.Content))
+		}
+	}
+	for _, c := range append(slices.Clone(k.PreKubeadmCommands), k.PostKubeadmCommands...) {
+		if jinjaRE.MatchString(c) {
+			return "", fmt.Errorf("command %q: jinja would render %q", c, jinjaRE.FindString(c))
+		}
+	}
 	pki, err := clusterPKI(k.ClusterName)
 	if err != nil {
 		return "", err

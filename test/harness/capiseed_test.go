@@ -94,3 +94,16 @@ func TestKubeadmInitUserData(t *testing.T) {
 		t.Errorf("runcmd %q, want %q", doc.Runcmd, wantCmd)
 	}
 }
+
+// TestKubeadmInitUserDataRefusesJinja: cloud-init would render braces in a
+// file or command as jinja, and run none of the user-data if it could not.
+func TestKubeadmInitUserDataRefusesJinja(t *testing.T) {
+	for _, k := range []KubeadmInit{
+		{Files: []SeedFile{{Path: "/run/a.sh", Content: "crictl inspect -o go-template --template '{{.status}}'"}}},
+		{PostKubeadmCommands: []string{"echo {% raw %}"}},
+	} {
+		if _, err := k.UserData(); err == nil || !strings.Contains(err.Error(), "jinja would render") {
+			t.Errorf("%+v: err %v, want a jinja error", k, err)
+		}
+	}
+}
