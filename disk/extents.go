@@ -58,3 +58,31 @@ func IsZero(b []byte) bool {
 	}
 	return true
 }
+
+// page is the unit WriteNonZero leaves out when it is zeros: a file
+// system's block, the smallest hole a file can have.
+const page = 4 << 10
+
+// WriteNonZero writes b at off except its pages of zeros, which the image
+// file is left to read as holes: a block that is mostly free space then
+// takes only its data on the host, as it does in the raw disk. The caller
+// gives the file its length.
+func WriteNonZero(w io.WriterAt, b []byte, off int64) error {
+	for i := 0; i < len(b); {
+		for i < len(b) && IsZero(b[i:min(i+page, len(b))]) {
+			i += page
+		}
+		j := i
+		for j < len(b) && !IsZero(b[j:min(j+page, len(b))]) {
+			j += page
+		}
+		j = min(j, len(b))
+		if j > i {
+			if _, err := w.WriteAt(b[i:j], off+int64(i)); err != nil {
+				return err
+			}
+		}
+		i = j
+	}
+	return nil
+}

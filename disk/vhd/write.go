@@ -92,7 +92,7 @@ func writeFixed(ctx context.Context, w io.WriterAt, src io.ReaderAt, size int64,
 			if err := readFull(src, b, off); err != nil {
 				return err
 			}
-			if err := writeNonZero(w, b, off); err != nil {
+			if err := disk.WriteNonZero(w, b, off); err != nil {
 				return fmt.Errorf("vhd: writing the disk at %d: %w", off, err)
 			}
 			if progress != nil {
@@ -147,7 +147,7 @@ func writeDynamic(ctx context.Context, w io.WriterAt, src io.ReaderAt, size int6
 			if _, err := w.WriteAt(bitmap, pos); err != nil {
 				return fmt.Errorf("vhd: writing block %d: %w", blk, err)
 			}
-			if err := writeNonZero(w, buf, pos+bitmapSize); err != nil {
+			if err := disk.WriteNonZero(w, buf, pos+bitmapSize); err != nil {
 				return fmt.Errorf("vhd: writing block %d: %w", blk, err)
 			}
 			pos += bitmapSize + BlockSize
@@ -174,33 +174,6 @@ func writeDynamic(ctx context.Context, w io.WriterAt, src io.ReaderAt, size int6
 		}
 	}
 	st.FileSize = pos + FooterSize
-	return nil
-}
-
-// page is the unit writeNonZero leaves out when it is zeros: a file
-// system's block, the smallest hole a file can have.
-const page = 4 << 10
-
-// writeNonZero writes b at off except its pages of zeros, which the image
-// file is left to read as holes: a block that is mostly free space then
-// takes only its data on the host, as it does in the raw disk.
-func writeNonZero(w io.WriterAt, b []byte, off int64) error {
-	for i := 0; i < len(b); {
-		for i < len(b) && disk.IsZero(b[i:min(i+page, len(b))]) {
-			i += page
-		}
-		j := i
-		for j < len(b) && !disk.IsZero(b[j:min(j+page, len(b))]) {
-			j += page
-		}
-		j = min(j, len(b))
-		if j > i {
-			if _, err := w.WriteAt(b[i:j], off+int64(i)); err != nil {
-				return err
-			}
-		}
-		i = j
-	}
 	return nil
 }
 
