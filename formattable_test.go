@@ -86,6 +86,9 @@ outputs:
       - {name: root, type: root, label: root}
     boot: {loader: none}
   - {format: qcow2, compression: zlib}
+  - {format: vmdk, type: monolithicSparse}
+  - {format: ova, cpus: 4, memory: 2GiB, network: lab}
+  - {format: gce}
   - {format: cpio}
   - {format: pxe, from: cpio, boot: {cmdline: console=ttyS0}}
   - {format: oci, name: cd, kind: containerdisk, layout: archive, compression: zstd, env: [A=1], labels: {k: v}, entrypoint: [/init]}
@@ -102,6 +105,9 @@ outputs:
 			},
 			Boot: &formats.BootSpec{Loader: "none"}}},
 		{Format: "qcow2", Name: "qcow2", From: "raw", Options: &formats.Qcow2Spec{Compress: true}},
+		{Format: "vmdk", Name: "vmdk", From: "raw", Options: &formats.VMDKSpec{Type: "monolithicSparse"}},
+		{Format: "ova", Name: "ova", From: "raw", Options: &formats.OVASpec{CPUs: 4, Memory: 2 << 30, Firmware: "efi", Network: "lab"}},
+		{Format: "gce", Name: "gce", From: "raw", Options: &formats.GCESpec{}},
 		{Format: "cpio", Name: "cpio", Options: &formats.CpioSpec{Compression: compress.Zstd}},
 		{Format: "pxe", Name: "pxe", From: "cpio", Options: &formats.PXESpec{Compression: compress.Zstd, Cmdline: "console=ttyS0"}},
 		{Format: "oci", Name: "cd", From: "qcow2", Options: &formats.OCISpec{Kind: "containerdisk", Layout: "archive",

@@ -195,6 +195,13 @@ var outputOptions = map[string]func(out *recipes.Output) (any, error){
 	recipes.FormatVHD: func(out *recipes.Output) (any, error) {
 		return &formats.VHDSpec{Dynamic: out.Type == "dynamic"}, nil
 	},
+	recipes.FormatVMDK: func(out *recipes.Output) (any, error) {
+		return &formats.VMDKSpec{Type: out.Type}, nil
+	},
+	recipes.FormatOVA: func(out *recipes.Output) (any, error) {
+		return &formats.OVASpec{CPUs: out.CPUs, Memory: out.Memory, Firmware: out.Firmware, Network: out.Network}, nil
+	},
+	recipes.FormatGCE: func(out *recipes.Output) (any, error) { return &formats.GCESpec{}, nil },
 	recipes.FormatOCI: func(out *recipes.Output) (any, error) {
 		alg, err := outputCompression(out)
 		return &formats.OCISpec{Kind: out.Kind, Layout: out.Layout, Compression: alg,

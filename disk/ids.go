@@ -71,3 +71,7 @@ func GUIDBytes(u [16]byte) [16]byte {
 
 // VHDUniqueID is the unique ID in the footer of the VHD output named output.
 func VHDUniqueID(seed, output string) [16]byte { return UUID(seed, "vhd/"+output) }
+
+// VMDKID seeds the content IDs and disk UUID in the descriptor of the VMDK
+// output named output (and of the disk inside an OVA output).
+func VMDKID(seed, output string) [16]byte { return UUID(seed, "vmdk/"+output) }

@@ -40,7 +40,7 @@ func TestUUIDDistinct(t *testing.T) {
 	ids := []([16]byte){
 		DiskGUID("n"), PartitionGUID("n", "esp"), PartitionGUID("n", "root"),
 		FilesystemUUID("n", "root"), HashSeed("n", "root"), FilesystemUUID("m", "root"),
-		VHDUniqueID("n", "vhd"), VHDUniqueID("n", "root"),
+		VHDUniqueID("n", "vhd"), VHDUniqueID("n", "root"), VMDKID("n", "vhd"), VMDKID("n", "root"),
 		UUID("ab", "c"), UUID("a", "bc"),
 	}
 	seen := map[[16]byte]int{}

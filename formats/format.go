@@ -129,6 +129,11 @@ func Table() []Entry {
 		// A fixed vhd begins as the raw disk it holds: it is known by its
 		// footer before raw looks at its start.
 		{Name: "vhd", MadeFrom: map[string][]string{"": {"raw"}}, Writer: vhdFormat{}, Reader: vhdImageReader{}},
+		{Name: "vmdk", MadeFrom: map[string][]string{"": {"raw"}}, Writer: vmdkFormat{}, Reader: vmdkImageReader{}},
+		// An ova and a gce archive are tars: they are known by their first
+		// member before oci and tar look.
+		{Name: "ova", MadeFrom: map[string][]string{"": {"raw"}}, Writer: ovaFormat{}, Reader: ovaImageReader{}},
+		{Name: "gce", MadeFrom: map[string][]string{"": {"raw"}}, Writer: gceFormat{}, Reader: gceImageReader{}},
 		{Name: "raw", Writer: rawFormat{}, Reader: rawImageReader{}},
 		{Name: "pxe", MadeFrom: map[string][]string{"": {"cpio"}}, Writer: pxeFormat{}, Reader: pxeImageReader{}},
 		{Name: "oci", MadeFrom: map[string][]string{"containerdisk": {"qcow2", "raw"}}, Writer: ociFormat{}, Reader: ociImageReader{}},

@@ -30,6 +30,10 @@ func TestTableWritesAndReadsEveryFormat(t *testing.T) {
 		{Format: "qcow2", Name: "qcow2", Options: &Qcow2Spec{Compress: true}},
 		{Format: "vhd", Name: "vhd", Options: &VHDSpec{}},
 		{Format: "vhd", Name: "vhd-dynamic", Options: &VHDSpec{Dynamic: true}},
+		{Format: "vmdk", Name: "vmdk", Options: &VMDKSpec{}},
+		{Format: "vmdk", Name: "vmdk-sparse", Options: &VMDKSpec{Type: "monolithicSparse"}},
+		{Format: "ova", Name: "ova", Options: &OVASpec{}},
+		{Format: "gce", Name: "gce", Options: &GCESpec{}},
 		{Format: "cpio", Name: "cpio", Options: &CpioSpec{Compression: compress.Gzip}},
 		{Format: "pxe", Name: "pxe", Options: &PXESpec{Cmdline: "console=ttyS0"}},
 		{Format: "tar", Name: "tar", Options: &TarSpec{Compression: compress.Zstd}},
@@ -100,7 +104,7 @@ func TestTableWritesAndReadsEveryFormat(t *testing.T) {
 			}
 		}
 	}
-	if _, err := Lookup("vmdk"); err == nil || !strings.Contains(err.Error(), "not supported") {
+	if _, err := Lookup("vmdk4"); err == nil || !strings.Contains(err.Error(), "not supported") {
 		t.Errorf("Lookup of an unknown format: %v", err)
 	}
 }

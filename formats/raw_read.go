@@ -18,6 +18,7 @@ import (
 	"github.com/stamp-dev/stamp/disk/fat"
 	"github.com/stamp-dev/stamp/disk/qcow2"
 	"github.com/stamp-dev/stamp/disk/vhd"
+	"github.com/stamp-dev/stamp/disk/vmdk"
 	"github.com/stamp-dev/stamp/rootfs"
 	"github.com/stamp-dev/stamp/rootfs/compress"
 )
@@ -54,28 +55,56 @@ func OpenPlain(im *Image) (io.ReadCloser, error) {
 		}
 		return readCloser{rc, func() error { rc.Close(); return f.Close() }}, nil
 	case PlainGuestDisk:
-		if im.Format == "vhd" {
-			fi, err := f.Stat()
+		if im.Format == "gce" {
+			rc, err := gceDisk(f)
 			if err != nil {
 				f.Close()
 				return nil, err
 			}
-			v, err := vhd.Open(f, fi.Size())
-			if err != nil {
-				f.Close()
-				return nil, err
-			}
-			return readCloser{io.NewSectionReader(v, 0, v.Size()), f.Close}, nil
+			return readCloser{rc, func() error { rc.Close(); return f.Close() }}, nil
 		}
-		q, err := qcow2.Open(f)
+		r, size, err := guestDisk(im.Format, f)
 		if err != nil {
 			f.Close()
 			return nil, err
 		}
-		return readCloser{io.NewSectionReader(q, 0, q.Size()), f.Close}, nil
+		return readCloser{io.NewSectionReader(r, 0, size), f.Close}, nil
 	}
 	f.Close()
 	return nil, fmt.Errorf("%s: unknown plain stream %q", im.Path, im.Plain)
+}
+
+// guestDisk opens the guest disk of f, an image of a disk format.
+func guestDisk(format string, f *os.File) (io.ReaderAt, int64, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, 0, err
+	}
+	switch format {
+	case "vhd":
+		v, err := vhd.Open(f, fi.Size())
+		if err != nil {
+			return nil, 0, err
+		}
+		return v, v.Size(), nil
+	case "vmdk":
+		v, err := vmdk.Open(f, fi.Size())
+		if err != nil {
+			return nil, 0, err
+		}
+		return v, v.Size(), nil
+	case "ova":
+		_, v, err := ovaDisk(f, fi.Size())
+		if err != nil {
+			return nil, 0, err
+		}
+		return v, v.Size(), nil
+	}
+	q, err := qcow2.Open(f)
+	if err != nil {
+		return nil, 0, err
+	}
+	return q, q.Size(), nil
 }
 
 type readCloser struct {

@@ -53,6 +53,12 @@ var outputFormats = []outputFormat{
 		madeFrom: map[string][]string{"": {FormatRaw}}},
 	// A fixed VHD is what Azure takes, so it is the default type.
 	{name: FormatVHD, keys: []string{"from", "type"}, madeFrom: map[string][]string{"": {FormatRaw}}, defaults: (*decoder).vhdDefaults},
+	// A stream-optimized VMDK is what vSphere and OVF packages import.
+	{name: FormatVMDK, keys: []string{"from", "type"}, madeFrom: map[string][]string{"": {FormatRaw}}, defaults: (*decoder).vmdkDefaults},
+	// An OVA holds its own stream-optimized VMDK of the raw disk.
+	{name: FormatOVA, keys: []string{"from", "cpus", "memory", "firmware", "network"}, madeFrom: map[string][]string{"": {FormatRaw}},
+		defaults: (*decoder).ovaDefaults},
+	{name: FormatGCE, keys: []string{"from"}, madeFrom: map[string][]string{"": {FormatRaw}}},
 	{name: FormatCpio, keys: []string{"compression"}, compressions: compressions, defaultCompression: "zstd"},
 	{name: FormatPXE, keys: []string{"compression", "from", "boot"}, compressions: compressions, defaultCompression: "zstd",
 		madeFrom: map[string][]string{"": {FormatCpio}}, fromOptional: true},
@@ -169,11 +175,19 @@ func (d *decoder) output(n *yaml.Node, field string) outputNode {
 				o.Partitions = append(o.Partitions, p)
 			})
 		},
-		"boot":       func(v *yaml.Node, f string) { b := d.boot(v, f); o.Boot = &b },
-		"from":       func(v *yaml.Node, f string) { o.From = d.str(v, f) },
-		"kind":       func(v *yaml.Node, f string) { o.Kind = d.enum(v, f, "kind", "rootfs", "containerdisk") },
-		"layout":     func(v *yaml.Node, f string) { o.Layout = d.enum(v, f, "layout", "dir", "archive") },
-		"type":       func(v *yaml.Node, f string) { o.Type = d.enum(v, f, "type", "fixed", "dynamic") },
+		"boot":   func(v *yaml.Node, f string) { b := d.boot(v, f); o.Boot = &b },
+		"from":   func(v *yaml.Node, f string) { o.From = d.str(v, f) },
+		"kind":   func(v *yaml.Node, f string) { o.Kind = d.enum(v, f, "kind", "rootfs", "containerdisk") },
+		"layout": func(v *yaml.Node, f string) { o.Layout = d.enum(v, f, "layout", "dir", "archive") },
+		// The types depend on the format; its defaults check them.
+		"type": func(v *yaml.Node, f string) { o.Type = d.str(v, f) },
+		"cpus": func(v *yaml.Node, f string) {
+			n, _ := d.integer(v, f, 1, 768)
+			o.CPUs = int(n)
+		},
+		"memory":     func(v *yaml.Node, f string) { o.Memory = d.size(v, f, false) },
+		"firmware":   func(v *yaml.Node, f string) { o.Firmware = d.enum(v, f, "firmware", "efi", "bios") },
+		"network":    func(v *yaml.Node, f string) { o.Network = d.str(v, f) },
 		"entrypoint": func(v *yaml.Node, f string) { o.Entrypoint = d.strList(v, f) },
 		"env": func(v *yaml.Node, f string) {
 			d.list(v, f, func(item *yaml.Node, f string) {
@@ -255,9 +269,47 @@ func (d *decoder) ociDefaults(on *outputNode) {
 	}
 }
 
-func (d *decoder) vhdDefaults(on *outputNode) {
-	if on.out.Type == "" {
-		on.out.Type = "fixed"
+func (d *decoder) vhdDefaults(on *outputNode) { d.outputType(on, "fixed", "dynamic") }
+
+func (d *decoder) vmdkDefaults(on *outputNode) {
+	d.outputType(on, "streamOptimized", "monolithicSparse")
+}
+
+// outputType checks a format's type against its set, the first of which
+// is the default.
+func (d *decoder) outputType(on *outputNode, set ...string) {
+	o := &on.out
+	if n := on.seen["type"]; n != nil && !d.failed(n) && !oneOf(o.Type, set...) {
+		d.fail(d.resolveQuiet(n), child(o.Field, "type"), "type %q must be one of %s", o.Type, strings.Join(set, ", "))
+	}
+	if o.Type == "" {
+		o.Type = set[0]
+	}
+}
+
+// mib is the unit an OVF states memory in.
+const mib = 1 << 20
+
+func (d *decoder) ovaDefaults(on *outputNode) {
+	o := &on.out
+	if o.CPUs == 0 {
+		o.CPUs = 2
+	}
+	if on.seen["memory"] == nil {
+		o.Memory = 4 << 30
+	} else if m := on.seen["memory"]; !d.failed(m) && (o.Memory < mib || o.Memory%mib != 0) {
+		d.fail(d.resolveQuiet(m), child(o.Field, "memory"), "memory must be a whole number of MiB, at least 1MiB")
+	}
+	if o.Firmware == "" {
+		o.Firmware = "efi"
+	}
+	if f := on.seen["firmware"]; f != nil && o.Firmware == "bios" {
+		// The raw disk an OVA holds boots by UEFI only (see the raw
+		// format's boot.bios).
+		d.fail(d.resolveQuiet(f), child(o.Field, "firmware"), "firmware bios is not supported yet: legacy BIOS boot is not implemented, and the disk boots by UEFI only; use efi")
+	}
+	if o.Network == "" {
+		o.Network = "VM Network"
 	}
 }
 

@@ -72,3 +72,27 @@ func TestVHDType(t *testing.T) {
 		}
 	}
 }
+
+// TestVMDKAndOVADefaults: a VMDK is stream-optimized unless the recipe asks
+// for monolithicSparse; an OVA describes 2 CPUs, 4 GiB, EFI and "VM
+// Network" unless told otherwise; every one is made from the raw before it.
+func TestVMDKAndOVADefaults(t *testing.T) {
+	base := "apiVersion: stamp.dev/v1alpha1\nkind: Recipe\nname: x\nbase: {tarball: ./b.tar}\noutputs:\n  - {format: raw, name: disk}\n"
+	for out, want := range map[string]Output{
+		"  - {format: vmdk}\n":                         {Format: "vmdk", Type: "streamOptimized"},
+		"  - {format: vmdk, type: monolithicSparse}\n": {Format: "vmdk", Type: "monolithicSparse"},
+		"  - {format: ova}\n":                          {Format: "ova", CPUs: 2, Memory: 4 << 30, Firmware: "efi", Network: "VM Network"},
+		"  - {format: ova, cpus: 4, memory: 8GiB, firmware: efi, network: k8s}\n": {Format: "ova", CPUs: 4, Memory: 8 << 30, Firmware: "efi", Network: "k8s"},
+		"  - {format: gce}\n": {Format: "gce"},
+	} {
+		r, err := Parse([]byte(base+out), "r.yaml")
+		if err != nil {
+			t.Fatalf("%q: %v", out, err)
+		}
+		o := r.Outputs[len(r.Outputs)-1]
+		if o.Format != want.Format || o.Type != want.Type || o.CPUs != want.CPUs || o.Memory != want.Memory ||
+			o.Firmware != want.Firmware || o.Network != want.Network || o.From != "disk" || o.Compression != "" {
+			t.Errorf("%q: %+v, want %+v from disk", out, o, want)
+		}
+	}
+}

@@ -271,13 +271,16 @@ const (
 	FormatPXE   = "pxe"
 	FormatOCI   = "oci"
 	FormatVHD   = "vhd"
+	FormatVMDK  = "vmdk"
+	FormatOVA   = "ova"
+	FormatGCE   = "gce"
 )
 
 // Output is one artifact made from the sealed tree (or from an earlier output).
 type Output struct {
 	Line   int
 	Field  string // e.g. "outputs[1]"
-	Format string // tar | raw | qcow2 | vhd | cpio | pxe | oci
+	Format string // tar | raw | qcow2 | vhd | vmdk | ova | gce | cpio | pxe | oci
 	// Name is unique among outputs; default the format.
 	Name string
 	// Compression: tar none|gzip|zstd|xz (default none); cpio and pxe the same
@@ -289,12 +292,14 @@ type Output struct {
 	Size       int64
 	Partitions []Partition
 	Boot       *Boot
-	// From names an earlier output this one encodes: qcow2 and vhd from raw,
-	// pxe from cpio, oci containerdisk from raw or qcow2.
-	From       string
-	Kind       string // oci: rootfs | containerdisk
-	Layout     string // oci: dir | archive
-	Type       string // vhd: fixed | dynamic, default fixed
+	// From names an earlier output this one encodes: qcow2, vhd, vmdk, ova
+	// and gce from raw, pxe from cpio, oci containerdisk from raw or qcow2.
+	From   string
+	Kind   string // oci: rootfs | containerdisk
+	Layout string // oci: dir | archive
+	// Type is vhd: fixed | dynamic, default fixed; vmdk: streamOptimized |
+	// monolithicSparse, default streamOptimized.
+	Type       string
 	Entrypoint []string
 	Env        []string          // oci: KEY=VALUE
 	Labels     map[string]string // oci; sort the keys before use
@@ -305,6 +310,14 @@ type Output struct {
 	// filesystem grow to fill a larger disk on first boot; nil means true
 	// for raw disks.
 	Grow *bool
+	// The virtual machine an ova describes: CPUs (default 2), Memory in
+	// bytes (default 4 GiB), Firmware (efi, the default; bios is refused
+	// until legacy BIOS boot exists) and the Network its one NIC is on
+	// (default "VM Network", vSphere's default port group).
+	CPUs     int
+	Memory   int64
+	Firmware string
+	Network  string
 }
 
 // Partition is one GPT partition of a raw disk.
