@@ -28,12 +28,19 @@ outputs:
   - {format: qcow2, from: raw}
   - {format: vhd, from: raw}
   - {format: vhd, name: dyn, type: dynamic, from: raw}
+  - {format: vmdk, from: raw}
+  - {format: vmdk, name: sparse, type: monolithicSparse, from: raw}
+  - {format: ova, from: raw}
+  - {format: gce, from: raw}
 `
 
-// TestDiskBoots builds a raw disk, its qcow2 and its fixed and dynamic
-// VHDs from a tree of real Debian parts (kernel, modules, busybox-static,
-// systemd-boot) and boots the raw, the qcow2 and the fixed VHD under OVMF
-// (one VHD boot: the dynamic one's disk is compared with the raw instead): firmware → systemd-boot on the ESP → the kernel and the initramfs
+// TestDiskBoots builds a raw disk, its qcow2, its fixed and dynamic VHDs,
+// its stream-optimized and monolithic sparse VMDKs, an OVA and a GCE
+// archive from a tree of real Debian parts (kernel, modules,
+// busybox-static, systemd-boot) and boots the raw, the qcow2, the fixed VHD
+// and the stream-optimized VMDK (the disk an OVA carries) under OVMF (one
+// boot per format: the other disks are compared with the raw instead):
+// firmware → systemd-boot on the ESP → the kernel and the initramfs
 // the raw format made → the ext4 root found by its PARTUUID → /sbin/init,
 // which prints the marker. The build runs as root and again as uid 65534 in
 // another directory, and both give the same bytes.
@@ -84,6 +91,20 @@ func TestDiskBoots(t *testing.T) {
 		}
 		stamp(t, dir, nil, "inspect", "--check", v).mustSucceed(t)
 	}
+	stream, sparse := filepath.Join(out, "disk-boot.vmdk"), filepath.Join(out, "disk-boot-sparse.vmdk")
+	for _, v := range []string{stream, sparse} {
+		if b, err := exec.Command("qemu-img", "check", "-f", "vmdk", v).CombinedOutput(); err != nil {
+			t.Fatalf("qemu-img check %s: %v\n%s", filepath.Base(v), err, b)
+		}
+		if b, err := exec.Command("qemu-img", "compare", "-f", "raw", "-F", "vmdk", raw, v).CombinedOutput(); err != nil {
+			t.Fatalf("qemu-img compare %s: %v\n%s", filepath.Base(v), err, b)
+		}
+	}
+	// inspect --check reads each back by detection alone: the OVA's
+	// manifest digests, the disk inside it and inside the GCE archive.
+	for _, p := range []string{stream, sparse, filepath.Join(out, "disk-boot.ova"), filepath.Join(out, "disk-boot.tar.gz")} {
+		stamp(t, dir, nil, "inspect", "--check", p).mustSucceed(t)
+	}
 	manifest, err := os.ReadFile(filepath.Join(out, "manifest.txt"))
 	if err != nil {
 		t.Fatal(err)
@@ -97,14 +118,18 @@ func TestDiskBoots(t *testing.T) {
 	other := filepath.Join(harness.TempDirFor65534(t), "out")
 	stampAs65534(t, dir, nil, "build", "recipe.yaml", "-o", other).mustSucceed(t)
 	a, b := diskSums(t, out), diskSums(t, other)
-	for _, name := range []string{"disk-boot.raw", "disk-boot.qcow2", "disk-boot.vhd", "disk-boot-dyn.vhd"} {
+	for _, name := range []string{"disk-boot.raw", "disk-boot.qcow2", "disk-boot.vhd", "disk-boot-dyn.vhd",
+		"disk-boot.vmdk", "disk-boot-sparse.vmdk", "disk-boot.ova", "disk-boot.tar.gz"} {
 		if a[name] == "" || a[name] != b[name] {
 			t.Errorf("%s: %q as root, %q as uid 65534", name, a[name], b[name])
 		}
 	}
 
 	for _, drive := range []string{"file=" + raw + ",format=raw,if=virtio", "file=" + qcow + ",format=qcow2,if=virtio",
-		"file=" + fixed + ",format=vpc,force_size_calc=current_size,if=virtio"} {
+		"file=" + fixed + ",format=vpc,force_size_calc=current_size,if=virtio",
+		// qemu reads a stream-optimized VMDK as it is; -snapshot keeps the
+		// guest's writes out of it.
+		"file=" + stream + ",format=vmdk,if=virtio"} {
 		harness.RunQEMU(t, []string{"-bios", harness.OVMFPath, "-m", "1024", "-drive", drive, "-snapshot"}, marker, 6*time.Minute)
 	}
 }
