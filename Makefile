@@ -39,6 +39,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzReadOCI$$' -fuzztime $(FUZZTIME) ./formats
 	$(GO) test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) ./disk/fat
 	$(GO) test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) ./disk/qcow2
+	$(GO) test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) ./disk/vmdk
 
 # Kubernetes test inputs built from the Go module proxy, packaged and made into
 # images by stamp; cached per machine (the first run compiles Kubernetes).

@@ -18,9 +18,14 @@ type Reader struct {
 	header *Header
 	desc   Descriptor
 	size   int64
-	grain  int64    // bytes
-	gt     []uint32 // every grain's entry
-	stored int64    // grains stored
+	grain  int64 // bytes
+	per    int64 // entries per grain table
+	gd     []uint32
+	// tables are the grain tables by sector. They are loaded once, in
+	// Open, and shared where directory entries share a sector, so what a
+	// reader holds is bounded by the file's size, whatever its header says.
+	tables map[uint32][]uint32
+	stored int64 // grains stored
 
 	mu     sync.Mutex
 	cached int64 // the grain in cache, -1 for none
@@ -82,26 +87,37 @@ func Open(r io.ReaderAt, fileSize int64) (*Reader, error) {
 	if grains > maxGrains {
 		return nil, fmt.Errorf("vmdk: a disk of %d grains is larger than this reader loads", grains)
 	}
-	per := int64(h.GTEntries)
-	gts := (grains + per - 1) / per
+	v.per = int64(h.GTEntries)
+	gts := (grains + v.per - 1) / v.per
+	if gts*4 > fileSize {
+		return nil, fmt.Errorf("vmdk: a grain directory of %d tables does not fit a file of %d bytes", gts, fileSize)
+	}
 	gd := make([]byte, gts*4)
 	if _, err := r.ReadAt(gd, int64(h.GDOffset)*Sector); err != nil {
 		return nil, fmt.Errorf("vmdk: reading the grain directory at sector %d: %w", h.GDOffset, err)
 	}
-	v.gt = make([]uint32, grains)
-	t := make([]byte, per*4)
+	v.gd = make([]uint32, gts)
+	v.tables = map[uint32][]uint32{}
+	t := make([]byte, v.per*4)
 	for i := range gts {
 		at := binary.LittleEndian.Uint32(gd[i*4:])
+		v.gd[i] = at
 		if at == 0 {
 			continue
 		}
-		if _, err := r.ReadAt(t, int64(at)*Sector); err != nil {
-			return nil, fmt.Errorf("vmdk: reading grain table %d at sector %d: %w", i, at, err)
+		table, ok := v.tables[at]
+		if !ok {
+			if _, err := r.ReadAt(t, int64(at)*Sector); err != nil {
+				return nil, fmt.Errorf("vmdk: reading grain table %d at sector %d: %w", i, at, err)
+			}
+			table = make([]uint32, v.per)
+			for j := range table {
+				table[j] = binary.LittleEndian.Uint32(t[j*4:])
+			}
+			v.tables[at] = table
 		}
-		for j := int64(0); j < per && i*per+j < grains; j++ {
-			e := binary.LittleEndian.Uint32(t[j*4:])
-			v.gt[i*per+j] = e
-			if e > 1 {
+		for j := int64(0); j < v.per && i*v.per+j < grains; j++ {
+			if table[j] > 1 {
 				v.stored++
 			}
 		}
@@ -152,7 +168,10 @@ func (v *Reader) ReadAt(p []byte, off int64) (int, error) {
 // written and 1 a grain written as zeros (a version 2 extent's zeroed
 // grain); both read as zeros.
 func (v *Reader) readIn(p []byte, g, in int64) error {
-	e := int64(v.gt[g])
+	var e int64
+	if at := v.gd[g/v.per]; at != 0 {
+		e = int64(v.tables[at][g%v.per])
+	}
 	if e <= 1 {
 		clear(p)
 		return nil

@@ -226,3 +226,35 @@ func TestQemuImg(t *testing.T) {
 		}
 	}
 }
+
+// FuzzOpen: a damaged image is an error or reads back, never a panic or a
+// load bounded by its header rather than its size.
+func FuzzOpen(f *testing.F) {
+	dir := f.TempDir()
+	// A small disk with two grains of data keeps the seeds small.
+	raw := filepath.Join(dir, "seed.raw")
+	data := make([]byte, 2<<20)
+	copy(data, bytes.Repeat([]byte("seed data for the vmdk fuzzer "), 100))
+	copy(data[1<<20:], "more")
+	if err := os.WriteFile(raw, data, 0o644); err != nil {
+		f.Fatal(err)
+	}
+	for _, typ := range types {
+		img := filepath.Join(dir, string(typ)+".vmdk")
+		write(f, raw, img, Options{Type: typ})
+		b, _ := os.ReadFile(img)
+		f.Add(b, int64(0))
+	}
+	f.Fuzz(func(t *testing.T, img []byte, flip int64) {
+		if len(img) > 0 {
+			img = append([]byte(nil), img...)
+			i := int(uint64(flip) % uint64(len(img)))
+			img[i] ^= byte(flip >> 32)
+		}
+		v, err := Open(bytes.NewReader(img), int64(len(img)))
+		if err != nil || v.Size() > 64<<20 {
+			return
+		}
+		io.Copy(io.Discard, io.NewSectionReader(v, 0, v.Size()))
+	})
+}
