@@ -41,7 +41,7 @@ func gceDisk(f *os.File) (io.ReadCloser, error) {
 		rc.Close()
 		return nil, err
 	}
-	if hdr.Name != GCEDiskName || hdr.Typeflag != tar.TypeReg {
+	if hdr.Name != GCEDiskName || hdr.Typeflag != tar.TypeReg && hdr.Typeflag != tar.TypeGNUSparse {
 		rc.Close()
 		return nil, fmt.Errorf("the first member is %s, not %s", hdr.Name, GCEDiskName)
 	}
@@ -64,11 +64,12 @@ func (gceImageReader) Read(ctx context.Context, h *Head) (*Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	if hdr.Name != GCEDiskName || hdr.Typeflag != tar.TypeReg {
+	if hdr.Name != GCEDiskName || hdr.Typeflag != tar.TypeReg && hdr.Typeflag != tar.TypeGNUSparse {
 		return nil, fmt.Errorf("the first member is %s, not %s", hdr.Name, GCEDiskName)
 	}
 	// The disk is read back from a sparse copy: its file systems are read
-	// by offset, which a gzip stream cannot seek to.
+	// by offset, which a gzip stream cannot seek to. archive/tar fills a
+	// sparse member's holes with zeros, which the copy leaves unwritten.
 	tmp, err := os.CreateTemp("", "stamp-gce-*.raw")
 	if err != nil {
 		return nil, err
