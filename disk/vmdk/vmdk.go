@@ -31,6 +31,9 @@ const (
 	gtSectors = gtEntries * 4 / Sector
 	// gtCover is the bytes of disk one grain table maps.
 	gtCover = gtEntries * GrainSize
+	// MaxCapacity is the largest disk a hosted sparse extent holds: its
+	// tables address the file in 32-bit sectors.
+	MaxCapacity = 2 << 40
 	// descSectors is the room kept for the embedded descriptor, as qemu and
 	// VMware keep it.
 	descSectors = 20

@@ -258,3 +258,25 @@ func FuzzOpen(f *testing.F) {
 		io.Copy(io.Discard, io.NewSectionReader(v, 0, v.Size()))
 	})
 }
+
+// TestWriteRefuses: a disk past what a sparse extent holds, one not of
+// whole sectors, an extent name a descriptor cannot quote and an unknown
+// type are refused before a byte is written.
+func TestWriteRefuses(t *testing.T) {
+	for _, c := range []struct {
+		size int64
+		o    Options
+		want string
+	}{
+		{MaxCapacity + GrainSize, Options{}, "past the"},
+		{1000, Options{}, "not whole 512-byte sectors"},
+		{1 << 20, Options{FileName: "a\"b.vmdk"}, "cannot be quoted"},
+		{1 << 20, Options{Type: "vmfs"}, `type "vmfs"`},
+	} {
+		// A nil writer: any write would panic.
+		_, err := Write(context.Background(), nil, bytes.NewReader(nil), c.size, c.o)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%d bytes, %+v: %v, want %q", c.size, c.o, err, c.want)
+		}
+	}
+}

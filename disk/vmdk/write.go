@@ -64,10 +64,13 @@ func Write(ctx context.Context, w io.WriterAt, src io.ReaderAt, size int64, o Op
 	if o.Workers <= 0 {
 		o.Workers = runtime.GOMAXPROCS(0)
 	}
-	grains := (size + GrainSize - 1) / GrainSize
-	if grains/gtEntries >= 1<<32 || size/Sector >= 1<<41 {
-		return nil, fmt.Errorf("vmdk: a disk of %d bytes is past what a sparse extent maps", size)
+	if size > MaxCapacity {
+		return nil, fmt.Errorf("vmdk: a disk of %d bytes is past the %d a hosted sparse extent holds", size, int64(MaxCapacity))
 	}
+	if strings.ContainsAny(o.FileName, "\"\n") {
+		return nil, fmt.Errorf("vmdk: the extent name %q cannot be quoted in a descriptor", o.FileName)
+	}
+	grains := (size + GrainSize - 1) / GrainSize
 	wr := &writer{ctx: ctx, w: w, src: src, size: size, o: o, gt: make([]uint32, grains)}
 	var err error
 	switch o.Type {
@@ -133,7 +136,7 @@ func (wr *writer) descriptor() ([]byte, error) {
 	}
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# Disk DescriptorFile\nversion=1\nencoding=\"UTF-8\"\nCID=%08x\nparentCID=ffffffff\ncreateType=\"%s\"\n\n", cid, wr.o.Type)
-	fmt.Fprintf(&b, "# Extent description\nRW %d SPARSE %q\n\n", wr.size/Sector, name)
+	fmt.Fprintf(&b, "# Extent description\nRW %d SPARSE \"%s\"\n\n", wr.size/Sector, name)
 	// lsilogic is the adapter VMware states for SCSI disks and what an OVF
 	// import expects of a stream-optimized disk; the virtual machine's own
 	// controller is the OVF descriptor's to say.
