@@ -29,7 +29,7 @@ var NodeDebPackages = []string{
 	"auditd", "apt-transport-https", "conntrack", "chrony", "curl", "ebtables", "ethtool", "iptables", "jq", "gnupg",
 	"libnetfilter-acct1", "libnetfilter-cttimeout1", "libnetfilter-log1", "python3-netifaces", "python3-pip",
 	"socat", "cloud-init", "cloud-guest-utils", "openssh-server", "linux-image-amd64", "systemd-boot-efi",
-	"busybox-static",
+	"busybox-static", "systemd-resolved",
 }
 
 // NodeBasePackages are DpkgBasePackages and the rest of bookworm's
