@@ -3,8 +3,10 @@ package harness
 import (
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"encoding/pem"
 	"fmt"
 	"math/big"
@@ -30,9 +32,17 @@ type KubeadmInit struct {
 	// timeouts.controlPlaneComponentHealthCheck; zero keeps kubeadm's
 	// default of four minutes.
 	ControlPlaneTimeout time.Duration
-	// IgnorePreflightErrors is initConfiguration.nodeRegistration.
-	// ignorePreflightErrors.
-	IgnorePreflightErrors []string
+	// AdvertiseAddress is initConfiguration.localAPIEndpoint.
+	// advertiseAddress; empty lets kubeadm take the default route's.
+	AdvertiseAddress string
+	// NodeIP is the kubelet's node-ip, in nodeRegistration.
+	// kubeletExtraArgs; empty lets kubelet choose.
+	NodeIP string
+	// BootstrapToken is initConfiguration.bootstrapTokens[0].token, which
+	// joining machines present; empty leaves kubeadm to make one.
+	BootstrapToken string
+	// PKI is the cluster's certificate authorities; nil makes new ones.
+	PKI *ClusterPKI
 	// Files are KubeadmConfig.spec.files, written after the certificates.
 	Files []SeedFile
 	// PreKubeadmCommands and PostKubeadmCommands are the spec fields of
@@ -71,32 +81,87 @@ const kubeadmSentinel = "/run/cluster-api/bootstrap-success.complete"
 //
 // The certificates are new on every call.
 func (k KubeadmInit) UserData() (string, error) {
-	// cloud-init renders the whole user-data as a jinja template, so
-	// braces meant for another tool would be rendered or refused, and
-	// cloud-init would then run none of it.
-	for _, f := range k.Files {
-		if jinjaRE.MatchString(f.Content) {
-			return "", fmt.Errorf("file %s: jinja would render %q", f.Path, jinjaRE.FindString(f.Content))
-		}
-	}
-	for _, c := range append(slices.Clone(k.PreKubeadmCommands), k.PostKubeadmCommands...) {
-		if jinjaRE.MatchString(c) {
-			return "", fmt.Errorf("command %q: jinja would render %q", c, jinjaRE.FindString(c))
-		}
-	}
-	pki, err := clusterPKI(k.ClusterName)
-	if err != nil {
+	if err := checkJinja(k.Files, k.PreKubeadmCommands, k.PostKubeadmCommands); err != nil {
 		return "", err
 	}
-	files := append(pki, k.Files...)
-	files = append(files,
-		SeedFile{Path: "/run/kubeadm/kubeadm.yaml", Owner: "root:root", Permissions: "0640",
-			Content: "---\n" + k.clusterConfiguration() + "---\n" + k.initConfiguration()},
-		// CABPK's own words: it makes /run/cluster-api in a way Windows
-		// nodes understand too.
-		SeedFile{Path: "/run/cluster-api/placeholder", Owner: "root:root", Permissions: "0640",
-			Content: "This placeholder file is used to create the /run/cluster-api sub directory in a way that is compatible with both Linux and Windows (mkdir -p /run/cluster-api does not work with Windows)"},
-	)
+	pki := k.PKI
+	if pki == nil {
+		var err error
+		if pki, err = NewClusterPKI(); err != nil {
+			return "", fmt.Errorf("cluster %s: %w", k.ClusterName, err)
+		}
+	}
+	files := append(slices.Clone(pki.files), k.Files...)
+	files = append(files, SeedFile{Path: "/run/kubeadm/kubeadm.yaml", Owner: "root:root", Permissions: "0640",
+		Content: "---\n" + k.clusterConfiguration() + "---\n" + k.initConfiguration()})
+	return renderUserData(files, k.PreKubeadmCommands, "kubeadm init --config /run/kubeadm/kubeadm.yaml ", k.PostKubeadmCommands)
+}
+
+// KubeadmJoin describes a worker machine as CABPK sees it: a
+// KubeadmConfig whose joinConfiguration names the control plane.
+type KubeadmJoin struct {
+	APIServerEndpoint string   // discovery.bootstrapToken.apiServerEndpoint, host:port
+	Token             string   // discovery.bootstrapToken.token
+	CACertHashes      []string // discovery.bootstrapToken.caCertHashes
+	// DiscoveryTimeout is joinConfiguration.discovery.timeout, v1beta4's
+	// timeouts.discovery; zero keeps kubeadm's five minutes.
+	DiscoveryTimeout time.Duration
+	NodeIP           string // kubelet's node-ip, as in KubeadmInit
+	Files            []SeedFile
+	// PreKubeadmCommands and PostKubeadmCommands as in KubeadmInit.
+	PreKubeadmCommands, PostKubeadmCommands []string
+}
+
+// UserData renders the cloud-config CABPK writes for a worker
+// (cloudinit/node.go's template): spec.files, then
+// /run/kubeadm/kubeadm-join-config.yaml and the placeholder; runcmd runs
+// "kubeadm join --config /run/kubeadm/kubeadm-join-config.yaml" between
+// the pre- and post-commands, and writes the sentinel when it succeeds.
+func (k KubeadmJoin) UserData() (string, error) {
+	if err := checkJinja(k.Files, k.PreKubeadmCommands, k.PostKubeadmCommands); err != nil {
+		return "", err
+	}
+	var c strings.Builder
+	c.WriteString("---\napiVersion: kubeadm.k8s.io/v1beta4\ndiscovery:\n  bootstrapToken:\n")
+	fmt.Fprintf(&c, "    apiServerEndpoint: %s\n    caCertHashes:\n", k.APIServerEndpoint)
+	for _, h := range k.CACertHashes {
+		fmt.Fprintf(&c, "    - %s\n", h)
+	}
+	fmt.Fprintf(&c, "    token: %s\nkind: JoinConfiguration\n%s", k.Token, nodeRegistration(k.NodeIP))
+	if k.DiscoveryTimeout > 0 {
+		fmt.Fprintf(&c, "timeouts:\n  discovery: %s\n", k.DiscoveryTimeout)
+	}
+	files := append(slices.Clone(k.Files), SeedFile{Path: "/run/kubeadm/kubeadm-join-config.yaml", Owner: "root:root",
+		Permissions: "0640", Content: c.String()})
+	return renderUserData(files, k.PreKubeadmCommands, "kubeadm join --config /run/kubeadm/kubeadm-join-config.yaml ", k.PostKubeadmCommands)
+}
+
+// checkJinja refuses the caller's files and commands that hold braces:
+// cloud-init renders the whole user-data as a jinja template, so braces
+// meant for another tool would be rendered or refused, and cloud-init would
+// then run none of it.
+func checkJinja(files []SeedFile, pre, post []string) error {
+	for _, f := range files {
+		if m := jinjaRE.FindString(f.Content); m != "" {
+			return fmt.Errorf("file %s: jinja would render %q", f.Path, m)
+		}
+	}
+	for _, c := range append(slices.Clone(pre), post...) {
+		if m := jinjaRE.FindString(c); m != "" {
+			return fmt.Errorf("command %q: jinja would render %q", c, m)
+		}
+	}
+	return nil
+}
+
+// renderUserData writes CABPK's cloud-config: the jinja header, the files
+// and the placeholder as write_files, and runcmd: pre, the kubeadm command
+// followed by the sentinel, post.
+func renderUserData(files []SeedFile, pre []string, kubeadm string, post []string) (string, error) {
+	// CABPK's own words: it makes /run/cluster-api in a way Windows
+	// nodes understand too.
+	files = append(files, SeedFile{Path: "/run/cluster-api/placeholder", Owner: "root:root", Permissions: "0640",
+		Content: "This placeholder file is used to create the /run/cluster-api sub directory in a way that is compatible with both Linux and Windows (mkdir -p /run/cluster-api does not work with Windows)"})
 	var b strings.Builder
 	b.WriteString("## template: jinja\n#cloud-config\n\nwrite_files:\n")
 	for _, f := range files {
@@ -110,14 +175,29 @@ func (k KubeadmInit) UserData() (string, error) {
 		}
 	}
 	b.WriteString("runcmd:\n")
-	for _, c := range k.PreKubeadmCommands {
+	for _, c := range pre {
 		fmt.Fprintf(&b, "  - %q\n", c)
 	}
-	fmt.Fprintf(&b, "  - 'kubeadm init --config /run/kubeadm/kubeadm.yaml  && echo success > %s'\n", kubeadmSentinel)
-	for _, c := range k.PostKubeadmCommands {
+	fmt.Fprintf(&b, "  - '%s && echo success > %s'\n", kubeadm, kubeadmSentinel)
+	for _, c := range post {
 		fmt.Fprintf(&b, "  - %q\n", c)
 	}
 	return b.String(), nil
+}
+
+// nodeNameTemplate is how CABPK names the node: the datasource's
+// local-hostname, rendered by cloud-init.
+const nodeNameTemplate = "'{{ ds.meta_data.local_hostname }}'"
+
+// nodeRegistration is the nodeRegistration both configurations carry: the
+// containerd socket, images pulled only when absent (CABPK's default),
+// the node named from the datasource, and kubelet's node-ip when set.
+func nodeRegistration(nodeIP string) string {
+	s := "nodeRegistration:\n  criSocket: unix:///run/containerd/containerd.sock\n  imagePullPolicy: IfNotPresent\n"
+	if nodeIP != "" {
+		s += "  kubeletExtraArgs:\n  - name: node-ip\n    value: " + nodeIP + "\n"
+	}
+	return s + "  name: " + nodeNameTemplate + "\n"
 }
 
 // clusterConfiguration is kubeadm v1beta4's ClusterConfiguration as CABPK
@@ -141,32 +221,38 @@ scheduler: {}
 `
 }
 
-// initConfiguration is the InitConfiguration: the node named from the
-// datasource's metadata, the containerd socket, images pulled only when
-// absent (CABPK's default imagePullPolicy), and no taints override.
+// initConfiguration is the InitConfiguration: the bootstrap token and
+// the API server's address when set, and nodeRegistration.
 func (k KubeadmInit) initConfiguration() string {
-	s := `apiVersion: kubeadm.k8s.io/v1beta4
-kind: InitConfiguration
-localAPIEndpoint: {}
-nodeRegistration:
-  criSocket: unix:///run/containerd/containerd.sock
-  imagePullPolicy: IfNotPresent
-  name: '{{ ds.meta_data.local_hostname }}'
-`
-	if len(k.IgnorePreflightErrors) > 0 {
-		s = strings.Replace(s, "  imagePullPolicy:", "  ignorePreflightErrors:\n  - "+strings.Join(k.IgnorePreflightErrors, "\n  - ")+"\n  imagePullPolicy:", 1)
+	s := "apiVersion: kubeadm.k8s.io/v1beta4\n"
+	if k.BootstrapToken != "" {
+		s += "bootstrapTokens:\n- groups:\n  - system:bootstrappers:kubeadm:default-node-token\n  token: " + k.BootstrapToken +
+			"\n  usages:\n  - signing\n  - authentication\n"
 	}
+	s += "kind: InitConfiguration\n"
+	if k.AdvertiseAddress != "" {
+		s += "localAPIEndpoint:\n  advertiseAddress: " + k.AdvertiseAddress + "\n"
+	} else {
+		s += "localAPIEndpoint: {}\n"
+	}
+	s += nodeRegistration(k.NodeIP)
 	if k.ControlPlaneTimeout > 0 {
 		s += "timeouts:\n  controlPlaneComponentHealthCheck: " + k.ControlPlaneTimeout.String() + "\n"
 	}
 	return s
 }
 
-// clusterPKI makes what Cluster API generates before the first machine
+// ClusterPKI is what Cluster API generates before the first machine
 // (util/secret.NewCertificatesForInitialControlPlane): three certificate
 // authorities and the service-account signing key, as seed files.
-func clusterPKI(cluster string) ([]SeedFile, error) {
-	var files []SeedFile
+type ClusterPKI struct {
+	files []SeedFile
+	ca    *x509.Certificate
+}
+
+// NewClusterPKI makes new authorities and keys.
+func NewClusterPKI() (*ClusterPKI, error) {
+	p := &ClusterPKI{}
 	for _, ca := range []struct{ base, cn string }{
 		{"/etc/kubernetes/pki/ca", "kubernetes"},
 		{"/etc/kubernetes/pki/etcd/ca", "etcd-ca"},
@@ -174,9 +260,15 @@ func clusterPKI(cluster string) ([]SeedFile, error) {
 	} {
 		cert, key, err := selfSignedCA(ca.cn)
 		if err != nil {
-			return nil, fmt.Errorf("cluster %s: %s: %w", cluster, ca.cn, err)
+			return nil, fmt.Errorf("%s: %w", ca.cn, err)
 		}
-		files = append(files,
+		if p.ca == nil {
+			blk, _ := pem.Decode([]byte(cert))
+			if p.ca, err = x509.ParseCertificate(blk.Bytes); err != nil {
+				return nil, err
+			}
+		}
+		p.files = append(p.files,
 			SeedFile{Path: ca.base + ".crt", Owner: "root:root", Permissions: "0640", Content: cert},
 			SeedFile{Path: ca.base + ".key", Owner: "root:root", Permissions: "0600", Content: key})
 	}
@@ -188,12 +280,20 @@ func clusterPKI(cluster string) ([]SeedFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(files,
+	p.files = append(p.files,
 		SeedFile{Path: "/etc/kubernetes/pki/sa.pub", Owner: "root:root", Permissions: "0640",
 			Content: string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}))},
 		SeedFile{Path: "/etc/kubernetes/pki/sa.key", Owner: "root:root", Permissions: "0600",
 			Content: string(pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(sa)}))},
-	), nil
+	)
+	return p, nil
+}
+
+// CACertHash is the cluster CA's public key pin, as kubeadm join's
+// discovery.bootstrapToken.caCertHashes takes it.
+func (p *ClusterPKI) CACertHash() string {
+	sum := sha256.Sum256(p.ca.RawSubjectPublicKeyInfo)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // selfSignedCA is a ten-year RSA certificate authority, as Cluster API's

@@ -1,7 +1,9 @@
 package harness
 
 import (
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/pem"
 	"strings"
 	"testing"
@@ -105,5 +107,82 @@ func TestKubeadmInitUserDataRefusesJinja(t *testing.T) {
 		if _, err := k.UserData(); err == nil || !strings.Contains(err.Error(), "jinja would render") {
 			t.Errorf("%+v: err %v, want a jinja error", k, err)
 		}
+	}
+}
+
+// TestKubeadmJoinUserData: a worker's user-data names the control plane,
+// the token the init machine's configuration carries, and the pin of the
+// CA the init machine's user-data holds.
+func TestKubeadmJoinUserData(t *testing.T) {
+	pki, err := NewClusterPKI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const token = "abcdef.0123456789abcdef"
+	initUD, err := KubeadmInit{ClusterName: "c1", KubernetesVersion: K8sVersion, ControlPlaneEndpoint: "192.168.77.10:6443",
+		AdvertiseAddress: "192.168.77.10", NodeIP: "192.168.77.10", BootstrapToken: token, PKI: pki}.UserData()
+	if err != nil {
+		t.Fatal(err)
+	}
+	joinUD, err := KubeadmJoin{APIServerEndpoint: "192.168.77.10:6443", Token: token, CACertHashes: []string{pki.CACertHash()},
+		DiscoveryTimeout: 20 * time.Minute, NodeIP: "192.168.77.11"}.UserData()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := func(ud string) map[string]string {
+		var doc struct {
+			WriteFiles []struct{ Path, Content string } `yaml:"write_files"`
+			Runcmd     []string
+		}
+		if err := yaml.Unmarshal([]byte(ud), &doc); err != nil {
+			t.Fatalf("not YAML: %v\n%s", err, ud)
+		}
+		m := map[string]string{"runcmd": strings.Join(doc.Runcmd, "\n")}
+		for _, f := range doc.WriteFiles {
+			m[f.Path] = f.Content
+		}
+		return m
+	}
+	in, join := files(initUD), files(joinUD)
+	blk, _ := pem.Decode([]byte(in["/etc/kubernetes/pki/ca.crt"]))
+	ca, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(ca.RawSubjectPublicKeyInfo)
+	if want := "sha256:" + hex.EncodeToString(sum[:]); pki.CACertHash() != want {
+		t.Errorf("CACertHash %s, want %s", pki.CACertHash(), want)
+	}
+	var ic, jc map[string]any
+	docs := strings.Split(in["/run/kubeadm/kubeadm.yaml"], "---\n")
+	if err := yaml.Unmarshal([]byte(docs[len(docs)-1]), &ic); err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal([]byte(join["/run/kubeadm/kubeadm-join-config.yaml"]), &jc); err != nil {
+		t.Fatal(err)
+	}
+	if got := ic["bootstrapTokens"].([]any)[0].(map[string]any)["token"]; got != token {
+		t.Errorf("init token %v", got)
+	}
+	if got := ic["localAPIEndpoint"].(map[string]any)["advertiseAddress"]; got != "192.168.77.10" {
+		t.Errorf("advertiseAddress %v", got)
+	}
+	bt := jc["discovery"].(map[string]any)["bootstrapToken"].(map[string]any)
+	if jc["kind"] != "JoinConfiguration" || bt["token"] != token || bt["apiServerEndpoint"] != "192.168.77.10:6443" ||
+		bt["caCertHashes"].([]any)[0] != pki.CACertHash() {
+		t.Errorf("join configuration %v", jc)
+	}
+	nr := jc["nodeRegistration"].(map[string]any)
+	if arg := nr["kubeletExtraArgs"].([]any)[0].(map[string]any); arg["name"] != "node-ip" || arg["value"] != "192.168.77.11" {
+		t.Errorf("kubeletExtraArgs %v", nr["kubeletExtraArgs"])
+	}
+	if jc["timeouts"].(map[string]any)["discovery"] != "20m0s" {
+		t.Errorf("timeouts %v", jc["timeouts"])
+	}
+	if want := "kubeadm join --config /run/kubeadm/kubeadm-join-config.yaml  && echo success > /run/cluster-api/bootstrap-success.complete"; join["runcmd"] != want {
+		t.Errorf("join runcmd %q", join["runcmd"])
+	}
+	if _, ok := join["/etc/kubernetes/pki/ca.key"]; ok {
+		t.Error("a worker's user-data holds the CA key")
 	}
 }
