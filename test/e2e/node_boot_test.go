@@ -83,6 +83,10 @@ func nodeChecks(registry string, images []string) []nodeCheck {
 	add("stamp-release", `. /etc/stamp-release && [ "$STAMP_RECIPE" = k8s-node ] && [ "${STAMP_RECIPE_DIGEST#sha256:}" != "$STAMP_RECIPE_DIGEST" ] && [ -n "$STAMP_VERSION" ]`)
 	add("cloud-init datasource nocloud", `[ "$(cloud-id)" = nocloud ]`)
 	add("DHCP on the first NIC", "ip -4 -o addr show | grep -q 'inet 10.0.2.15/'")
+	// kubelet makes no pod sandbox without a resolv.conf; resolved writes
+	// what networkd learns, and needs the system bus.
+	add("resolv.conf from systemd-resolved", `[ "$(readlink /etc/resolv.conf)" = ../run/systemd/resolve/stub-resolv.conf ] && systemctl is-active -q systemd-resolved && [ -s /run/systemd/resolve/resolv.conf ]`)
+	add("D-Bus system bus", "systemctl is-active -q dbus && [ -S /run/dbus/system_bus_socket ]")
 	add("root read-write", "touch /var/lib/stamp-rw-check && rm /var/lib/stamp-rw-check")
 	// Every preflight check passes, none ignored: the images are present,
 	// so nothing is pulled.
