@@ -29,17 +29,7 @@ const clusterNodeDir = "../../out/e2e-node"
 // every kube-system pod runs, and a pod from an image stamp built runs to
 // completion once the control-plane taint is gone.
 func TestCluster(t *testing.T) {
-	harness.RequireTools(t, "qemu-system-x86_64", "cp")
-	env := readNodeEnv(t, filepath.Join(clusterNodeDir, "node.env"))
-	if env["KUBERNETES_VERSION"] != harness.K8sVersion {
-		t.Fatalf("%s was built for Kubernetes %s, the test is for %s: run make e2e-node again", clusterNodeDir, env["KUBERNETES_VERSION"], harness.K8sVersion)
-	}
-	registry := env["REGISTRY"]
-	raw := filepath.Join(clusterNodeDir, "k8s-node.raw")
-	if _, err := os.Stat(raw); err != nil {
-		t.Fatalf("no node image (make e2e-node makes it): %v", err)
-	}
-	in := harness.K8sInputsFor(t)
+	registry, raw, in := clusterInputs(t)
 	step := stepTimer(t)
 
 	podImage := registry + "/kube-proxy:" + harness.K8sVersion
@@ -56,7 +46,7 @@ func TestCluster(t *testing.T) {
 		// for slow machines.
 		ControlPlaneTimeout: 20 * time.Minute,
 		Files: []harness.SeedFile{
-			{Path: "/run/stamp-cluster/observe.sh", Owner: "root:root", Permissions: "0755", Content: clusterObserver(podImage)},
+			{Path: "/run/stamp-cluster/observe.sh", Owner: "root:root", Permissions: "0755", Content: clusterObserver(podImage, "")},
 			{Path: "/run/stamp-cluster/progress.sh", Owner: "root:root", Permissions: "0755", Content: clusterProgress},
 		},
 		// The progress report runs beside kubeadm init: under TCG its
@@ -68,7 +58,7 @@ func TestCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	validateKubeadmConfig(t, in.Bins.Path("kubeadm"), userData)
+	validateKubeadmConfig(t, in.Bins.Path("kubeadm"), userData, "/run/kubeadm/kubeadm.yaml")
 
 	dir := t.TempDir()
 	disk := filepath.Join(dir, "disk.raw")
@@ -88,14 +78,41 @@ func TestCluster(t *testing.T) {
 		"-nic", "user,restrict=on,model=virtio-net-pci,mac=" + clusterMAC,
 	}, 50*time.Minute)
 	step("boot, kubeadm init and the observer")
+	checkClusterLog(t, b, "serial.log", clusterChecks)
+	if m := regexp.MustCompile(`STAMP-INFO ready at uptime ([0-9.]+)`).FindStringSubmatch(b.Log); m != nil {
+		t.Logf("boot to Ready: %s s after the kernel started (qemu ran %s in all)", m[1], b.Took.Round(time.Second))
+	}
+}
+
+// clusterInputs are what a cluster test boots: the registry the node's
+// images name, make e2e-node's raw image, and the Kubernetes inputs.
+func clusterInputs(t *testing.T) (registry, raw string, in *harness.K8sInputs) {
+	t.Helper()
+	harness.RequireTools(t, "qemu-system-x86_64", "cp")
+	env := readNodeEnv(t, filepath.Join(clusterNodeDir, "node.env"))
+	if env["KUBERNETES_VERSION"] != harness.K8sVersion {
+		t.Fatalf("%s was built for Kubernetes %s, the test is for %s: run make e2e-node again", clusterNodeDir, env["KUBERNETES_VERSION"], harness.K8sVersion)
+	}
+	raw = filepath.Join(clusterNodeDir, "k8s-node.raw")
+	if _, err := os.Stat(raw); err != nil {
+		t.Fatalf("no node image (make e2e-node makes it): %v", err)
+	}
+	return env["REGISTRY"], raw, harness.K8sInputsFor(t)
+}
+
+// checkClusterLog keeps the console (as name under STAMP_E2E_CLUSTER_OUT),
+// logs what the observer printed, and requires every check in want to be
+// reported ok and none to have failed.
+func checkClusterLog(t *testing.T, b *harness.Boot, name string, want []string) {
+	t.Helper()
 	if o := os.Getenv("STAMP_E2E_CLUSTER_OUT"); o != "" {
 		if err := os.MkdirAll(o, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(o, "serial.log"), []byte(b.Log), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(o, name), []byte(b.Log), 0o644); err != nil {
 			t.Error(err)
 		}
-		t.Logf("serial log kept in %s", filepath.Join(o, "serial.log"))
+		t.Logf("serial log kept in %s", filepath.Join(o, name))
 	}
 	for _, l := range strings.Split(b.Log, "\n") {
 		if strings.Contains(l, "STAMP-INFO") || strings.Contains(l, "STAMP-CLUSTER") {
@@ -117,13 +134,10 @@ func TestCluster(t *testing.T) {
 	for _, m := range regexp.MustCompile(`STAMP-CLUSTER FAIL (.*?)\r?\n`).FindAllStringSubmatch(b.Log, -1) {
 		t.Error(m[1])
 	}
-	for _, want := range clusterChecks {
-		if !ok[want] {
-			t.Errorf("the observer did not report %q ok", want)
+	for _, w := range want {
+		if !ok[w] {
+			t.Errorf("the observer did not report %q ok", w)
 		}
-	}
-	if m := regexp.MustCompile(`STAMP-INFO ready at uptime ([0-9.]+)`).FindStringSubmatch(b.Log); m != nil {
-		t.Logf("boot to Ready: %s s after the kernel started (qemu ran %s in all)", m[1], b.Took.Round(time.Second))
 	}
 }
 
@@ -164,7 +178,7 @@ var clusterChecks = []string{
 // clusterObserver is the script the seed's postKubeadmCommands run on the
 // node: it waits for each milestone, prints STAMP-CLUSTER ok or FAIL per
 // check and STAMP-INFO facts, then powers the node off.
-func clusterObserver(podImage string) string {
+func clusterObserver(podImage, worker string) string {
 	return `#!/bin/sh
 # stamp's cluster test (test/e2e/cluster_test.go): Cluster API's
 # postKubeadmCommands, run by cloud-init after kubeadm init.
@@ -221,7 +235,10 @@ else
 fi
 # A pod of an image stamp built, never pulled: it asks the cluster's DNS
 # for the API server's Service, through kube-proxy's rules and coredns.
-kubectl run stamp-pod --image=` + podImage + ` --image-pull-policy=Never --restart=Never --command -- \
+# On this node: the node recipe's bridge network is one node's, so a pod's
+# DNS query reaches CoreDNS only there.
+kubectl run stamp-pod --image=` + podImage + ` --image-pull-policy=Never --restart=Never \
+	--overrides='{"apiVersion": "v1", "spec": {"nodeSelector": {"kubernetes.io/hostname": "node"}}}' --command -- \
 	sh -c 'kube-proxy --version; iptables --version; getent hosts kubernetes.default.svc.cluster.local; echo stamp-pod-ran' 2>&1 | info run
 if kubectl wait --for=jsonpath='{.status.phase}'=Succeeded pod/stamp-pod --timeout=15m >/dev/null 2>&1; then
 	ok "pod from a stamp image Succeeded"
@@ -237,6 +254,29 @@ if echo "$logs" | grep -q '^10\.96\.0\.1 .*kubernetes\.default\.svc\.cluster\.lo
 	ok "pod resolves kubernetes.default through coredns"
 else
 	fail "pod resolves kubernetes.default through coredns" "$logs"
+fi
+WORKER=` + worker + `
+if [ -n "$WORKER" ]; then
+	# A worker joins: it must become Ready, and the scheduler must place a
+	# pod there that runs to completion.
+	if kubectl wait --for=condition=Ready "node/$WORKER" --timeout=30m >/dev/null 2>&1 ||
+		{ sleep 60 && kubectl wait --for=condition=Ready "node/$WORKER" --timeout=20m >/dev/null 2>&1; }; then
+		ok "worker Ready"
+		echo "STAMP-INFO worker ready at uptime $(up)"
+	else
+		fail "worker Ready" "$(kubectl get nodes -o wide 2>&1)"
+	fi
+	kubectl run worker-pod --image=` + podImage + ` --image-pull-policy=Never --restart=Never \
+		--overrides='{"apiVersion": "v1", "spec": {"nodeSelector": {"kubernetes.io/hostname": "'"$WORKER"'"}}}' \
+		--command -- sh -c 'kube-proxy --version; echo worker-pod-ran' 2>&1 | info run
+	if kubectl wait --for=jsonpath='{.status.phase}'=Succeeded pod/worker-pod --timeout=15m >/dev/null 2>&1; then
+		ok "pod scheduled on the worker Succeeded"
+	else
+		fail "pod scheduled on the worker Succeeded" "$(kubectl describe pod worker-pod 2>&1 | tail -n 25)"
+	fi
+	node=$(kubectl get pod worker-pod -o jsonpath='{.spec.nodeName}')
+	if [ "$node" = "$WORKER" ]; then ok "pod on the worker"; else fail "pod on the worker" "on '$node'"; fi
+	kubectl logs worker-pod 2>&1 | info worker-pod-log
 fi
 # Nothing came from a registry: containerd's CRI logs each pull it starts.
 pulls=$(journalctl -b -u containerd --no-pager | grep -c 'PullImage ')
@@ -292,7 +332,7 @@ done
 // validateKubeadmConfig has the test's own kubeadm read the seed's
 // /run/kubeadm/kubeadm.yaml, with the node name cloud-init would render,
 // so a configuration kubeadm refuses fails in seconds, not after a boot.
-func validateKubeadmConfig(t *testing.T, kubeadm, userData string) {
+func validateKubeadmConfig(t *testing.T, kubeadm, userData, path string) {
 	t.Helper()
 	var cfg []string
 	in := false
@@ -300,7 +340,7 @@ func validateKubeadmConfig(t *testing.T, kubeadm, userData string) {
 	for sc.Scan() {
 		l := sc.Text()
 		switch {
-		case l == "-   path: /run/kubeadm/kubeadm.yaml":
+		case l == "-   path: "+path:
 			in = true
 		case in && strings.HasPrefix(l, "-   path:"), in && l == "runcmd:":
 			in = false
@@ -309,7 +349,7 @@ func validateKubeadmConfig(t *testing.T, kubeadm, userData string) {
 		}
 	}
 	if len(cfg) == 0 {
-		t.Fatal("no /run/kubeadm/kubeadm.yaml in the user-data")
+		t.Fatalf("no %s in the user-data", path)
 	}
 	file := filepath.Join(t.TempDir(), "kubeadm.yaml")
 	body := strings.ReplaceAll(strings.Join(cfg, "\n")+"\n", "{{ ds.meta_data.local_hostname }}", "node")
