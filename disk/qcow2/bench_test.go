@@ -26,7 +26,7 @@ func BenchmarkWriteVsQemuImg(b *testing.B) {
 				os.Remove(out)
 				writeQcow2(b, raw, out, Options{Compress: c.compress})
 			}
-			reportSize(b, out)
+			harness.ReportFileSize(b, out)
 		})
 		b.Run("qemu-img/"+c.name, func(b *testing.B) {
 			args := []string{"convert", "-f", "raw", "-O", "qcow2"}
@@ -39,13 +39,7 @@ func BenchmarkWriteVsQemuImg(b *testing.B) {
 					b.Fatalf("%v\n%s", err, o)
 				}
 			}
-			reportSize(b, out)
+			harness.ReportFileSize(b, out)
 		})
-	}
-}
-
-func reportSize(b *testing.B, p string) {
-	if fi, err := os.Stat(p); err == nil {
-		b.ReportMetric(float64(fi.Size())/(1<<20), "MiB")
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,39 +16,21 @@ import (
 )
 
 // rawDisk writes a sparse raw disk with what the encoder must tell apart:
-// incompressible and compressible data, zeros written as data, a hole, a
-// cluster with one byte set at its end, and a partial last cluster.
+// incompressible and compressible data, zeros written as data (not
+// stored), a hole, a cluster with one byte set at its end, and a partial
+// last cluster.
 func rawDisk(t testing.TB, dir string, size int64) string {
-	t.Helper()
-	p := filepath.Join(dir, "disk.raw")
-	f, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := f.Truncate(size); err != nil {
-		t.Fatal(err)
-	}
-	rng := rand.New(rand.NewPCG(5, 6))
-	random := make([]byte, 1<<20+333)
-	for i := range random {
-		random[i] = byte(rng.Uint32())
-	}
+	random := harness.RandomBytes(5, 1<<20+333)
 	var text bytes.Buffer
 	for i := 0; text.Len() < 2<<20; i++ {
-		fmt.Fprintf(&text, "line %d: the quick brown fox %x jumps over the lazy dog\n", i, rng.Uint32()%64)
+		fmt.Fprintf(&text, "line %d: the quick brown fox %x jumps over the lazy dog\n", i, random[i%len(random)]%64)
 	}
-	at := func(b []byte, off int64) {
-		if _, err := f.WriteAt(b, off); err != nil {
-			t.Fatal(err)
-		}
-	}
-	at(random, 0)
-	at(text.Bytes(), 4<<20+100)
-	at(make([]byte, 256<<10), 10<<20) // zeros as data: not stored
-	at([]byte{7}, 12<<20+clusterSize-1)
-	at(random[:1000], size-1000)
-	return p
+	return harness.SparseRawDisk(t, dir, size,
+		harness.DiskPiece{Off: 0, Data: random},
+		harness.DiskPiece{Off: 4<<20 + 100, Data: text.Bytes()},
+		harness.DiskPiece{Off: 10 << 20, Data: make([]byte, 256<<10)},
+		harness.DiskPiece{Off: 12<<20 + clusterSize - 1, Data: []byte{7}},
+		harness.DiskPiece{Off: size - 1000, Data: random[:1000]})
 }
 
 func writeQcow2(t testing.TB, raw, out string, o Options) *Stats {

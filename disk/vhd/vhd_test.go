@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -96,34 +95,15 @@ func TestTimestamp(t *testing.T) {
 }
 
 // rawDisk writes a sparse raw disk of size bytes with data in a few places:
-// at the start, zeros written as data, one byte at a block's end, and at
-// the very end.
+// at the start, zeros written as data (no block stored), one byte at a
+// block's end, and at the very end.
 func rawDisk(t testing.TB, dir string, size int64) string {
-	t.Helper()
-	p := filepath.Join(dir, "disk.raw")
-	f, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := f.Truncate(size); err != nil {
-		t.Fatal(err)
-	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	random := make([]byte, 1<<20+333)
-	for i := range random {
-		random[i] = byte(rng.Uint32())
-	}
-	at := func(b []byte, off int64) {
-		if _, err := f.WriteAt(b, off); err != nil {
-			t.Fatal(err)
-		}
-	}
-	at(random, 0)
-	at(make([]byte, 3<<20), 4<<20) // zeros as data: no block stored
-	at([]byte{7}, 3*BlockSize-1)
-	at(random[:1000], size-1000)
-	return p
+	random := harness.RandomBytes(1, 1<<20+333)
+	return harness.SparseRawDisk(t, dir, size,
+		harness.DiskPiece{Off: 0, Data: random},
+		harness.DiskPiece{Off: 4 << 20, Data: make([]byte, 3<<20)},
+		harness.DiskPiece{Off: 3*BlockSize - 1, Data: []byte{7}},
+		harness.DiskPiece{Off: size - 1000, Data: random[:1000]})
 }
 
 func write(t testing.TB, raw, out string, o Options) *Stats {

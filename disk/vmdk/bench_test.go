@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 
 	"github.com/stamp-dev/stamp/test/harness"
@@ -25,7 +24,7 @@ func BenchmarkWriteVsQemuImg(b *testing.B) {
 				os.Remove(out)
 				write(b, raw, out, Options{Type: typ})
 			}
-			reportSize(b, out)
+			harness.ReportFileSize(b, out)
 		})
 		b.Run("qemu-img/"+string(typ), func(b *testing.B) {
 			for b.Loop() {
@@ -34,15 +33,7 @@ func BenchmarkWriteVsQemuImg(b *testing.B) {
 					b.Fatalf("%v\n%s", err, o)
 				}
 			}
-			reportSize(b, out)
+			harness.ReportFileSize(b, out)
 		})
-	}
-}
-
-// reportSize reports the file's size and what it takes on the host.
-func reportSize(b *testing.B, p string) {
-	if fi, err := os.Stat(p); err == nil {
-		b.ReportMetric(float64(fi.Size())/(1<<20), "MiB")
-		b.ReportMetric(float64(fi.Sys().(*syscall.Stat_t).Blocks*512)/(1<<20), "MiB-used")
 	}
 }

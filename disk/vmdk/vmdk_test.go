@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,31 +19,11 @@ import (
 // random data at the start, zeros written as data, one byte at the end of a
 // grain table's span, and text at the very end.
 func rawDisk(t testing.TB, dir string, size int64) string {
-	t.Helper()
-	p := filepath.Join(dir, "disk.raw")
-	f, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := f.Truncate(size); err != nil {
-		t.Fatal(err)
-	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	random := make([]byte, 1<<20+333)
-	for i := range random {
-		random[i] = byte(rng.Uint32())
-	}
-	at := func(b []byte, off int64) {
-		if _, err := f.WriteAt(b, off); err != nil {
-			t.Fatal(err)
-		}
-	}
-	at(random, 0)
-	at(make([]byte, 3<<20), 4<<20)
-	at([]byte{7}, gtCover-1)
-	at(bytes.Repeat([]byte("stamp "), 200), size-1200)
-	return p
+	return harness.SparseRawDisk(t, dir, size,
+		harness.DiskPiece{Off: 0, Data: harness.RandomBytes(1, 1<<20+333)},
+		harness.DiskPiece{Off: 4 << 20, Data: make([]byte, 3<<20)},
+		harness.DiskPiece{Off: gtCover - 1, Data: []byte{7}},
+		harness.DiskPiece{Off: size - 1200, Data: bytes.Repeat([]byte("stamp "), 200)})
 }
 
 func write(t testing.TB, raw, out string, o Options) *Stats {

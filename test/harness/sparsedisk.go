@@ -3,9 +3,11 @@ package harness
 import (
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
+	"syscall"
 	"testing"
 )
 
@@ -50,4 +52,51 @@ func SparseUsrDisk(tb testing.TB, size, data, hole int64) string {
 		}
 	}
 	return p
+}
+
+// DiskPiece is data a test disk holds at an offset.
+type DiskPiece struct {
+	Off  int64
+	Data []byte
+}
+
+// SparseRawDisk writes dir/disk.raw: size bytes, sparse, holding each
+// piece's data at its offset and holes elsewhere, and returns its path.
+// The disk encoders' tests place what each must tell apart.
+func SparseRawDisk(tb testing.TB, dir string, size int64, pieces ...DiskPiece) string {
+	tb.Helper()
+	p := filepath.Join(dir, "disk.raw")
+	f, err := os.Create(p)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(size); err != nil {
+		tb.Fatal(err)
+	}
+	for _, pc := range pieces {
+		if _, err := f.WriteAt(pc.Data, pc.Off); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return p
+}
+
+// RandomBytes is n incompressible bytes, the same for the same seed.
+func RandomBytes(seed uint64, n int) []byte {
+	rng := rand.New(rand.NewPCG(seed, seed+1))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
+}
+
+// ReportFileSize reports a benchmark's output file's size and what it
+// takes on the host, in MiB.
+func ReportFileSize(b *testing.B, p string) {
+	if fi, err := os.Stat(p); err == nil {
+		b.ReportMetric(float64(fi.Size())/(1<<20), "MiB")
+		b.ReportMetric(float64(fi.Sys().(*syscall.Stat_t).Blocks*512)/(1<<20), "MiB-used")
+	}
 }
