@@ -2,7 +2,6 @@ package formats
 
 import (
 	"context"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -48,30 +47,12 @@ func TestRawAndVMDK(t *testing.T) {
 				if want := readAdds(t, img, tree); !slices.Equal(res.Adds, want) {
 					t.Errorf("vmdk adds %q, want the raw disk's %q", res.Adds, want)
 				}
-				got, im := manifest(t, v)
-				if im.Format != "vmdk" {
-					t.Errorf("read back as %s", im.Format)
-				}
-				if got != want {
-					t.Errorf("the vmdk reads back other entries than the raw:\n%s\nwant:\n%s", got, want)
-				}
-				facts := map[string]string{}
-				for _, f := range im.Facts {
-					facts[f.Key] = f.Value
-				}
+				facts, n := readBack(t, v, "vmdk", want)
 				if facts["vmdk.create-type"] != string(typ) || facts["vmdk.adapter"] != "lsilogic" || facts["vmdk.cid"] == "" {
 					t.Errorf("facts %v", facts)
 				}
-				im.Path = v
-				rc, err := OpenPlain(im)
-				if err != nil {
-					t.Fatal(err)
-				}
-				n, err := io.Copy(io.Discard, rc)
-				rc.Close()
-				fi, _ := os.Stat(img)
-				if err != nil || n != fi.Size() {
-					t.Errorf("the plain stream: %d bytes, %v", n, err)
+				if fi, _ := os.Stat(img); n != fi.Size() {
+					t.Errorf("the plain stream: %d bytes", n)
 				}
 			}
 			if sums[0] != sums[1] {
