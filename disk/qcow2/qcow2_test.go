@@ -33,23 +33,15 @@ func rawDisk(t testing.TB, dir string, size int64) string {
 		harness.DiskPiece{Off: size - 1000, Data: random[:1000]})
 }
 
-func writeQcow2(t testing.TB, raw, out string, o Options) *Stats {
+func writeQcow2(t testing.TB, raw, out string, o Options) (st *Stats) {
 	t.Helper()
-	src, err := os.Open(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	fi, _ := src.Stat()
-	dst, err := os.Create(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dst.Close()
-	st, err := Write(context.Background(), dst, src, fi.Size(), o)
-	if err != nil {
-		t.Fatalf("Write: %v", err)
-	}
+	harness.EncodeDisk(t, raw, out, func(dst, src *os.File, size int64) (int64, error) {
+		var err error
+		if st, err = Write(context.Background(), dst, src, size, o); err != nil {
+			return 0, err
+		}
+		return st.FileSize, nil
+	})
 	return st
 }
 

@@ -106,29 +106,15 @@ func rawDisk(t testing.TB, dir string, size int64) string {
 		harness.DiskPiece{Off: size - 1000, Data: random[:1000]})
 }
 
-func write(t testing.TB, raw, out string, o Options) *Stats {
+func write(t testing.TB, raw, out string, o Options) (st *Stats) {
 	t.Helper()
-	src, err := os.Open(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	fi, err := src.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Create(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	st, err := Write(context.Background(), f, src, fi.Size(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fi, err := f.Stat(); err != nil || fi.Size() != st.FileSize {
-		t.Fatalf("%s is %d bytes, Write says %d (%v)", out, fi.Size(), st.FileSize, err)
-	}
+	harness.EncodeDisk(t, raw, out, func(dst, src *os.File, size int64) (int64, error) {
+		var err error
+		if st, err = Write(context.Background(), dst, src, size, o); err != nil {
+			return 0, err
+		}
+		return st.FileSize, nil
+	})
 	return st
 }
 

@@ -17,15 +17,12 @@ import (
 // returns its path. Disk encoders are benchmarked on it.
 func SparseUsrDisk(tb testing.TB, size, data, hole int64) string {
 	tb.Helper()
-	p := filepath.Join(tb.TempDir(), "bench.raw")
-	f, err := os.Create(p)
+	p := SparseRawDisk(tb, tb.TempDir(), size)
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	defer f.Close()
-	if err := f.Truncate(size); err != nil {
-		tb.Fatal(err)
-	}
 	var files []string
 	filepath.WalkDir("/usr", func(p string, d fs.DirEntry, err error) error {
 		if err == nil && d.Type().IsRegular() {
@@ -98,5 +95,33 @@ func ReportFileSize(b *testing.B, p string) {
 	if fi, err := os.Stat(p); err == nil {
 		b.ReportMetric(float64(fi.Size())/(1<<20), "MiB")
 		b.ReportMetric(float64(fi.Sys().(*syscall.Stat_t).Blocks*512)/(1<<20), "MiB-used")
+	}
+}
+
+// EncodeDisk runs a disk encoder's write from the raw disk raw into a new
+// file out, failing the test on an error or when the file's size is not
+// the size write reports.
+func EncodeDisk(tb testing.TB, raw, out string, write func(dst, src *os.File, size int64) (fileSize int64, err error)) {
+	tb.Helper()
+	src, err := os.Open(raw)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer src.Close()
+	fi, err := src.Stat()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	dst, err := os.Create(out)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer dst.Close()
+	n, err := write(dst, src, fi.Size())
+	if err != nil {
+		tb.Fatalf("encoding %s: %v", raw, err)
+	}
+	if fi, err := dst.Stat(); err != nil || fi.Size() != n {
+		tb.Fatalf("%s is %d bytes, the encoder says %d (%v)", out, fi.Size(), n, err)
 	}
 }
