@@ -189,15 +189,9 @@ func buildK8sImages(ctx context.Context, root, stampBin string, bins *K8sBinarie
 			return err
 		}
 		start := time.Now()
-		cmd := exec.CommandContext(ctx, "nice", "-n", "10", stampBin, "build", recipe, "-o", filepath.Join(dir, "out"),
-			"--work-dir", filepath.Join(dir, "work"), "--cache-dir", filepath.Join(root, "cache"), "--log-format", "json")
-		cmd.Env = append(os.Environ(), "SOURCE_DATE_EPOCH="+fmt.Sprint(DefaultEpoch.Unix()))
-		var stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = io.Discard, &stderr
-		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("stamp build %s: %w\n%s", recipe, err, tail(stderr.String(), 4000))
+		if err := stampBuild(ctx, stampBin, recipe, dir, filepath.Join(root, "cache")); err != nil {
+			return err
 		}
-		os.RemoveAll(filepath.Join(dir, "work"))
 		logf("k8s inputs:   image %s:%s in %s", s.repo, s.tag, time.Since(start).Round(time.Second))
 	}
 	return os.RemoveAll(filepath.Join(root, "cache"))
@@ -356,14 +350,22 @@ outputs:
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "nice", "-n", "10", in.Stamp, "build", file, "-o", filepath.Join(root, "out"),
-		"--work-dir", filepath.Join(root, "work"), "--cache-dir", filepath.Join(root, "cache"), "--log-format", "json")
+	if err := stampBuild(ctx, in.Stamp, file, root, filepath.Join(root, "cache")); err != nil {
+		return err
+	}
+	return os.RemoveAll(filepath.Join(root, "cache"))
+}
+
+// stampBuild builds recipe with stampBin into dir/out, niced, at the
+// harness's epoch, working in dir/work (removed afterwards) with cache.
+func stampBuild(ctx context.Context, stampBin, recipe, dir, cache string) error {
+	cmd := exec.CommandContext(ctx, "nice", "-n", "10", stampBin, "build", recipe, "-o", filepath.Join(dir, "out"),
+		"--work-dir", filepath.Join(dir, "work"), "--cache-dir", cache, "--log-format", "json")
 	cmd.Env = append(os.Environ(), "SOURCE_DATE_EPOCH="+fmt.Sprint(DefaultEpoch.Unix()))
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("stamp build %s: %w\n%s", file, err, tail(stderr.String(), 4000))
+		return fmt.Errorf("stamp build %s: %w\n%s", recipe, err, tail(stderr.String(), 4000))
 	}
-	os.RemoveAll(filepath.Join(root, "work"))
-	return os.RemoveAll(filepath.Join(root, "cache"))
+	return os.RemoveAll(filepath.Join(dir, "work"))
 }
