@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bufio"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/stamp-dev/stamp/test/harness"
 )
@@ -334,25 +335,23 @@ done
 // so a configuration kubeadm refuses fails in seconds, not after a boot.
 func validateKubeadmConfig(t *testing.T, kubeadm, userData, path string) {
 	t.Helper()
-	var cfg []string
-	in := false
-	sc := bufio.NewScanner(strings.NewReader(userData))
-	for sc.Scan() {
-		l := sc.Text()
-		switch {
-		case l == "-   path: "+path:
-			in = true
-		case in && strings.HasPrefix(l, "-   path:"), in && l == "runcmd:":
-			in = false
-		case in && strings.HasPrefix(l, "      "):
-			cfg = append(cfg, strings.TrimPrefix(l, "      "))
+	// Read as cloud-init reads it, after jinja has named the node.
+	var doc struct {
+		WriteFiles []struct{ Path, Content string } `yaml:"write_files"`
+	}
+	if err := yaml.Unmarshal([]byte(strings.ReplaceAll(userData, "{{ ds.meta_data.local_hostname }}", "node")), &doc); err != nil {
+		t.Fatalf("the user-data is not YAML: %v", err)
+	}
+	body := ""
+	for _, f := range doc.WriteFiles {
+		if f.Path == path {
+			body = f.Content
 		}
 	}
-	if len(cfg) == 0 {
+	if body == "" {
 		t.Fatalf("no %s in the user-data", path)
 	}
 	file := filepath.Join(t.TempDir(), "kubeadm.yaml")
-	body := strings.ReplaceAll(strings.Join(cfg, "\n")+"\n", "{{ ds.meta_data.local_hostname }}", "node")
 	if err := os.WriteFile(file, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
