@@ -100,6 +100,10 @@ var commands = map[string]command{
 	"dirname":                  cmdDirname,
 	"uname":                    cmdUname,
 	"sleep":                    cmdTrue,
+	"ischroot":                 cmdIschroot,
+	"shadowconfig":             cmdShadowconfig,
+	"update-shells":            cmdUpdateShells,
+	"pam-auth-update":          cmdPamAuthUpdate,
 	"sed":                      cmdSed,
 	"true":                     cmdTrue,
 	"false":                    func(*run, interp.HandlerContext, []string) error { return interp.NewExitStatus(1) },
@@ -237,6 +241,8 @@ func cmdDpkg(r *run, hc interp.HandlerContext, args []string) error {
 		return nil
 	case "-L", "--listfiles", "-s", "--status":
 		return r.dpkgQuery(hc, args[1], args[2:])
+	case "-S", "--search":
+		return r.dpkgSearch(hc, args[2:])
 	case "--assert-support-predepends", "--assert-working-epoch", "--assert-long-filenames",
 		"--assert-multi-conrep", "--assert-multi-arch", "--assert-versioned-provides",
 		"--assert-protected-field":
@@ -748,7 +754,9 @@ func cmdTouch(r *run, hc interp.HandlerContext, args []string) error {
 		if _, err := r.env.Tree.Lookup(p, true); err == nil {
 			continue
 		}
-		if err := r.writeFile(p, nil, 0o644); err != nil {
+		// touch creates with 0666 under the umask (libpam-modules'
+		// opasswd is made under umask 066).
+		if err := r.writeFile(p, nil, 0o666&^r.umask); err != nil {
 			return err
 		}
 	}

@@ -474,11 +474,27 @@ func cmdCp(r *run, hc interp.HandlerContext, args []string) error {
 	var ops []string
 	for _, a := range args[1:] {
 		switch {
-		case a == "-p" || a == "--preserve" || strings.HasPrefix(a, "--preserve="):
+		case a == "--preserve" || strings.HasPrefix(a, "--preserve="):
 			keep = true
-		case a == "-a" || a == "--archive" || a == "-aZ" || a == "-dp":
+		case a == "--archive":
 			keep, deref = true, false
-		case a == "-f" || a == "--force" || a == "-Z":
+		case a == "--force":
+		case strings.HasPrefix(a, "-") && !strings.HasPrefix(a, "--") && a != "-":
+			// Short flags, alone or combined (-pZ, -dp): -Z asks for the
+			// default SELinux context, which an image build has none of.
+			for _, c := range a[1:] {
+				switch c {
+				case 'p':
+					keep = true
+				case 'a':
+					keep, deref = true, false
+				case 'd':
+					deref = false
+				case 'f', 'Z':
+				default:
+					return r.unhandled(fmt.Sprintf("cp option %s", a))
+				}
+			}
 		case strings.HasPrefix(a, "-") && a != "-":
 			return r.unhandled(fmt.Sprintf("cp option %s", a))
 		default:

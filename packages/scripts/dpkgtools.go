@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -79,6 +80,54 @@ func (r *run) dpkgQuery(hc interp.HandlerContext, op string, pkgs []string) erro
 	return exit(code)
 }
 
+// dpkgSearch answers dpkg-query -S for absolute paths and globs of them:
+// the packages whose .list holds each, as "pkg1, pkg2: path".
+func (r *run) dpkgSearch(hc interp.HandlerContext, pats []string) error {
+	if len(pats) == 0 {
+		return r.unhandled("dpkg-query -S without a pattern")
+	}
+	owners := map[string][]string{}
+	var paths []string
+	for _, f := range r.env.Tree.Children(dpkg.InfoDir) {
+		pkg, ok := strings.CutSuffix(f, ".list")
+		if !ok {
+			continue
+		}
+		b, err := r.readFile(dpkg.InfoDir + "/" + f)
+		if err != nil {
+			return err
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if l == "" {
+				continue
+			}
+			if owners[l] == nil {
+				paths = append(paths, l)
+			}
+			owners[l] = append(owners[l], pkg)
+		}
+	}
+	slices.Sort(paths)
+	code := 0
+	for _, pat := range pats {
+		if !strings.HasPrefix(pat, "/") {
+			return r.unhandled(fmt.Sprintf("dpkg-query -S %s (not an absolute path)", pat))
+		}
+		found := false
+		for _, p := range paths {
+			if p == pat || strings.ContainsAny(pat, "*?[") && rootfs.Match(pat, p) {
+				fmt.Fprintf(hc.Stdout, "%s: %s\n", strings.Join(owners[p], ", "), p)
+				found = true
+			}
+		}
+		if !found {
+			fmt.Fprintf(hc.Stderr, "dpkg-query: no path found matching pattern %s\n", pat)
+			code = 1
+		}
+	}
+	return exit(code)
+}
+
 // cmdDpkgQuery is dpkg-query -W with a -f format of ${field} references
 // (${db:Status-Want}, ${db:Status-Status}, ${db:Status-Abbrev} included),
 // -L and -s.
@@ -93,6 +142,8 @@ func cmdDpkgQuery(r *run, hc interp.HandlerContext, args []string) error {
 			show = true
 		case a == "-L" || a == "--listfiles" || a == "-s" || a == "--status":
 			return r.dpkgQuery(hc, a, args[i+1:])
+		case a == "-S" || a == "--search":
+			return r.dpkgSearch(hc, args[i+1:])
 		case a == "-f" && i+1 < len(args):
 			format = args[i+1]
 			i++

@@ -11,40 +11,6 @@ import (
 	"github.com/stamp-dev/stamp/rootfs"
 )
 
-// cmdDpkgDivert covers what postinsts do to clean up after older versions:
-// removing a diversion that was never made, which dpkg-divert reports and
-// accepts. Adding or removing a real diversion is unhandled.
-func cmdDpkgDivert(r *run, hc interp.HandlerContext, args []string) error {
-	remove := false
-	var file string
-	for i := 1; i < len(args); i++ {
-		switch a := args[i]; {
-		case a == "--remove":
-			remove = true
-		case a == "--package" || a == "--divert" || a == "--admindir" || a == "--instdir" || a == "--root":
-			i++
-		case a == "--rename" || a == "--no-rename" || a == "--quiet" || a == "--local":
-		case strings.HasPrefix(a, "--"):
-		default:
-			file = a
-		}
-	}
-	if !remove || file == "" {
-		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
-	}
-	db, err := r.readFile("/var/lib/dpkg/diversions")
-	if err == nil {
-		lines := strings.Split(string(db), "\n")
-		for i := 0; i+2 < len(lines); i += 3 {
-			if lines[i] == file {
-				return r.unhandled(fmt.Sprintf("command %q (the diversion exists)", strings.Join(args, " ")))
-			}
-		}
-	}
-	fmt.Fprintf(hc.Stdout, "No diversion '%s', none removed.\n", file)
-	return nil
-}
-
 // cmdStat answers stat -c FORMAT for paths in the tree. %d and %i are the
 // same made-up device and inode numbers whatever the build, so a script
 // comparing / with /proc/1/root concludes, rightly, that it runs in a
