@@ -60,6 +60,11 @@ type Debs struct {
 	// dpkg --configure -a.
 	Chroot bool
 
+	// Variant, when set, makes the layer a bootstrap (base.debs): the
+	// tree must be empty; it is laid out merged-/usr, and the variant's
+	// packages (see variantRequests) are installed with Packages.
+	Variant string
+
 	// Keyring is the OpenPGP keyring InRelease is verified with (kind
 	// "file"); unused when Trusted.
 	Keyring Input
@@ -150,6 +155,15 @@ func (l *Debs) apply(ctx context.Context, env *Env) error {
 	if err != nil {
 		return err
 	}
+	requests, err := l.requests(available)
+	if err != nil {
+		return err
+	}
+	if l.Variant != "" {
+		if err := mergedUsr(env); err != nil {
+			return err
+		}
+	}
 	status, err := readStatus(env.Tree)
 	if err != nil {
 		return err
@@ -158,7 +172,7 @@ func (l *Debs) apply(ctx context.Context, env *Env) error {
 	if err != nil {
 		return err
 	}
-	res, err := resolve.Resolve(available, installed, l.Packages, resolve.Options{Arch: env.Arch, Recommends: l.Recommends})
+	res, err := resolve.Resolve(available, installed, requests, resolve.Options{Arch: env.Arch, Recommends: l.Recommends})
 	if err != nil {
 		return err
 	}
@@ -263,6 +277,9 @@ func (l *Debs) apply(ctx context.Context, env *Env) error {
 		}
 	}
 	if ch == nil {
+		if err := recordInterests(env, pkgs); err != nil {
+			return err
+		}
 		if err := l.processTriggers(env, pkgs); err != nil {
 			return err
 		}
@@ -823,7 +840,11 @@ func (l *Debs) Pins(ctx context.Context, env *Env) ([]Input, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, err := resolve.Resolve(available, nil, l.Packages, resolve.Options{Arch: env.Arch, Recommends: l.Recommends})
+	requests, err := l.requests(available)
+	if err != nil {
+		return nil, err
+	}
+	res, err := resolve.Resolve(available, nil, requests, resolve.Options{Arch: env.Arch, Recommends: l.Recommends})
 	if err != nil {
 		env.Log.Warnf("%s: %v; pinning the index only", env.Label, err)
 		return nil, nil

@@ -2,6 +2,7 @@ package layers
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/stamp-dev/stamp/packages/dpkg"
@@ -64,4 +65,60 @@ func triggerDirectives(b []byte) [][2]string {
 		}
 	}
 	return out
+}
+
+// triggersDir is dpkg's trigger interest database.
+const triggersDir = "/var/lib/dpkg/triggers"
+
+// recordInterests writes the trigger interests of the packages of this
+// run where dpkg keeps them, so that a dpkg run later in the image's life
+// knows who awaits what: a file trigger as "PATH PKG" in triggers/File,
+// an explicit one as "PKG" in triggers/NAME, "/noawait" appended for
+// interest-noawait. Lines already there stay, in their order.
+func recordInterests(env *Env, pkgs []*debPackage) error {
+	adds := map[string][]string{}
+	var files []string
+	for _, p := range pkgs {
+		name := p.pkg.Name
+		if p.control.Paragraph.Get("Multi-Arch") == "same" {
+			name += ":" + p.pkg.Arch
+		}
+		for _, d := range triggerDirectives(p.control.Files["triggers"]) {
+			if !strings.HasPrefix(d[0], "interest") {
+				continue
+			}
+			who := name
+			if d[0] == "interest-noawait" {
+				who += "/noawait"
+			}
+			file, line := d[1], who
+			if strings.HasPrefix(d[1], "/") {
+				file, line = "File", d[1]+" "+who
+			}
+			if adds[file] == nil {
+				files = append(files, file)
+			}
+			adds[file] = append(adds[file], line)
+		}
+	}
+	for _, f := range files {
+		p := triggersDir + "/" + f
+		old, _, err := readTreeContent(env.Tree, p)
+		if err != nil {
+			return err
+		}
+		lines := strings.Split(strings.TrimSuffix(string(old), "\n"), "\n")
+		if len(old) == 0 {
+			lines = nil
+		}
+		for _, l := range adds[f] {
+			if !slices.Contains(lines, l) {
+				lines = append(lines, l)
+			}
+		}
+		if err := writeTreeFile(env, p, []byte(strings.Join(lines, "\n")+"\n"), 0o644, env.Origin("", "dpkg trigger interests")); err != nil {
+			return err
+		}
+	}
+	return nil
 }
