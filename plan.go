@@ -64,9 +64,18 @@ func plan(rec *recipes.Recipe) ([]phase, []plannedInput, error) {
 
 	base := phase{name: "base"}
 	base.steps = append(base.steps, hooks("base.pre", rec.Base.Pre)...)
-	bt := &layers.Tarball{Input: tarballInput("base.tarball", rec.Base.Tarball, rec.Base.SHA256)}
-	inputs = append(inputs, plannedInput{field: "base.tarball", in: &bt.Input})
-	base.steps = append(base.steps, step{label: "base.tarball", layer: bt})
+	if d := rec.Base.Debs; d != nil {
+		bd := convertDebs(d, hostPath)
+		bd.Variant = d.Variant
+		for _, in := range bd.Inputs() {
+			inputs = append(inputs, plannedInput{field: "base.debs", in: in})
+		}
+		base.steps = append(base.steps, step{label: "base.debs", layer: bd})
+	} else {
+		bt := &layers.Tarball{Input: tarballInput("base.tarball", rec.Base.Tarball, rec.Base.SHA256)}
+		inputs = append(inputs, plannedInput{field: "base.tarball", in: &bt.Input})
+		base.steps = append(base.steps, step{label: "base.tarball", layer: bt})
+	}
 	base.steps = append(base.steps, hooks("base.post", rec.Base.Post)...)
 
 	phases := []phase{base}

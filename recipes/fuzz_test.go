@@ -36,7 +36,7 @@ func FuzzParse(f *testing.F) {
 			}
 			return
 		}
-		if r.Base.Tarball == "" || r.Name == "" || r.APIVersion != APIVersion {
+		if (r.Base.Tarball == "") == (r.Base.Debs == nil) || r.Name == "" || r.APIVersion != APIVersion {
 			t.Fatalf("accepted a recipe without base, name or apiVersion: %+v", r)
 		}
 		for _, p := range []Phase{r.Customize, r.Provision} {

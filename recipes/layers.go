@@ -64,7 +64,7 @@ var layerKinds = []layerKind{
 		func(l *Layer) bool { return l.Hook != nil }},
 	{"oci", false, func(d *decoder, l *Layer, v *yaml.Node, f string) { o := d.oci(v, f); l.OCI = &o },
 		func(l *Layer) bool { return l.OCI != nil }},
-	{"debs", false, func(d *decoder, l *Layer, v *yaml.Node, f string) { b := d.debs(v, f); l.Debs = &b },
+	{"debs", false, func(d *decoder, l *Layer, v *yaml.Node, f string) { b := d.debs(v, f, false); l.Debs = &b },
 		func(l *Layer) bool { return l.Debs != nil }},
 	{"images", true, func(d *decoder, l *Layer, v *yaml.Node, f string) {
 		l.Images = []Image{}
@@ -397,9 +397,21 @@ func (d *decoder) oci(n *yaml.Node, field string) OCI {
 // initramfs-tools' /boot/initrd.img-*.
 var SkippableCommands = []string{"update-initramfs"}
 
-func (d *decoder) debs(n *yaml.Node, field string) Debs {
+// debs reads a debs layer, or base.debs when base is set: there
+// packages may be left out (the variant gives them) and variant is known.
+func (d *decoder) debs(n *yaml.Node, field string, base bool) Debs {
 	var b Debs
 	seen := d.mapping(n, field, map[string]handler{
+		"variant": func(v *yaml.Node, f string) {
+			b.Variant = d.str(v, f)
+			switch {
+			case d.failed(v):
+			case !base:
+				d.fail(d.resolveQuiet(v), f, "variant belongs to base.debs, which bootstraps a system; a debs layer installs packages onto the tree it is given")
+			case !slices.Contains(Variants, b.Variant):
+				d.fail(d.resolveQuiet(v), f, "variant %q must be one of %s", b.Variant, strings.Join(Variants, ", "))
+			}
+		},
 		"repo": func(v *yaml.Node, f string) {
 			b.Repo = d.str(v, f)
 			scheme, _, ok := strings.Cut(b.Repo, "://")
@@ -434,7 +446,14 @@ func (d *decoder) debs(n *yaml.Node, field string) Debs {
 	if seen == nil {
 		return b
 	}
-	d.required(n, field, seen, "repo", "packages")
+	if base {
+		d.required(n, field, seen, "repo")
+		if b.Variant == "" {
+			b.Variant = DefaultVariant
+		}
+	} else {
+		d.required(n, field, seen, "repo", "packages")
+	}
 	at := d.resolveQuiet(n)
 	switch {
 	case seen["suite"] != nil && seen["suites"] != nil:
@@ -514,6 +533,10 @@ func (d *decoder) run(n *yaml.Node, field string) Run {
 func (d *decoder) offlineOnly(r *Recipe) {
 	if !r.OfflineOnly {
 		return
+	}
+	if b := r.Base.Debs; b != nil && b.Scripts == ScriptsChroot {
+		d.errs = append(d.errs, &Error{File: d.file, Line: r.Base.Line, Field: "base.debs.scripts",
+			Msg: "offline-only: true forbids scripts: chroot, which runs maintainer scripts in the image; use scripts: offline"})
 	}
 	for _, ph := range []*Phase{&r.Customize, &r.Provision} {
 		for _, l := range ph.Layers {

@@ -266,14 +266,24 @@ func (d *decoder) base(n *yaml.Node, field string) Base {
 	seen := d.mapping(n, field, map[string]handler{
 		"tarball": func(v *yaml.Node, f string) { b.Tarball = d.hostPath(v, f) },
 		"sha256":  func(v *yaml.Node, f string) { b.SHA256 = d.sha(v, f) },
+		"debs":    func(v *yaml.Node, f string) { x := d.debs(v, f, true); b.Debs = &x },
 		"pre":     func(v *yaml.Node, f string) { b.Pre = d.hooks(v, f) },
 		"post":    func(v *yaml.Node, f string) { b.Post = d.hooks(v, f) },
 	})
 	if seen == nil {
 		return b
 	}
-	if seen["tarball"] == nil {
-		d.fail(d.resolveQuiet(n), child(field, "tarball"), "base.tarball is required: every build starts from a base tarball")
+	switch {
+	case seen["tarball"] != nil && seen["debs"] != nil:
+		d.fail(seen["debs"], child(field, "debs"), "give tarball or debs, not both: the base is one or the other")
+		return b
+	case seen["debs"] != nil:
+		if seen["sha256"] != nil {
+			d.fail(seen["sha256"], child(field, "sha256"), "sha256 belongs to base.tarball; base.debs is pinned by stamp.lock")
+		}
+		return b
+	case seen["tarball"] == nil:
+		d.fail(d.resolveQuiet(n), child(field, "tarball"), "base.tarball or base.debs is required: every build starts from a base tarball or a Debian archive")
 		return b
 	}
 	d.source(d.resolveQuiet(n), child(field, "tarball"), b.Tarball, child(field, "sha256"), seen["sha256"] != nil)

@@ -359,3 +359,51 @@ func TestTreeDigest(t *testing.T) {
 		t.Error("another parameter value gives the same digest")
 	}
 }
+
+func TestBaseDebs(t *testing.T) {
+	r, err := Parse([]byte(`apiVersion: stamp.dev/v1alpha1
+kind: Recipe
+name: t
+base:
+  debs:
+    repo: file:///srv/debian
+    suite: bookworm
+    keyring: ./debian.gpg
+    packages: [systemd-sysv]
+  post: [./check]
+`), "r.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := r.Base.Debs
+	if d == nil || r.Base.Tarball != "" {
+		t.Fatalf("base = %+v", r.Base)
+	}
+	if d.Variant != DefaultVariant || d.Suite != "bookworm" || !reflect.DeepEqual(d.Components, []string{"main"}) ||
+		!reflect.DeepEqual(d.Packages, []string{"systemd-sysv"}) || d.Scripts != ScriptsOffline || len(r.Base.Post) != 1 {
+		t.Errorf("base.debs = %+v, post %v", d, r.Base.Post)
+	}
+	// The variant and the packages are part of what the recipe says, so
+	// of its digest.
+	r2, err := Parse([]byte(strings.Replace(`apiVersion: stamp.dev/v1alpha1
+kind: Recipe
+name: t
+base:
+  debs: {repo: "file:///srv/debian", suite: bookworm, trusted: true, variant: minbase}
+`, "minbase", "important", 1)), "r.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r3, err := Parse([]byte(`apiVersion: stamp.dev/v1alpha1
+kind: Recipe
+name: t
+base:
+  debs: {repo: "file:///srv/debian", suite: bookworm, trusted: true, variant: minbase}
+`), "r.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r2.TreeDigest == r3.TreeDigest {
+		t.Error("the variant does not change the recipe's digest")
+	}
+}

@@ -60,13 +60,17 @@ func (r *Recipe) Output(name string) (*Output, bool) {
 	return nil, false
 }
 
-// Base is phase 1: the tarball the tree starts from.
+// Base is phase 1: what the tree starts from, a tarball or a Debian
+// system bootstrapped from an archive (exactly one of Tarball and Debs).
 type Base struct {
 	Tarball string // path relative to the recipe, or an https:// URL
 	SHA256  string // 64 lowercase hex digits, no "sha256:" prefix; required for URLs
-	Pre     []string
-	Post    []string
-	Line    int
+	// Debs bootstraps the base from a Debian archive: its Variant's
+	// packages and Packages, installed into an empty tree.
+	Debs *Debs
+	Pre  []string
+	Post []string
+	Line int
 }
 
 // Phase is customize or provision: host hooks around a list of layers.
@@ -218,7 +222,19 @@ type Debs struct {
 	// database, ldconfig's cache), so a chroot build is reproducible only
 	// against other chroot builds.
 	Scripts string
+	// Variant, in base.debs only, is the package set a bootstrap starts
+	// from, with mmdebstrap's meanings (see Variants).
+	Variant string
 }
+
+// Variants are base.debs' package sets, as mmdebstrap names them:
+// essential is every Essential: yes package; apt adds apt; minbase and
+// required add every Priority: required package; important and standard
+// add those priorities too. Each is closed under Depends.
+var Variants = []string{"essential", "apt", "minbase", "required", "important", "standard"}
+
+// DefaultVariant is base.debs' variant when the recipe names none.
+const DefaultVariant = "minbase"
 
 // Debs script modes.
 const (
