@@ -94,6 +94,12 @@ func runCmd(t *testing.T, cmd *exec.Cmd) result {
 	return r
 }
 
+// lastLines is the end of a command's output, for a test's log.
+func lastLines(s string, n int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(l[max(0, len(l)-n):], "\n")
+}
+
 func (r result) mustSucceed(t *testing.T) result {
 	t.Helper()
 	if r.code != 0 {

@@ -195,11 +195,6 @@ func sortedCopy(s []string) []string {
 	return c
 }
 
-func lastLines(s string, n int) string {
-	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(l[max(0, len(l)-n):], "\n")
-}
-
 func copyFile(t testing.TB, src, dst string) {
 	t.Helper()
 	in, err := os.Open(src)
