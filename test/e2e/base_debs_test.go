@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -143,4 +145,88 @@ func compareTarballs(t *testing.T, ours, theirs string, oursOnly, theirsOnly []s
 	}
 	slices.Sort(diffs)
 	return diffs
+}
+
+// TestBaseDebsRefusals: a bootstrap that cannot be done fails naming the
+// package or the file, and leaves no output.
+func TestBaseDebsRefusals(t *testing.T) {
+	harness.RequireSetpriv(t)
+	shared := harness.MinbaseRepoFor(t)
+	unhandled := harness.DebRepoWith(t, shared, harness.ScriptDeb(t, t.TempDir(), "frob", "#!/bin/sh\nset -e\nfrob-tool --now\n"))
+	cases := []struct {
+		name      string
+		repo      *harness.DebRepo
+		breakRepo func(r *harness.DebRepo)
+		pkgs      []string
+		wants     []string
+	}{
+		{"missing package", shared, nil, []string{"no-such-package"}, []string{"base.debs", "no-such-package: no such package in the repository"}},
+		{"unsatisfiable dependency", shared, func(r *harness.DebRepo) {
+			// coreutils (Essential) pre-depends on libacl1, which goes.
+			dropFromIndex(t, r, "libacl1")
+		}, nil, []string{"base.debs", "coreutils", "libacl1"}},
+		{"bad signature", shared, func(r *harness.DebRepo) {
+			p := filepath.Join(r.Dir, "dists/stamp/InRelease")
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			os.WriteFile(p, []byte(strings.Replace(string(b), "Architectures: amd64", "Architectures: arm64", 1)), 0o644)
+		}, nil, []string{"base.debs", "InRelease", "signature check failed"}},
+		{"unhandled script", unhandled, nil, []string{"frob"}, []string{"base.debs", "frob postinst", `"frob-tool --now"`, "not handled offline"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := c.repo
+			if c.breakRepo != nil {
+				r = harness.CopyDebRepo(t, c.repo)
+				c.breakRepo(r)
+			}
+			recipe := baseDebsRecipe(r.FileURL(), "minbase", c.pkgs, "")
+			if c.name == "unsatisfiable dependency" {
+				recipe = strings.Replace(recipe, "keyring: ./keyring.gpg", "trusted: true", 1)
+			}
+			dir := bootstrapDir(t, r, recipe)
+			out := filepath.Join(dir, "out")
+			res := stampAs65534(t, dir, nil, "build", "recipe.yaml", "-o", out, "--cache-dir", filepath.Join(dir, "cache"), "--work-dir", dir)
+			res.mustFail(t, 1, c.wants...)
+			if files := finalFiles(t, out); len(files) > 0 {
+				t.Errorf("a failed build left %v", files)
+			}
+			t.Logf("%s", strings.TrimSpace(res.stderr[strings.LastIndex(strings.TrimSpace(res.stderr), "\n")+1:]))
+		})
+	}
+}
+
+// dropFromIndex removes a package from the repository's index and leaves
+// the repository unsigned (a Release without InRelease), to be read with
+// trusted: true.
+func dropFromIndex(t *testing.T, r *harness.DebRepo, name string) {
+	t.Helper()
+	dir := filepath.Join(r.Dir, "dists/stamp/main/binary-amd64")
+	idx, err := os.ReadFile(filepath.Join(dir, "Packages"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"Packages", "Packages.gz", "Packages.xz"} {
+		os.Remove(filepath.Join(dir, n))
+	}
+	var kept []string
+	for _, para := range strings.Split(string(idx), "\n\n") {
+		if !strings.HasPrefix(para, "Package: "+name+"\n") {
+			kept = append(kept, para)
+		}
+	}
+	b := []byte(strings.Join(kept, "\n\n"))
+	if err := os.WriteFile(filepath.Join(dir, "Packages"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	rel := fmt.Sprintf("Suite: stamp\nCodename: stamp\nArchitectures: amd64\nComponents: main\nSHA256:\n %s %d main/binary-amd64/Packages\n", hex.EncodeToString(sum[:]), len(b))
+	for _, n := range []string{"InRelease", "Release.gpg"} {
+		os.Remove(filepath.Join(r.Dir, "dists/stamp", n))
+	}
+	if err := os.WriteFile(filepath.Join(r.Dir, "dists/stamp/Release"), []byte(rel), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }

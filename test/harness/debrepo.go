@@ -685,11 +685,24 @@ func writeDpkgDB(w io.Writer, status []byte, info map[string][]byte) error {
 // fresh directory under TempDirFor65534.
 func FlatDebRepoFor(t testing.TB, r *DebRepo, extra ...string) *DebRepo {
 	t.Helper()
+	return relaidDebRepo(t, r, extra, true)
+}
+
+// DebRepoWith lays out r's packages and the .deb files extra again as a
+// repository like r, signed with the same key, in a fresh directory under
+// TempDirFor65534.
+func DebRepoWith(t testing.TB, r *DebRepo, extra ...string) *DebRepo {
+	t.Helper()
+	return relaidDebRepo(t, r, extra, false)
+}
+
+func relaidDebRepo(t testing.TB, r *DebRepo, extra []string, flat bool) *DebRepo {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	gnupg, err := sharedRepoKey(ctx)
 	if err != nil {
-		t.Fatalf("flat repo: signing key: %v", err)
+		t.Fatalf("repository: signing key: %v", err)
 	}
 	var debs []string
 	for _, d := range r.Debs {
@@ -697,9 +710,9 @@ func FlatDebRepoFor(t testing.TB, r *DebRepo, extra ...string) *DebRepo {
 	}
 	sort.Strings(debs)
 	debs = append(debs, extra...)
-	flat, err := BuildFlatDebRepo(ctx, filepath.Join(TempDirFor65534(t), "deb"), debs, gnupg)
+	out, err := buildDebRepo(ctx, filepath.Join(TempDirFor65534(t), "deb"), debs, gnupg, flat)
 	if err != nil {
-		t.Fatalf("flat repo: %v", err)
+		t.Fatalf("repository: %v", err)
 	}
-	return flat
+	return out
 }

@@ -91,3 +91,28 @@ func MmdebstrapFor(t testing.TB, repo *DebRepo, o MmdebstrapOptions) string {
 	}
 	return out
 }
+
+// MinbaseNodeRepoFor returns a signed repository of what MinbaseRequest and
+// the node's packages (NodeDebPackages) bring onto an empty system, built
+// once per machine. It is shared: copy it (CopyDebRepo) before changing it.
+func MinbaseNodeRepoFor(t testing.TB) *DebRepo {
+	t.Helper()
+	return debRepoOf(t, [][]string{MinbaseRequest, append([]string{"?essential", "?priority(required)", "usr-is-merged"}, NodeDebPackages...)})
+}
+
+// ScriptDeb builds, under dir, a package name (Priority: optional, no
+// dependencies) holding the program /usr/bin/name-tool and the postinst
+// given, for tests of how maintainer scripts are handled.
+func ScriptDeb(t testing.TB, dir, name, postinst string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := debSpec{name: name, version: "1.0", section: "misc", summary: "a test package",
+		files:   []debFile{{path: "/usr/bin/" + name + "-tool", mode: 0o755, content: "#!/bin/sh\nexit 0\n"}},
+		scripts: map[string]string{"postinst": postinst}}
+	deb, err := buildDeb(ctx, s, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return deb
+}
