@@ -237,43 +237,52 @@ func (l *Debs) apply(ctx context.Context, env *Env) error {
 	// the tree changes in order only.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ready, release := l.decodeAhead(ctx, env, pkgs)
-	for i, p := range pkgs {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		d := <-ready[i]
-		release()
-		if d.err != nil {
-			return d.err
-		}
-		if err := l.unpack(ctx, env, se, ch, p, d); err != nil {
-			return err
-		}
+	batches := [][]*debPackage{pkgs}
+	if l.Variant != "" {
+		batches = essentialFirst(pkgs)
+		pkgs = append(append([]*debPackage{}, batches[0]...), batches[1]...)
 	}
+	ready, release := l.decodeAhead(ctx, env, pkgs)
+	next := 0
 	var deferred []string
-	for _, p := range pkgs {
-		if ch != nil {
-			// dpkg configures them all below, in its own order.
-			p.state = "install ok unpacked"
-			continue
+	for _, batch := range batches {
+		for _, p := range batch {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			d := <-ready[next]
+			next++
+			release()
+			if d.err != nil {
+				return d.err
+			}
+			if err := l.unpack(ctx, env, se, ch, p, d); err != nil {
+				return err
+			}
 		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		err := l.configure(ctx, env, se, p)
-		var ue *scripts.UnhandledError
-		switch {
-		case err == nil:
-			p.state = dpkg.StateInstalled
-		case errors.As(err, &ue) && l.DeferScripts:
-			env.Log.Warnf("%s: %v; deferred to first boot", env.Label, err)
-			p.state = "install ok unpacked"
-			deferred = append(deferred, p.pkg.Name)
-		case errors.As(err, &ue):
-			return fmt.Errorf("%w (set deferScripts to run it at first boot instead)", err)
-		default:
-			return err
+		for _, p := range batch {
+			if ch != nil {
+				// dpkg configures them all below, in its own order.
+				p.state = "install ok unpacked"
+				continue
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			err := l.configure(ctx, env, se, p)
+			var ue *scripts.UnhandledError
+			switch {
+			case err == nil:
+				p.state = dpkg.StateInstalled
+			case errors.As(err, &ue) && l.DeferScripts:
+				env.Log.Warnf("%s: %v; deferred to first boot", env.Label, err)
+				p.state = "install ok unpacked"
+				deferred = append(deferred, p.pkg.Name)
+			case errors.As(err, &ue):
+				return fmt.Errorf("%w (set deferScripts to run it at first boot instead)", err)
+			default:
+				return err
+			}
 		}
 	}
 	if ch == nil {

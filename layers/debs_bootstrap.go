@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/stamp-dev/stamp/packages/deb"
 	"github.com/stamp-dev/stamp/packages/repo"
 	"github.com/stamp-dev/stamp/rootfs"
 )
@@ -105,4 +106,52 @@ func mergedUsr(env *Env) error {
 		}
 	}
 	return nil
+}
+
+// essentialFirst splits a bootstrap's packages as mmdebstrap installs them:
+// the Essential ones and what they depend on, then the rest, each in the
+// resolver's order. Packages never declare a dependency on an Essential
+// package, so every script of the second batch may use all of the first,
+// configured: base-files' /usr/local, base-passwd's accounts, dash's /bin/sh.
+func essentialFirst(pkgs []*debPackage) [][]*debPackage {
+	byName := map[string]*debPackage{}
+	for _, p := range pkgs {
+		for _, alts := range p.pkg.Provides {
+			for _, v := range alts {
+				byName[v.Name] = p
+			}
+		}
+	}
+	for _, p := range pkgs {
+		byName[p.pkg.Name] = p
+	}
+	in := map[string]bool{}
+	var visit func(p *debPackage)
+	visit = func(p *debPackage) {
+		if in[p.pkg.Name] {
+			return
+		}
+		in[p.pkg.Name] = true
+		for _, alts := range append(append([]deb.Alternatives{}, p.pkg.PreDepends...), p.pkg.Depends...) {
+			for _, a := range alts {
+				if d := byName[a.Name]; d != nil {
+					visit(d)
+				}
+			}
+		}
+	}
+	for _, p := range pkgs {
+		if p.pkg.Essential {
+			visit(p)
+		}
+	}
+	var first, rest []*debPackage
+	for _, p := range pkgs {
+		if in[p.pkg.Name] {
+			first = append(first, p)
+		} else {
+			rest = append(rest, p)
+		}
+	}
+	return [][]*debPackage{first, rest}
 }
