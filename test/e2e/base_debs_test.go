@@ -230,3 +230,51 @@ func dropFromIndex(t *testing.T, r *harness.DebRepo, name string) {
 		t.Fatal(err)
 	}
 }
+
+// bootstrapBootMarker is what the booted image's own systemd prints once
+// multi-user.target is reached; the unit appends the path of PID 1.
+const bootstrapBootMarker = "stamp-bootstrap: multi-user.target reached, PID 1 is /usr/lib/systemd/systemd"
+
+// TestBaseDebsBoots bootstraps minbase with systemd-sysv, Debian's kernel,
+// systemd-boot and busybox-static (for the raw format's initramfs) as uid
+// 65534, and boots the raw disk under OVMF: Debian's systemd, as PID 1,
+// reaches multi-user.target, where a unit of the recipe prints the marker
+// and powers off.
+func TestBaseDebsBoots(t *testing.T) {
+	harness.RequireSetpriv(t)
+	harness.RequireTools(t, "qemu-system-x86_64", "sgdisk")
+	repo := harness.MinbaseNodeRepoFor(t)
+	extra := `    skip: [update-initramfs]
+    deferScripts: true
+customize:
+  layers:
+    - files:
+        - path: /etc/systemd/system/stamp-marker.service
+          content: |
+            [Unit]
+            Description=Say the image reached multi-user.target
+            After=multi-user.target
+
+            [Service]
+            Type=oneshot
+            ExecStart=/bin/sh -c 'echo "stamp-bootstrap: multi-user.target reached, PID 1 is $(readlink /proc/1/exe)" >/dev/ttyS0'
+            ExecStart=/usr/bin/systemctl --no-block poweroff
+
+            [Install]
+            WantedBy=multi-user.target
+    - systemd: {enable: [stamp-marker.service]}`
+	recipe := baseDebsRecipe(repo.FileURL(), "minbase", []string{"systemd-sysv", "linux-image-amd64", "systemd-boot-efi", "busybox-static"}, extra)
+	recipe = strings.Replace(recipe, "  - {format: tar, name: rootfs}\n",
+		"  - format: raw\n    boot: {loader: systemd-boot, cmdline: \"rw console=ttyS0 panic=-1\"}\n", 1)
+	dir := bootstrapDir(t, repo, recipe)
+	out := filepath.Join(dir, "out")
+	start := time.Now()
+	stampAs65534(t, dir, nil, "build", "recipe.yaml", "-o", out, "--cache-dir", filepath.Join(dir, "cache"), "--work-dir", dir).mustSucceed(t)
+	t.Logf("bootstrap and raw disk as uid 65534: %s", time.Since(start).Round(time.Second))
+	raw := filepath.Join(out, "e2e-bootstrap.raw")
+	log := harness.RunQEMU(t, []string{"-bios", harness.OVMFPath, "-m", "1024", "-drive", "file=" + raw + ",format=raw,if=virtio", "-snapshot"},
+		bootstrapBootMarker, 8*time.Minute)
+	if !strings.Contains(log, "Reached target") {
+		t.Errorf("systemd's own status lines are not on the console")
+	}
+}
