@@ -58,6 +58,14 @@ func Seal(ctx context.Context, t *Tree, o SealOptions) (*SealReport, error) {
 				globs = append(globs, p)
 			}
 		}
+		// /run is a tmpfs on the booted system: what scripts left there
+		// is never seen. /run/lock stays, as mmdebstrap keeps it, since
+		// /var/lock may link to it.
+		for _, name := range t.Children("/run") {
+			if name != "lock" {
+				globs = append(globs, "/run/"+name)
+			}
+		}
 		if e := t.entries["/etc/machine-id"]; e != nil && e.Type == TypeRegular && e.Size > 0 {
 			h := Header{Type: TypeRegular, Perm: e.Perm, UID: e.UID, GID: e.GID, MTime: o.Epoch, Xattrs: e.Xattrs, Origin: Origin{Layer: "seal"}}
 			if _, err := t.Create("/etc/machine-id", h, strings.NewReader("")); err != nil {

@@ -2,6 +2,7 @@ package scripts
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"path"
 	"slices"
@@ -266,7 +267,9 @@ func cmdDpkgStatoverride(r *run, hc interp.HandlerContext, args []string) error 
 			fmt.Fprintf(hc.Stderr, "dpkg-statoverride: error: user or group of '%s' does not exist\n", p)
 			return exit(2)
 		}
-		line := fmt.Sprintf("%s %s %s %s", user, group, modeS, p)
+		// dpkg writes the mode in octal without a leading zero, and the
+		// database in its file name hash table's order.
+		line := fmt.Sprintf("%s %s %o %s", user, group, mode, p)
 		if i := find(p); i >= 0 {
 			if !force {
 				fmt.Fprintf(hc.Stderr, "dpkg-statoverride: error: an override for '%s' already exists; aborting\n", p)
@@ -276,6 +279,10 @@ func cmdDpkgStatoverride(r *run, hc interp.HandlerContext, args []string) error 
 		} else {
 			entries = append(entries, line)
 		}
+		slices.SortStableFunc(entries, func(a, b string) int {
+			pa, pb := strings.SplitN(a, " ", 4), strings.SplitN(b, " ", 4)
+			return cmp.Compare(dpkgHashBin(pa[len(pa)-1]), dpkgHashBin(pb[len(pb)-1]))
+		})
 		if err := r.writeFile(statOverridePath, []byte(strings.Join(entries, "\n")+"\n"), 0o644); err != nil {
 			return err
 		}
