@@ -3,7 +3,7 @@
 # prints wall time and peak RSS side by side. Speed and memory are judged here,
 # never by timed unit tests.
 set -euo pipefail
-# Usage: bench.sh [tar|ext4|qcow2|vhd|vmdk|cpio|codecs|oci|debs|node]...; all of them
+# Usage: bench.sh [tar|ext4|qcow2|vhd|vmdk|cpio|codecs|oci|debs|bootstrap|node]...; all of them
 # by default. node needs the Kubernetes inputs (make k8s-inputs; it builds
 # them first, which takes about 50 minutes on a machine that has none).
 cd "$(dirname "$0")/../.."
@@ -110,6 +110,13 @@ bench_debs() {
 	bash test/scripts/bench-debs.sh
 }
 
+bench_bootstrap() {
+	echo
+	echo "== bootstrap: base.debs minbase beside mmdebstrap --variant=minbase (root mode), same local archive (target: <= 0.5x time, <= 256 MiB)"
+	go test -run '^$' -bench '^BenchmarkBootstrapMinbase$' -benchtime "${BENCHTIME_BOOTSTRAP:-3x}" -timeout 30m ./test/e2e |
+		grep -E '^Benchmark' || true
+}
+
 bench_node() {
 	echo
 	echo "== node: recipes/k8s-node.yaml cold and warm, beside mmdebstrap --variant=minbase of the same packages"
@@ -118,7 +125,7 @@ bench_node() {
 		grep -E '^(Benchmark|---|\s+node_bench_test)' || true
 }
 
-for b in "${@:-tar ext4 qcow2 vhd vmdk cpio codecs oci debs node}"; do
+for b in "${@:-tar ext4 qcow2 vhd vmdk cpio codecs oci debs bootstrap node}"; do
 	for one in $b; do
 		declare -F "bench_$one" >/dev/null || { echo "bench: no benchmark named $one" >&2; exit 2; }
 		"bench_$one"
