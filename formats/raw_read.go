@@ -247,7 +247,7 @@ func partName(p disk.Partition, i int) string {
 
 // fsKind names the file system at off by its magic.
 func fsKind(r io.ReaderAt, off int64) string {
-	b := make([]byte, 2048)
+	b := make([]byte, 4096)
 	if n, _ := r.ReadAt(b, off); n < len(b) {
 		return ""
 	}
