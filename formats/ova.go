@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/xml"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -23,8 +22,8 @@ type OVASpec struct {
 	CPUs int
 	// Memory in bytes, a whole number of MiB.
 	Memory int64
-	// Firmware is "efi"; "bios" is refused, as the raw format refuses
-	// boot.bios, until legacy BIOS boot exists.
+	// Firmware is "efi" or "bios"; "bios" needs the raw disk to boot by
+	// BIOS (the raw format's boot.bios).
 	Firmware string
 	// Network names the network the one NIC is on.
 	Network string
@@ -48,7 +47,9 @@ func (ovaFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base s
 	}
 	o := *so
 	if o.Firmware == "bios" {
-		return nil, errors.New("firmware: legacy BIOS boot is not supported; the disk boots by UEFI only")
+		if err := rawBootsBIOS(src.From); err != nil {
+			return nil, fmt.Errorf("firmware: bios, but the raw disk does not boot by BIOS: %w", err)
+		}
 	}
 	if src.Arch != "" && src.Arch != "amd64" {
 		return nil, fmt.Errorf("an ova describes an amd64 virtual machine; arch %s has no OVF description here", src.Arch)

@@ -163,18 +163,19 @@ func TestOVA(t *testing.T) {
 	}
 }
 
-// TestOVARefuses: BIOS firmware, which nothing boots yet, and an arm64
-// disk, which the descriptor cannot describe, are refused by name.
+// TestOVARefuses: BIOS firmware for a disk that boots by UEFI only, and an
+// arm64 disk, which the descriptor cannot describe, are refused by name.
 func TestOVARefuses(t *testing.T) {
+	uefiOnly, _ := writeRaw(t, rawSource(rawTestTree(t, "amd64"), "amd64"), rawSpec())
 	for _, c := range []struct {
 		arch string
 		o    OVASpec
 		want string
 	}{
-		{"amd64", OVASpec{Firmware: "bios"}, "firmware: legacy BIOS boot is not supported"},
+		{"amd64", OVASpec{Firmware: "bios"}, "firmware: bios, but the raw disk does not boot by BIOS: the protective MBR has no boot code"},
 		{"arm64", OVASpec{}, "arch arm64"},
 	} {
-		src := &Source{Arch: c.arch, From: "/nonexistent"}
+		src := &Source{Arch: c.arch, From: uefiOnly}
 		_, err := ovaFormat{}.Write(context.Background(), src, &Spec{Format: "ova", Name: "ova", Options: &c.o}, t.TempDir(), "node")
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s %+v: %v, want %q", c.arch, c.o, err, c.want)

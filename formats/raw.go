@@ -102,6 +102,7 @@ type diskPlan struct {
 	diskGUID [16]byte
 	parts    []*plannedPart
 	adds     []string
+	bios     *biosBoot // nil unless the disk also boots by BIOS
 	// cleanup releases what planning made (temporary trees).
 	cleanup []func()
 }
@@ -147,8 +148,6 @@ func planDisk(ctx context.Context, src *Source, spec *RawSpec) (_ *diskPlan, err
 	loader := "none"
 	if spec.Boot != nil {
 		switch {
-		case spec.Boot.BIOS:
-			return nil, errors.New("boot.bios: legacy BIOS boot is not supported; raw disks boot by UEFI only")
 		case spec.Boot.Loader == "systemd-boot" || spec.Boot.Loader == "none":
 			loader = spec.Boot.Loader
 		case spec.Boot.Loader == "":
@@ -240,9 +239,21 @@ func planDisk(ctx context.Context, src *Source, spec *RawSpec) (_ *diskPlan, err
 			esp.files = append(esp.files, f.File)
 			esp.digests = append(esp.digests, f.digest)
 		}
+		if spec.Boot != nil && spec.Boot.BIOS {
+			if p.bios, err = planBIOS(ctx, src, p.parts, esp, kernelOptions(disk.FormatUUID(root.gpt.GUID), cmdline)); err != nil {
+				return nil, err
+			}
+		}
+	} else if spec.Boot != nil && spec.Boot.BIOS {
+		return nil, errors.New("boot.bios: BIOS boot needs loader systemd-boot: GRUB boots BIOS machines from the kernel and initramfs it puts on the ESP")
 	}
 	if err := p.sizePartitions(diskSize); err != nil {
 		return nil, err
+	}
+	if p.bios != nil {
+		if err := p.bios.place(); err != nil {
+			return nil, err
+		}
 	}
 	p.adds = p.manifestAdds()
 	return p, nil
@@ -342,6 +353,11 @@ func (p *diskPlan) write(ctx context.Context, f *os.File) error {
 	if err := disk.WriteGPT(f, p.size, p.diskGUID, gparts); err != nil {
 		return err
 	}
+	if p.bios != nil {
+		if err := p.bios.write(f); err != nil {
+			return err
+		}
+	}
 	for _, pp := range p.parts {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -412,13 +428,7 @@ func espFiles(ctx context.Context, src *Source, rootPartUUID, cmdline string) ([
 		}
 		initrd = bytesFATFile(espInitrd, b.Bytes())
 	}
-	options := "root=PARTUUID=" + rootPartUUID + " ro"
-	if c := strings.TrimSpace(cmdline); c != "" {
-		// The recipe's words come last, so they win where the kernel takes
-		// the last of several (rw, root=).
-		options += " " + c
-	}
-	entry := fmt.Sprintf("title %s\nlinux %s\ninitrd %s\noptions %s\n", src.Name, espKernel, espInitrd, options)
+	entry := fmt.Sprintf("title %s\nlinux %s\ninitrd %s\noptions %s\n", src.Name, espKernel, espInitrd, kernelOptions(rootPartUUID, cmdline))
 	return []espFile{
 		treeFATFile("/EFI/BOOT/"+arch.bootFile, t, boot),
 		bytesFATFile(loaderConf, []byte("default node.conf\ntimeout 0\nconsole-mode keep\n")),
