@@ -303,11 +303,6 @@ func (d *decoder) ovaDefaults(on *outputNode) {
 	if o.Firmware == "" {
 		o.Firmware = "efi"
 	}
-	if f := on.seen["firmware"]; f != nil && o.Firmware == "bios" {
-		// The raw disk an OVA holds boots by UEFI only (see the raw
-		// format's boot.bios).
-		d.fail(d.resolveQuiet(f), child(o.Field, "firmware"), "firmware bios is not supported yet: legacy BIOS boot is not implemented, and the disk boots by UEFI only; use efi")
-	}
 	if o.Network == "" {
 		o.Network = "VM Network"
 	}
@@ -319,6 +314,9 @@ func (d *decoder) rawDefaults(on *outputNode) {
 		o.Partitions = []Partition{
 			{Name: "esp", Type: "esp", Size: 256 << 20, Filesystem: "vfat"},
 			{Name: "root", Type: "root", Filesystem: "ext4"},
+		}
+		if o.Boot != nil && o.Boot.BIOS {
+			o.Partitions = append([]Partition{biosPartition}, o.Partitions...)
 		}
 	}
 	d.checkPartitions(on)
@@ -346,8 +344,8 @@ func (d *decoder) checkPartitions(on *outputNode) {
 	if o.Boot != nil && o.Boot.Loader == "systemd-boot" && count["esp"] == 0 {
 		d.fail(on.seen["boot"], child(o.Field, "boot.loader"), "systemd-boot needs a partition of type esp")
 	}
-	if o.Boot != nil && o.Boot.BIOS && count["bios"] == 0 && o.Boot.Loader == "grub" {
-		d.fail(on.seen["boot"], child(o.Field, "boot.bios"), "BIOS boot with grub on GPT needs a partition of type bios")
+	if o.Boot != nil && o.Boot.BIOS && count["bios"] == 0 {
+		d.fail(on.seen["boot"], child(o.Field, "boot.bios"), "BIOS boot needs a partition of type bios (1MiB) for GRUB's core.img")
 	}
 }
 
@@ -407,8 +405,8 @@ func (d *decoder) boot(n *yaml.Node, field string) Boot {
 		"cmdline": func(v *yaml.Node, f string) { b.Cmdline = d.str(v, f) },
 		"bios":    func(v *yaml.Node, f string) { b.BIOS = d.boolean(v, f) },
 	})
-	if seen != nil && b.BIOS && b.Loader == "systemd-boot" {
-		d.fail(seen["bios"], child(field, "bios"), "systemd-boot cannot boot BIOS machines; use loader grub")
+	if seen != nil && b.BIOS && b.Loader != "systemd-boot" {
+		d.fail(seen["bios"], child(field, "bios"), biosLoaderMsg, b.Loader)
 	}
 	return b
 }
@@ -472,6 +470,7 @@ func (d *decoder) linkOutputs(ons []outputNode) []Output {
 		}
 		out = append(out, *o)
 	}
+	d.checkFirmware(ons, out)
 	return out
 }
 

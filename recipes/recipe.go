@@ -327,8 +327,8 @@ type Output struct {
 	// for raw disks.
 	Grow *bool
 	// The virtual machine an ova describes: CPUs (default 2), Memory in
-	// bytes (default 4 GiB), Firmware (efi, the default; bios is refused
-	// until legacy BIOS boot exists) and the Network its one NIC is on
+	// bytes (default 4 GiB), Firmware (efi, the default, or bios, when the
+	// raw disk it holds has boot.bios) and the Network its one NIC is on
 	// (default "VM Network", vSphere's default port group).
 	CPUs     int
 	Memory   int64
@@ -349,5 +349,7 @@ type Partition struct {
 type Boot struct {
 	Loader  string // systemd-boot | grub | none
 	Cmdline string
-	BIOS    bool
+	// BIOS also boots legacy BIOS machines, with GRUB for i386-pc in a
+	// partition of type bios; it needs loader systemd-boot.
+	BIOS bool
 }
