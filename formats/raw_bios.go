@@ -288,3 +288,21 @@ func rawBootsBIOS(p string) error {
 	}
 	return BIOSBoot(f, fi.Size())
 }
+
+// biosFacts says how a disk boots by BIOS, for inspect; nothing when it
+// does not.
+func biosFacts(r io.ReaderAt, size int64) []Fact {
+	if BIOSBoot(r, size) != nil {
+		return nil
+	}
+	b := make([]byte, disk.SectorSize)
+	if _, err := r.ReadAt(b, 0); err != nil {
+		return nil
+	}
+	first := binary.LittleEndian.Uint64(b[bootKernelSector:])
+	if _, err := r.ReadAt(b, int64(first)*disk.SectorSize); err != nil {
+		return nil
+	}
+	n := 1 + int(binary.LittleEndian.Uint16(b[blocklistStart+8:]))
+	return []Fact{{"bios.loader", fmt.Sprintf("GRUB i386-pc: boot.img in the MBR, core.img of %d sectors at sector %d", n, first)}}
+}

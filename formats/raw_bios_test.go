@@ -81,6 +81,20 @@ func TestRawBIOS(t *testing.T) {
 		t.Errorf("core.img's second block list entry is not the terminator: % x", tail)
 	}
 
+	im, err := ReadEntries(context.Background(), img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fact string
+	for _, f := range im.Facts {
+		if f.Key == "bios.loader" {
+			fact = f.Value
+		}
+	}
+	if want := "GRUB i386-pc: boot.img in the MBR, core.img of "; !strings.Contains(fact, want) || !strings.HasSuffix(fact, " sectors at sector 2048") {
+		t.Errorf("inspect's bios.loader fact: %q", fact)
+	}
+
 	again, _ := writeRaw(t, rawSource(rawTestTree(t, "amd64"), "amd64"), biosSpec())
 	if a, b := fileSum(t, img), fileSum(t, again); a != b {
 		t.Errorf("two builds differ: %s and %s", a, b)

@@ -144,6 +144,7 @@ func readDisk(ctx context.Context, r io.ReaderAt, size int64, im *Image) error {
 		return err
 	}
 	im.Facts = append(im.Facts, Fact{"gpt.disk-guid", guid})
+	im.Facts = append(im.Facts, biosFacts(r, size)...)
 	im.Regions = append(im.Regions,
 		Region{Name: "protective MBR", Offset: 0, Size: disk.SectorSize},
 		Region{Name: "GPT header", Offset: disk.SectorSize, Size: disk.SectorSize},
