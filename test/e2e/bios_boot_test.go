@@ -1,0 +1,139 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stamp-dev/stamp/disk"
+	"github.com/stamp-dev/stamp/formats"
+	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/test/harness"
+)
+
+const biosBootRecipe = `apiVersion: stamp.dev/v1alpha1
+kind: Recipe
+name: bios-boot
+arch: amd64
+epoch: 1700000000
+base:
+  tarball: ./base.tar
+outputs:
+  - format: raw
+    boot: {loader: systemd-boot, cmdline: "console=ttyS0 panic=-1", bios: true}
+  - {format: ova, firmware: bios}
+`
+
+// TestDiskBootsBIOS builds a hybrid raw disk from the boot test's tree of
+// real Debian parts, with GRUB's i386-pc modules from the host, and boots
+// the same file twice: under SeaBIOS (qemu's default firmware: the MBR's
+// boot.img → core.img in the BIOS boot partition → the kernel and
+// initramfs on the ESP) and under OVMF (systemd-boot, as TestDiskBoots),
+// each to the marker /sbin/init prints from the ext4 root. sgdisk, fsck.vfat
+// and e2fsck find the disk clean; the build runs as root and again as uid
+// 65534 in another directory, and the raw and its OVA (which describes a
+// BIOS machine) are the same bytes both times.
+func TestDiskBootsBIOS(t *testing.T) {
+	harness.RequireTools(t, "qemu-system-x86_64", "sgdisk", "fsck.vfat", "e2fsck", "dd", "grub-mkimage")
+	kit := harness.BootParts(t)
+	const marker = "stamp-bios-boot: the root file system is up"
+	tree := kit.Tree(t, harness.BootTreeOptions{Marker: marker, Modules: harness.BootModuleGlobs})
+	efi, err := os.ReadFile(kit.SystemdBoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tree.Create("/usr/lib/systemd/boot/efi/systemd-bootx64.efi",
+		rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, MTime: harness.DefaultEpoch}, strings.NewReader(string(efi))); err != nil {
+		t.Fatal(err)
+	}
+	dir := harness.TempDirFor65534(t)
+	writeFiles(t, dir, map[string]string{"recipe.yaml": biosBootRecipe})
+	base, err := os.Create(filepath.Join(dir, "base.tar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := formats.WriteTar(context.Background(), tree, base, formats.TarOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	base.Close()
+	os.Chmod(base.Name(), 0o644)
+
+	out := filepath.Join(dir, "out")
+	stamp(t, dir, nil, "build", "recipe.yaml", "-o", out).mustSucceed(t)
+	raw := filepath.Join(out, "bios-boot.raw")
+
+	if b, err := exec.Command(harness.Tool(t, "sgdisk"), "-v", raw).CombinedOutput(); err != nil ||
+		!strings.Contains(string(b), "No problems found") || strings.Contains(string(b), "Warning") {
+		t.Fatalf("sgdisk -v: %v\n%s", err, b)
+	}
+	f, err := os.Open(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := f.Stat()
+	_, parts, err := disk.ReadGPT(f, fi.Size())
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(parts) != 3 || parts[0].Type != disk.TypeBIOSBoot || parts[1].Type != disk.TypeESP {
+		t.Fatalf("partitions: %+v", parts)
+	}
+	for _, c := range []struct {
+		p    disk.Partition
+		tool []string
+	}{{parts[1], []string{"fsck.vfat", "-n"}}, {parts[2], []string{"e2fsck", "-fn"}}} {
+		img := filepath.Join(t.TempDir(), c.p.Name+".img")
+		if b, err := exec.Command("dd", "if="+raw, "of="+img, "bs=1M", "conv=sparse", "status=none",
+			"skip="+strconv.FormatInt(c.p.Start>>20, 10), "count="+strconv.FormatInt(c.p.Size>>20, 10)).CombinedOutput(); err != nil {
+			t.Fatalf("dd: %v\n%s", err, b)
+		}
+		if b, err := exec.Command(harness.Tool(t, c.tool[0]), append(c.tool[1:], img)...).CombinedOutput(); err != nil {
+			t.Fatalf("%s %s: %v\n%s", strings.Join(c.tool, " "), c.p.Name, err, b)
+		}
+	}
+	for _, p := range []string{raw, filepath.Join(out, "bios-boot.ova")} {
+		stamp(t, dir, nil, "inspect", "--check", p).mustSucceed(t)
+	}
+
+	other := filepath.Join(harness.TempDirFor65534(t), "out")
+	stampAs65534(t, dir, nil, "build", "recipe.yaml", "-o", other).mustSucceed(t)
+	a, b := diskSums(t, out), diskSums(t, other)
+	for _, name := range []string{"bios-boot.raw", "bios-boot.ova"} {
+		if a[name] == "" || a[name] != b[name] {
+			t.Errorf("%s: %q as root, %q as uid 65534", name, a[name], b[name])
+		}
+	}
+
+	drive := "file=" + raw + ",format=raw,if=virtio"
+	// SeaBIOS is qemu's own firmware: no -bios.
+	bios := harness.RunQEMU(t, []string{"-m", "1024", "-drive", drive, "-snapshot"}, marker, 6*time.Minute)
+	uefi := harness.RunQEMU(t, []string{"-bios", harness.OVMFPath, "-m", "1024", "-drive", drive, "-snapshot"}, marker, 6*time.Minute)
+	// GRUB gives the kernel the command line systemd-boot gives it, each
+	// after a word of its own (BOOT_IMAGE=, initrd=).
+	if a, b := commandLine(bios), commandLine(uefi); a == "" || a != b {
+		t.Errorf("the kernel's command line under BIOS is %q, under UEFI %q", a, b)
+	} else if !strings.Contains(a, "root=PARTUUID=") || !strings.HasSuffix(a, " ro console=ttyS0 panic=-1") {
+		t.Errorf("the kernel's command line: %q", a)
+	}
+}
+
+// commandLine is the command line the kernel logs it was given, without
+// the word the loader puts first.
+func commandLine(log string) string {
+	for _, l := range strings.Split(log, "\n") {
+		if _, c, ok := strings.Cut(l, "] Command line: "); ok {
+			c = strings.TrimSpace(c)
+			if w, rest, _ := strings.Cut(c, " "); strings.HasPrefix(w, "BOOT_IMAGE=") || strings.HasPrefix(w, "initrd=") {
+				c = rest
+			}
+			return c
+		}
+	}
+	return ""
+}
