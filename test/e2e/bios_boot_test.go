@@ -37,7 +37,7 @@ outputs:
 // each to the marker /sbin/init prints from the ext4 root. sgdisk, fsck.vfat
 // and e2fsck find the disk clean; the build runs as root and again as uid
 // 65534 in another directory, and the raw and its OVA (which describes a
-// BIOS machine) are the same bytes both times.
+// BIOS machine) are the same bytes both times; stamp verify agrees.
 func TestDiskBootsBIOS(t *testing.T) {
 	harness.RequireTools(t, "qemu-system-x86_64", "sgdisk", "fsck.vfat", "e2fsck", "dd", "grub-mkimage")
 	kit := harness.BootParts(t)
@@ -109,6 +109,10 @@ func TestDiskBootsBIOS(t *testing.T) {
 			t.Errorf("%s: %q as root, %q as uid 65534", name, a[name], b[name])
 		}
 	}
+
+	// stamp verify varies more (umask, time zone, locale, GOMAXPROCS,
+	// reversed directory reads, the work directory) and compares.
+	stamp(t, dir, nil, "verify", "recipe.yaml", "-o", filepath.Join(dir, "verify")).mustSucceed(t)
 
 	drive := "file=" + raw + ",format=raw,if=virtio"
 	// SeaBIOS is qemu's own firmware: no -bios.
