@@ -26,6 +26,7 @@ base:
 outputs:
   - format: raw
     boot: {loader: systemd-boot, cmdline: "console=ttyS0 panic=-1", bios: true}
+  - {format: vmdk, from: raw}
   - {format: ova, firmware: bios}
 `
 
@@ -34,7 +35,9 @@ outputs:
 // the same file twice: under SeaBIOS (qemu's default firmware: the MBR's
 // boot.img → core.img in the BIOS boot partition → the kernel and
 // initramfs on the ESP) and under OVMF (systemd-boot, as TestDiskBoots),
-// each to the marker /sbin/init prints from the ext4 root. sgdisk, fsck.vfat
+// each to the marker /sbin/init prints from the ext4 root; the
+// stream-optimized VMDK made from it (the disk an OVA carries) boots under
+// SeaBIOS too. sgdisk, fsck.vfat
 // and e2fsck find the disk clean; the build runs as root and again as uid
 // 65534 in another directory, and the raw and its OVA (which describes a
 // BIOS machine) are the same bytes both times; stamp verify agrees.
@@ -104,7 +107,7 @@ func TestDiskBootsBIOS(t *testing.T) {
 	other := filepath.Join(harness.TempDirFor65534(t), "out")
 	stampAs65534(t, dir, nil, "build", "recipe.yaml", "-o", other).mustSucceed(t)
 	a, b := diskSums(t, out), diskSums(t, other)
-	for _, name := range []string{"bios-boot.raw", "bios-boot.ova"} {
+	for _, name := range []string{"bios-boot.raw", "bios-boot.vmdk", "bios-boot.ova"} {
 		if a[name] == "" || a[name] != b[name] {
 			t.Errorf("%s: %q as root, %q as uid 65534", name, a[name], b[name])
 		}
@@ -118,6 +121,7 @@ func TestDiskBootsBIOS(t *testing.T) {
 	// SeaBIOS is qemu's own firmware: no -bios.
 	bios := harness.RunQEMU(t, []string{"-m", "1024", "-drive", drive, "-snapshot"}, marker, 6*time.Minute)
 	uefi := harness.RunQEMU(t, []string{"-bios", harness.OVMFPath, "-m", "1024", "-drive", drive, "-snapshot"}, marker, 6*time.Minute)
+	harness.RunQEMU(t, []string{"-m", "1024", "-drive", "file=" + filepath.Join(out, "bios-boot.vmdk") + ",format=vmdk,if=virtio", "-snapshot"}, marker, 6*time.Minute)
 	// GRUB gives the kernel the command line systemd-boot gives it, each
 	// after a word of its own (BOOT_IMAGE=, initrd=).
 	if a, b := commandLine(bios), commandLine(uefi); a == "" || a != b {
