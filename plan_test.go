@@ -212,3 +212,42 @@ func TestSplitOCIRef(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanBaseDebs: a base bootstrapped from an archive plans to one debs
+// layer with the variant, labelled base.debs, whose keyring (a host path
+// relative to the recipe) and InRelease are inputs of that field.
+func TestPlanBaseDebs(t *testing.T) {
+	rec, err := recipes.Parse([]byte(`apiVersion: stamp.dev/v1alpha1
+kind: Recipe
+name: plan
+base:
+  debs: {repo: "file:///srv/debian", suite: bookworm, keyring: ./debian.gpg, variant: important, packages: [systemd-sysv]}
+  post: [./check.sh]
+outputs:
+  - {format: tar}
+`), "plan.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Dir = "/recipes/base"
+	phases, inputs, err := plan(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := phases[0].steps
+	if phases[0].name != "base" || len(steps) != 2 || steps[0].label != "base.debs" || steps[1].label != "base.post[0]" {
+		t.Fatalf("base phase: %+v", phases[0])
+	}
+	d, ok := steps[0].layer.(*layers.Debs)
+	if !ok || d.Variant != "important" || strings.Join(d.Packages, ",") != "systemd-sysv" || d.Repo != "file:///srv/debian" {
+		t.Fatalf("base.debs layer: %+v", steps[0].layer)
+	}
+	var got []string
+	for _, in := range inputs {
+		got = append(got, in.field+" "+in.in.URI)
+	}
+	want := "base.debs /recipes/base/debian.gpg|base.debs file:///srv/debian/dists/bookworm/InRelease"
+	if strings.Join(got, "|") != want {
+		t.Errorf("inputs:\n%s\nwant\n%s", strings.Join(got, "|"), want)
+	}
+}
