@@ -191,7 +191,7 @@ func writeAtomic(p string, data []byte, perm os.FileMode) error {
 // lock does not pin yet (a tag never resolved) are resolved and added to it;
 // it returns the lock's path.
 func Fetch(ctx context.Context, rec *recipes.Recipe, o Options) (string, error) {
-	_, inputs, err := plan(rec)
+	phases, inputs, err := plan(rec)
 	if err != nil {
 		return "", err
 	}
@@ -200,6 +200,9 @@ func Fetch(ctx context.Context, rec *recipes.Recipe, o Options) (string, error) 
 		return "", err
 	}
 	if err := resolveAll(ctx, c, lk, inputs, &o); err != nil {
+		return "", err
+	}
+	if err := fetchPackages(ctx, c, rec, &o, phases); err != nil {
 		return "", err
 	}
 	for _, pi := range inputs {
@@ -367,6 +370,33 @@ func pinDebs(phases []phase, lk *lock.Lock) {
 			}
 		}
 	}
+}
+
+// fetchPackages puts every .deb each debs layer would install on a tree
+// without packages into the cache, verified against its index, so that a
+// build --offline finds them there: the lock pins the indexes, and through
+// them every .deb.
+func fetchPackages(ctx context.Context, c *cache.Cache, rec *recipes.Recipe, o *Options, phases []phase) error {
+	for _, ph := range phases {
+		for _, st := range ph.steps {
+			d, ok := st.layer.(*layers.Debs)
+			if !ok {
+				continue
+			}
+			env := &layers.Env{Cache: c, Log: o.log().WithField("layer", st.label), Arch: rec.Arch, Label: st.label, RecipeDir: rec.Dir}
+			pins, err := d.Pins(ctx, env)
+			if err != nil {
+				return fmt.Errorf("%s: %w", st.label, err)
+			}
+			for _, p := range pins {
+				if _, err := c.Fetch(ctx, p.URI, p.Digest); err != nil {
+					return fmt.Errorf("%s: %w", st.label, err)
+				}
+			}
+			env.Log.Infof("%s: %d packages in the cache", st.label, len(pins))
+		}
+	}
+	return nil
 }
 
 // lockPackages adds the .deb files of every debs layer to the lock (kind

@@ -473,3 +473,39 @@ func BenchmarkBootstrapMinbase(b *testing.B) {
 	b.ReportMetric(float64(srss), "stamp-peak-MiB")
 	b.ReportMetric(float64(mrss), "mmdebstrap-peak-MiB")
 }
+
+// TestBaseDebsFetchOffline: stamp lock pins the archive's index and every
+// .deb of a bootstrap, stamp fetch puts them all into an empty cache, and
+// build --offline then bootstraps from the cache alone, to the bytes of an
+// online build.
+func TestBaseDebsFetchOffline(t *testing.T) {
+	repo := harness.MinbaseRepoFor(t)
+	url := harness.ServeDebRepo(t, repo.Dir)
+	dir := bootstrapDir(t, repo, baseDebsRecipe(url, "essential", nil, ""))
+	cache := filepath.Join(dir, "cache")
+	stamp(t, dir, nil, "lock", "recipe.yaml", "--cache-dir", filepath.Join(dir, "lock-cache")).mustSucceed(t)
+	stamp(t, dir, nil, "fetch", "recipe.yaml", "--cache-dir", cache).mustSucceed(t)
+	lock, err := os.ReadFile(filepath.Join(dir, "stamp.lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(lock), ".deb"); n < 30 {
+		t.Errorf("stamp.lock pins %d .debs, want the essential set's", n)
+	}
+	stamp(t, dir, nil, "build", "recipe.yaml", "--offline", "--cache-dir", cache, "-o", filepath.Join(dir, "offline")).mustSucceed(t)
+	stamp(t, dir, nil, "build", "recipe.yaml", "--cache-dir", filepath.Join(dir, "cache2"), "-o", filepath.Join(dir, "online")).mustSucceed(t)
+	a, err := os.ReadFile(filepath.Join(dir, "offline", "SHA256SUMS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "online", "SHA256SUMS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(a) != string(b) {
+		t.Errorf("offline:\n%s\nonline:\n%s", a, b)
+	}
+	// A cache without the .debs fails offline, naming the package.
+	res := stamp(t, dir, nil, "build", "recipe.yaml", "--offline", "--cache-dir", filepath.Join(dir, "empty"), "-o", filepath.Join(dir, "none"))
+	res.mustFail(t, 1, "base.debs")
+}
