@@ -147,8 +147,12 @@ func (l *Debs) apply(ctx context.Context, env *Env) error {
 	if l.Chroot {
 		ch = &sandbox.Sandbox{Tree: env.Tree, Epoch: env.Epoch, DenyServices: true,
 			Logf: func(format string, args ...any) { env.Log.Debugf(env.Label+": "+format, args...) }}
-		if err := ch.Available(); err != nil {
-			return fmt.Errorf("scripts: chroot: %w", err)
+		// A bootstrap's tree is empty until its Essential set is
+		// extracted, below.
+		if l.Variant == "" {
+			if err := ch.Available(); err != nil {
+				return fmt.Errorf("scripts: chroot: %w", err)
+			}
 		}
 	}
 	available, err := l.load(ctx, env)
@@ -242,6 +246,14 @@ func (l *Debs) apply(ctx context.Context, env *Env) error {
 		batches = essentialFirst(pkgs)
 		pkgs = append(append([]*debPackage{}, batches[0]...), batches[1]...)
 	}
+	if ch != nil && l.Variant != "" {
+		if err := l.extractEssential(ctx, env, batches[0]); err != nil {
+			return err
+		}
+		if err := ch.Available(); err != nil {
+			return fmt.Errorf("scripts: chroot: %w", err)
+		}
+	}
 	ready, release := l.decodeAhead(ctx, env, pkgs)
 	next := 0
 	var deferred []string
@@ -260,12 +272,14 @@ func (l *Debs) apply(ctx context.Context, env *Env) error {
 				return err
 			}
 		}
-		for _, p := range batch {
-			if ch != nil {
-				// dpkg configures them all below, in its own order.
-				p.state = "install ok unpacked"
-				continue
+		if ch != nil {
+			// dpkg configures the batch, in its own order.
+			if status, err = l.chrootConfigure(ctx, env, ch, status, batch); err != nil {
+				return err
 			}
+			continue
+		}
+		for _, p := range batch {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
@@ -293,21 +307,15 @@ func (l *Debs) apply(ctx context.Context, env *Env) error {
 			return err
 		}
 	}
-	for _, p := range pkgs {
-		para, err := statusEntry(env.Tree, p)
-		if err != nil {
-			return err
+	if ch == nil {
+		for _, p := range pkgs {
+			para, err := statusEntry(env.Tree, p)
+			if err != nil {
+				return err
+			}
+			status.Put(para)
 		}
-		status.Put(para)
-	}
-	if err := writeTreeFile(env, dpkg.StatusPath, status.Bytes(), 0o644, env.Origin("", "dpkg status")); err != nil {
-		return err
-	}
-	if ch != nil {
-		if err := chrootRun(ctx, ch, "dpkg", "--configure", nil, "/usr/bin/dpkg", "--configure", "-a"); err != nil {
-			return err
-		}
-		if err := l.chrootRescan(ctx, env, ch, "dpkg --configure -a"); err != nil {
+		if err := writeTreeFile(env, dpkg.StatusPath, status.Bytes(), 0o644, env.Origin("", "dpkg status")); err != nil {
 			return err
 		}
 	}
@@ -644,6 +652,49 @@ func (l *Debs) oldScript(ctx context.Context, env *Env, se *scripts.Env, ch *san
 	}
 	se.Origin = env.Origin("", p.pkg.Name+"_"+p.old+":"+name)
 	return scripts.Run(ctx, se, scripts.Script{Package: p.pkg.Name, Version: p.old, Name: name, Body: b}, args...)
+}
+
+// chrootConfigure records a batch of unpacked packages in the dpkg status
+// and has dpkg configure them, chrooted; it returns the status dpkg left.
+func (l *Debs) chrootConfigure(ctx context.Context, env *Env, ch *sandbox.Sandbox, status *dpkg.Status, batch []*debPackage) (*dpkg.Status, error) {
+	for _, p := range batch {
+		p.state = "install ok unpacked"
+		para, err := statusEntry(env.Tree, p)
+		if err != nil {
+			return nil, err
+		}
+		status.Put(para)
+	}
+	if err := writeTreeFile(env, dpkg.StatusPath, status.Bytes(), 0o644, env.Origin("", "dpkg status")); err != nil {
+		return nil, err
+	}
+	if err := chrootRun(ctx, ch, "dpkg", "--configure", nil, "/usr/bin/dpkg", "--configure", "-a"); err != nil {
+		return nil, err
+	}
+	if err := l.chrootRescan(ctx, env, ch, "dpkg --configure -a"); err != nil {
+		return nil, err
+	}
+	return readStatus(env.Tree)
+}
+
+// extractEssential lays the Essential set's files into the empty tree
+// before any of its scripts runs chrooted, as mmdebstrap extracts them
+// before its first dpkg run: the first preinst needs a shell, and a
+// sandbox needs /proc and /dev to mount on. Each package is then
+// unpacked again, properly, with its preinst.
+func (l *Debs) extractEssential(ctx context.Context, env *Env, pkgs []*debPackage) error {
+	for _, p := range pkgs {
+		d := decodeDeb(env, p)
+		if d.err != nil {
+			return d.err
+		}
+		opts := rootfs.ExtractOptions{Origin: env.Origin(p.digest, p.id()), KeepDirSymlinks: true,
+			Map: func(q string) (string, bool) { return q, !l.excluded(q) }}
+		if _, err := rootfs.Extract(ctx, env.Tree, bytes.NewReader(d.data), opts); err != nil {
+			return fmt.Errorf("%s: %w", p.pkg.URL(), err)
+		}
+	}
+	return nil
 }
 
 // chrootScratch is where a preinst waits to run, as dpkg keeps the control
