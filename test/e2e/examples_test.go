@@ -50,7 +50,7 @@ func TestEveryShippedRecipeBuilds(t *testing.T) {
 		"examples/demo.yaml":    {base: true},
 		"examples/minimal.yaml": {base: true},
 		"k8s-node.yaml": {elsewhere: "make e2e-node (test/e2e/node_test.go)", args: []string{
-			"--set", "base=./base.tar.zst", "--set", "mirror=file:///srv/debian", "--set", "kubernetes_repo=file:///srv/kubernetes/deb/",
+			"--set", "mirror=file:///srv/debian", "--set", "kubernetes_repo=file:///srv/kubernetes/deb/",
 			"--set", "kubernetes_keyring=./k.gpg", "--set", "registry=registry.example.invalid"}},
 	}
 	if len(found) == 0 {

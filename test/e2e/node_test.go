@@ -126,16 +126,20 @@ type nodeBuild struct {
 func prepareNodeBuild(tb testing.TB, step func(string)) *nodeBuild {
 	tb.Helper()
 	in := harness.K8sInputsFor(tb)
-	repo := harness.NodeRepoFor(tb)
-	base := harness.NodeBaseTarball(tb)
-	step("inputs (Kubernetes binaries, .deb repositories, images, node base)")
+	// The node bootstraps its base from this archive: minbase and the
+	// node's packages.
+	repo := harness.MinbaseNodeRepoFor(tb)
+	step("inputs (Kubernetes binaries, .deb repositories, images)")
 
 	rec, err := recipes.LoadWith(nodeRecipePath, recipes.Options{Set: map[string]string{
-		"base": "x", "mirror": "file:///x", "kubernetes_repo": "file:///x", "kubernetes_keyring": "x", "registry": "reg.invalid"}})
+		"mirror": "file:///x", "kubernetes_repo": "file:///x", "kubernetes_keyring": "x", "registry": "reg.invalid"}})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if got, want := sortedCopy(rec.Customize.Layers[0].Debs.Packages), sortedCopy(harness.NodeDebPackages); !slices.Equal(got, want) {
+	if rec.Base.Debs == nil || rec.Base.Debs.Variant != "minbase" {
+		tb.Fatalf("the node recipe's base is not bootstrapped minbase: %+v", rec.Base)
+	}
+	if got, want := sortedCopy(rec.Base.Debs.Packages), sortedCopy(harness.NodeDebPackages); !slices.Equal(got, want) {
 		tb.Fatalf("the recipe's Debian packages and harness.NodeDebPackages (what the test repository holds) differ:\nrecipe  %q\nharness %q", got, want)
 	}
 
@@ -147,7 +151,7 @@ func prepareNodeBuild(tb testing.TB, step func(string)) *nodeBuild {
 	k8sImages := slices.Clone(in.Images)
 	for i := range k8sImages {
 		if k8sImages[i].Repository == "kube-proxy" {
-			k8sImages[i] = harness.KubeProxyDebianImage(tb, in, repo, base)
+			k8sImages[i] = harness.KubeProxyDebianImage(tb, in, harness.NodeRepoFor(tb), harness.NodeBaseTarball(tb))
 		}
 	}
 	refs, err := harness.PushK8sMirror(ctx, in.Stamp, in.Bins, k8sImages, reg)
@@ -164,11 +168,10 @@ func prepareNodeBuild(tb testing.TB, step func(string)) *nodeBuild {
 	dir := harness.TempDirFor65534(tb)
 	copyFile(tb, nodeRecipePath, filepath.Join(dir, "k8s-node.yaml"))
 	copyTree(tb, filepath.Join(filepath.Dir(nodeRecipePath), "k8s-node"), filepath.Join(dir, "k8s-node"))
-	for src, dst := range map[string]string{base: "base.tar.zst", repo.Keyring: "debian.gpg", in.Repo.Keyring: "kubernetes.gpg"} {
+	for src, dst := range map[string]string{repo.Keyring: "debian.gpg", in.Repo.Keyring: "kubernetes.gpg"} {
 		copyFile(tb, src, filepath.Join(dir, dst))
 	}
 	sets := []string{
-		"base=./base.tar.zst",
 		"mirror=" + repo.FileURL(), "suite=" + repo.Suite, "debian_keyring=./debian.gpg",
 		"kubernetes_repo=" + in.Repo.FileURL(), "kubernetes_keyring=./kubernetes.gpg",
 		"registry=" + reg.Addr,
