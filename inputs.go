@@ -377,31 +377,31 @@ func pinDebs(phases []phase, lk *lock.Lock) {
 // build --offline finds them there: the lock pins the indexes, and through
 // them every .deb.
 func fetchPackages(ctx context.Context, c *cache.Cache, rec *recipes.Recipe, o *Options, phases []phase) error {
-	for _, ph := range phases {
-		for _, st := range ph.steps {
-			d, ok := st.layer.(*layers.Debs)
-			if !ok {
-				continue
+	return eachDebsPins(ctx, c, rec, o, phases, func(env *layers.Env, pins []layers.Input) error {
+		for _, p := range pins {
+			if _, err := c.Fetch(ctx, p.URI, p.Digest); err != nil {
+				return err
 			}
-			env := &layers.Env{Cache: c, Log: o.log().WithField("layer", st.label), Arch: rec.Arch, Label: st.label, RecipeDir: rec.Dir}
-			pins, err := d.Pins(ctx, env)
-			if err != nil {
-				return fmt.Errorf("%s: %w", st.label, err)
-			}
-			for _, p := range pins {
-				if _, err := c.Fetch(ctx, p.URI, p.Digest); err != nil {
-					return fmt.Errorf("%s: %w", st.label, err)
-				}
-			}
-			env.Log.Infof("%s: %d packages in the cache", st.label, len(pins))
 		}
-	}
-	return nil
+		env.Log.Infof("%s: %d packages in the cache", env.Label, len(pins))
+		return nil
+	})
 }
 
 // lockPackages adds the .deb files of every debs layer to the lock (kind
 // "deb", the .deb URL and its digest), so the exact versions are on record.
 func lockPackages(ctx context.Context, c *cache.Cache, rec *recipes.Recipe, o *Options, phases []phase, lk *lock.Lock) error {
+	return eachDebsPins(ctx, c, rec, o, phases, func(_ *layers.Env, pins []layers.Input) error {
+		for _, p := range pins {
+			lk.Set(lock.Input{Kind: string(p.Kind), URI: p.URI, Digest: p.Digest})
+		}
+		return nil
+	})
+}
+
+// eachDebsPins hands do the .debs each debs layer of the plan would install
+// on a tree without packages (layers.Debs.Pins), layer by layer.
+func eachDebsPins(ctx context.Context, c *cache.Cache, rec *recipes.Recipe, o *Options, phases []phase, do func(env *layers.Env, pins []layers.Input) error) error {
 	for _, ph := range phases {
 		for _, st := range ph.steps {
 			d, ok := st.layer.(*layers.Debs)
@@ -413,8 +413,8 @@ func lockPackages(ctx context.Context, c *cache.Cache, rec *recipes.Recipe, o *O
 			if err != nil {
 				return fmt.Errorf("%s: %w", st.label, err)
 			}
-			for _, p := range pins {
-				lk.Set(lock.Input{Kind: string(p.Kind), URI: p.URI, Digest: p.Digest})
+			if err := do(env, pins); err != nil {
+				return fmt.Errorf("%s: %w", st.label, err)
 			}
 		}
 	}

@@ -141,31 +141,11 @@ func compareTarballs(t *testing.T, ours, theirs string, o tarballDiff) []string 
 	a := harness.TarIndex(harness.ReadTar(t, ours))
 	b := harness.TarIndex(harness.ReadTar(t, theirs))
 	contents := func(p string) (map[string]string, map[string]string) {
-		files := append([]string{"/etc/passwd", "/etc/group"}, o.sorted...)
-		c := tarContents(t, p, files)
-		names := map[string]string{}
-		for _, f := range []struct{ file, prefix string }{{"/etc/passwd", "u"}, {"/etc/group", "g"}} {
-			for _, l := range strings.Split(c[f.file], "\n") {
-				if x := strings.Split(l, ":"); len(x) > 3 {
-					names[f.prefix+x[2]] = x[0]
-				}
-			}
-		}
+		c := tarContents(t, p, append([]string{"/etc/passwd", "/etc/group"}, o.sorted...))
+		names := idNames(c)
 		norm := map[string]string{}
 		for _, f := range o.sorted {
-			var ls []string
-			for _, l := range strings.Split(strings.TrimSpace(c[f]), "\n") {
-				x := strings.Split(l, ":")
-				switch {
-				case f == "/etc/passwd" && len(x) > 3:
-					x[2], x[3] = "u:"+names["u"+x[2]], "g:"+names["g"+x[3]]
-				case f == "/etc/group" && len(x) > 2:
-					x[2] = "g:" + names["g"+x[2]]
-				}
-				ls = append(ls, strings.Join(x, ":"))
-			}
-			slices.Sort(ls)
-			norm[f] = strings.Join(ls, "\n")
+			norm[f] = sortedByName(f, c[f], names)
 		}
 		return names, norm
 	}

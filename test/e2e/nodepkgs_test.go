@@ -176,19 +176,53 @@ var accountFiles = []string{"/etc/passwd", "/etc/group", "/etc/shadow", "/etc/gs
 // "u1000" -> "user", "g27" -> "sudo".
 func accountNames(t *testing.T, root string) map[string]string {
 	t.Helper()
+	return idNames(readRootFiles(t, root, "/etc/passwd", "/etc/group"))
+}
+
+// readRootFiles reads files of a root by their paths in it.
+func readRootFiles(t *testing.T, root string, paths ...string) map[string]string {
+	t.Helper()
 	out := map[string]string{}
-	for _, f := range []struct{ file, prefix string }{{"etc/passwd", "u"}, {"etc/group", "g"}} {
-		b, err := os.ReadFile(filepath.Join(root, f.file))
+	for _, p := range paths {
+		b, err := os.ReadFile(filepath.Join(root, p))
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, l := range strings.Split(string(b), "\n") {
+		out[p] = string(b)
+	}
+	return out
+}
+
+// idNames maps the ids of the accounts in files' /etc/passwd and
+// /etc/group to names: "u1000" -> "user", "g27" -> "sudo".
+func idNames(files map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, f := range []struct{ file, prefix string }{{"/etc/passwd", "u"}, {"/etc/group", "g"}} {
+		for _, l := range strings.Split(files[f.file], "\n") {
 			if x := strings.Split(l, ":"); len(x) > 3 {
 				out[f.prefix+x[2]] = x[0]
 			}
 		}
 	}
 	return out
+}
+
+// sortedByName is a file's lines sorted, with the uids and gids of
+// /etc/passwd and /etc/group written as the names names gives them.
+func sortedByName(path, content string, names map[string]string) string {
+	var ls []string
+	for _, l := range strings.Split(strings.TrimSpace(content), "\n") {
+		x := strings.Split(l, ":")
+		switch {
+		case path == "/etc/passwd" && len(x) > 3:
+			x[2], x[3] = "u:"+names["u"+x[2]], "g:"+names["g"+x[3]]
+		case path == "/etc/group" && len(x) > 2:
+			x[2] = "g:" + names["g"+x[2]]
+		}
+		ls = append(ls, strings.Join(x, ":"))
+	}
+	sort.Strings(ls)
+	return strings.Join(ls, "\n")
 }
 
 // sameOwnerByName reports whether a diffOracle line ("P: ours T M U:G H,
@@ -224,35 +258,12 @@ func sameOwnerByName(d string, ours, dpkgs map[string]string) bool {
 // every uid and gid written as its account's name.
 func diffAccounts(t *testing.T, root, oracle string) []string {
 	t.Helper()
-	norm := func(r string) map[string]string {
-		names := accountNames(t, r)
-		out := map[string]string{}
-		for _, f := range accountFiles {
-			b, err := os.ReadFile(filepath.Join(r, f))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var ls []string
-			for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-				x := strings.Split(l, ":")
-				switch {
-				case f == "/etc/passwd" && len(x) > 3:
-					x[2], x[3] = "u:"+names["u"+x[2]], "g:"+names["g"+x[3]]
-				case f == "/etc/group" && len(x) > 2:
-					x[2] = "g:" + names["g"+x[2]]
-				}
-				ls = append(ls, strings.Join(x, ":"))
-			}
-			sort.Strings(ls)
-			out[f] = strings.Join(ls, "\n")
-		}
-		return out
-	}
-	a, b := norm(root), norm(oracle)
+	a, b := readRootFiles(t, root, accountFiles...), readRootFiles(t, oracle, accountFiles...)
+	na, nb := idNames(a), idNames(b)
 	var diffs []string
 	for _, f := range accountFiles {
-		if a[f] != b[f] {
-			diffs = append(diffs, fmt.Sprintf("%s, ids as names, sorted:\nours:\n%s\ndpkg's:\n%s", f, a[f], b[f]))
+		if x, y := sortedByName(f, a[f], na), sortedByName(f, b[f], nb); x != y {
+			diffs = append(diffs, fmt.Sprintf("%s, ids as names, sorted:\nours:\n%s\ndpkg's:\n%s", f, x, y))
 		}
 	}
 	return diffs
