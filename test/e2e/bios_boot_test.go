@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,8 +10,6 @@ import (
 	"time"
 
 	"github.com/stamp-dev/stamp/disk"
-	"github.com/stamp-dev/stamp/formats"
-	"github.com/stamp-dev/stamp/rootfs"
 	"github.com/stamp-dev/stamp/test/harness"
 )
 
@@ -43,28 +40,8 @@ outputs:
 // BIOS machine) are the same bytes both times; stamp verify agrees.
 func TestDiskBootsBIOS(t *testing.T) {
 	harness.RequireTools(t, "qemu-system-x86_64", "sgdisk", "fsck.vfat", "e2fsck", "dd", "grub-mkimage")
-	kit := harness.BootParts(t)
 	const marker = "stamp-bios-boot: the root file system is up"
-	tree := kit.Tree(t, harness.BootTreeOptions{Marker: marker, Modules: harness.BootModuleGlobs})
-	efi, err := os.ReadFile(kit.SystemdBoot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tree.Create("/usr/lib/systemd/boot/efi/systemd-bootx64.efi",
-		rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, MTime: harness.DefaultEpoch}, strings.NewReader(string(efi))); err != nil {
-		t.Fatal(err)
-	}
-	dir := harness.TempDirFor65534(t)
-	writeFiles(t, dir, map[string]string{"recipe.yaml": biosBootRecipe})
-	base, err := os.Create(filepath.Join(dir, "base.tar"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := formats.WriteTar(context.Background(), tree, base, formats.TarOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	base.Close()
-	os.Chmod(base.Name(), 0o644)
+	dir := bootDiskDir(t, biosBootRecipe, marker)
 
 	out := filepath.Join(dir, "out")
 	stamp(t, dir, nil, "build", "recipe.yaml", "-o", out).mustSucceed(t)

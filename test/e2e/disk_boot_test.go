@@ -46,28 +46,8 @@ outputs:
 // another directory, and both give the same bytes.
 func TestDiskBoots(t *testing.T) {
 	harness.RequireTools(t, "qemu-system-x86_64", "qemu-img", "sgdisk")
-	kit := harness.BootParts(t)
 	const marker = "stamp-disk-boot: the root file system is up"
-	tree := kit.Tree(t, harness.BootTreeOptions{Marker: marker, Modules: harness.BootModuleGlobs})
-	efi, err := os.ReadFile(kit.SystemdBoot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tree.Create("/usr/lib/systemd/boot/efi/systemd-bootx64.efi",
-		rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, MTime: harness.DefaultEpoch}, strings.NewReader(string(efi))); err != nil {
-		t.Fatal(err)
-	}
-	dir := harness.TempDirFor65534(t)
-	writeFiles(t, dir, map[string]string{"recipe.yaml": diskBootRecipe})
-	base, err := os.Create(filepath.Join(dir, "base.tar"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := formats.WriteTar(context.Background(), tree, base, formats.TarOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	base.Close()
-	os.Chmod(base.Name(), 0o644)
+	dir := bootDiskDir(t, diskBootRecipe, marker)
 
 	out := filepath.Join(dir, "out")
 	stamp(t, dir, nil, "build", "recipe.yaml", "-o", out).mustSucceed(t)
@@ -150,4 +130,33 @@ func diskSums(t *testing.T, dir string) map[string]string {
 		}
 	}
 	return m
+}
+
+// bootDiskDir lays out a directory uid 65534 can read with recipe.yaml and
+// base.tar: a tree of real Debian boot parts (kernel, modules,
+// busybox-static, systemd-boot) whose /sbin/init prints marker.
+func bootDiskDir(t *testing.T, recipe, marker string) string {
+	t.Helper()
+	kit := harness.BootParts(t)
+	tree := kit.Tree(t, harness.BootTreeOptions{Marker: marker, Modules: harness.BootModuleGlobs})
+	efi, err := os.ReadFile(kit.SystemdBoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tree.Create("/usr/lib/systemd/boot/efi/systemd-bootx64.efi",
+		rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, MTime: harness.DefaultEpoch}, strings.NewReader(string(efi))); err != nil {
+		t.Fatal(err)
+	}
+	dir := harness.TempDirFor65534(t)
+	writeFiles(t, dir, map[string]string{"recipe.yaml": recipe})
+	base, err := os.Create(filepath.Join(dir, "base.tar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := formats.WriteTar(context.Background(), tree, base, formats.TarOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	base.Close()
+	os.Chmod(base.Name(), 0o644)
+	return dir
 }
