@@ -1,7 +1,6 @@
 package stamp
 
 import (
-	"bytes"
 	"encoding/json"
 	"path"
 	"path/filepath"
@@ -13,8 +12,9 @@ import (
 	"github.com/stamp-dev/stamp/rootfs"
 )
 
-// writeRecord embeds the record (attest.Record) at rootfs.RecordPath.
-func writeRecord(t *rootfs.Tree, rec *recipes.Recipe, ep time.Time, treeDigest string, inputs []plannedInput) error {
+// recordJSON is the record (attest.Record) that rootfs.Seal embeds at
+// rootfs.RecordPath: entries are the sealed tree's, named by treeDigest.
+func recordJSON(rec *recipes.Recipe, ep time.Time, treeDigest string, entries []*rootfs.Entry, inputs []plannedInput) ([]byte, error) {
 	r := attest.Record{APIVersion: "stamp.dev/v1alpha1", Name: rec.Name, Arch: rec.Arch, Epoch: ep.Unix(), TreeDigest: treeDigest,
 		Inputs: []attest.RecordInput{}, Entries: []attest.RecordEntry{}}
 	if rec.Path != "" {
@@ -27,21 +27,14 @@ func writeRecord(t *rootfs.Tree, rec *recipes.Recipe, ep time.Time, treeDigest s
 		r.Inputs = append(r.Inputs, attest.RecordInput{Field: pi.field, Kind: string(pi.in.Kind), URI: lockKey(rec.Dir, pi.in.URI), Digest: pi.in.Digest})
 	}
 	r.Views = formats.ViewAdditions()
-	for _, e := range t.Entries() {
+	for _, e := range entries {
 		r.Entries = append(r.Entries, attest.RecordEntry{Path: e.Path, Type: e.Type.String(), SHA256: e.Digest, Layer: e.Origin.Layer, Input: e.Origin.Input, Member: e.Origin.Member})
 	}
 	data, err := json.MarshalIndent(r, "", " ")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	data = append(data, '\n')
-	dir := path.Dir(rootfs.RecordPath)
-	if _, err := t.MkdirAll(dir, rootfs.Header{Perm: 0o755, MTime: ep, Origin: rootfs.Origin{Layer: "stamp"}}); err != nil {
-		return err
-	}
-	_, err = t.Create(rootfs.RecordPath, rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, MTime: ep,
-		Origin: rootfs.Origin{Layer: "stamp"}}, bytes.NewReader(data))
-	return err
+	return append(data, '\n'), nil
 }
 
 // relativeOrigins names host files in origins (a files layer's source, a

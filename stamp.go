@@ -184,22 +184,24 @@ func Build(ctx context.Context, rec *recipes.Recipe, o Options) (*Result, error)
 	if err := writeRelease(tree, rec, ep); err != nil {
 		return nil, err
 	}
-	sealOpts := rootfs.SealOptions{Epoch: ep, NoDefaultCleanup: !rec.Seal.Cleanup.Default, Cleanup: rec.Seal.Cleanup.Globs}
-	rep, err := rootfs.Seal(ctx, tree, sealOpts)
+	// Host paths in origins become the recipe's before sealing: nothing
+	// changes the tree after Seal, which writes the record last.
+	relativeOrigins(tree, rec.Dir)
+	sealOpts := rootfs.SealOptions{Epoch: ep, NoDefaultCleanup: !rec.Seal.Cleanup.Default, Cleanup: rec.Seal.Cleanup.Globs,
+		Record: func(treeDigest string, entries []*rootfs.Entry) ([]byte, error) {
+			return recordJSON(rec, ep, treeDigest, entries, inputs)
+		}}
+	sealed, rep, err := rootfs.Seal(ctx, tree, sealOpts)
 	if err != nil {
 		return nil, fmt.Errorf("seal: %w", err)
 	}
-	log.WithField("removed", len(rep.Removed)).Infof("sealed %d entries", tree.Len())
-	treeDigest := rootfs.Digest(tree.Entries())
-	relativeOrigins(tree, rec.Dir)
-	if err := writeRecord(tree, rec, ep, treeDigest, inputs); err != nil {
-		return nil, err
-	}
+	treeDigest := sealed.Digest()
+	log.WithField("removed", len(rep.Removed)).Infof("sealed %d entries", sealed.Len())
 	outs, err := writeOutputs(ctx, rec, &o, work, tree, ep, treeDigest, att)
 	if err != nil {
 		return nil, err
 	}
-	return &Result{Outputs: outs, TreeDigest: treeDigest, Entries: tree.Len()}, nil
+	return &Result{Outputs: outs, TreeDigest: treeDigest, Entries: sealed.Len()}, nil
 }
 
 // IsUsage reports whether err comes from an invalid recipe or command, the

@@ -334,7 +334,7 @@ func TestSealAndManifest(t *testing.T) {
 	mk("/tmp/junk", "j", old)
 	mk("/usr/share/doc/x/README", "doc", old)
 	mk("/etc/hostname", "node\n", old)
-	rep, err := Seal(context.Background(), tr, SealOptions{Epoch: epoch, Cleanup: []string{"/usr/share/doc/**"}})
+	_, rep, err := Seal(context.Background(), tr, SealOptions{Epoch: epoch, Cleanup: []string{"/usr/share/doc/**"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,9 @@
 package rootfs
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"time"
 )
@@ -36,6 +38,11 @@ type SealOptions struct {
 	NoDefaultCleanup bool
 	// Cleanup globs are removed in addition to the built-in rules.
 	Cleanup []string
+	// Record, when set, makes the build's record: it is handed the tree
+	// digest and the entries of the cleaned, clamped tree, and what it
+	// returns is written at RecordPath, the last change the tree sees.
+	// The digest leaves the record out, so the record can name it.
+	Record func(treeDigest string, entries []*Entry) ([]byte, error)
 }
 
 // SealReport says what sealing changed.
@@ -45,9 +52,12 @@ type SealReport struct {
 	Clamped int
 }
 
-// Seal applies the cleanup rules and clamps every mtime to the epoch (whole
-// seconds), so that every output format reads one canonical tree.
-func Seal(ctx context.Context, t *Tree, o SealOptions) (*SealReport, error) {
+// Seal applies the cleanup rules, clamps every mtime to the epoch (whole
+// seconds) and writes the record, so that every output format reads one
+// canonical tree, and returns the read-only view every output is written
+// from. t must not change after it: whatever an output adds goes into an
+// overlay of its own (Sealed.Overlay).
+func Seal(ctx context.Context, t *Tree, o SealOptions) (*Sealed, *SealReport, error) {
 	rep := &SealReport{}
 	var globs []string
 	if !o.NoDefaultCleanup {
@@ -69,7 +79,7 @@ func Seal(ctx context.Context, t *Tree, o SealOptions) (*SealReport, error) {
 		if e := t.entries["/etc/machine-id"]; e != nil && e.Type == TypeRegular && e.Size > 0 {
 			h := Header{Type: TypeRegular, Perm: e.Perm, UID: e.UID, GID: e.GID, MTime: o.Epoch, Xattrs: e.Xattrs, Origin: Origin{Layer: "seal"}}
 			if _, err := t.Create("/etc/machine-id", h, strings.NewReader("")); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			rep.Emptied = append(rep.Emptied, "/etc/machine-id")
 		}
@@ -77,11 +87,11 @@ func Seal(ctx context.Context, t *Tree, o SealOptions) (*SealReport, error) {
 	globs = append(globs, o.Cleanup...)
 	for _, g := range globs {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		removed, err := t.RemoveGlob(g)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		rep.Removed = append(rep.Removed, removed...)
 	}
@@ -95,5 +105,30 @@ func Seal(ctx context.Context, t *Tree, o SealOptions) (*SealReport, error) {
 		}
 		e.MTime = time.Unix(m.Unix(), 0).UTC()
 	}
-	return rep, nil
+	entries := t.Entries()
+	s := &Sealed{t: t, digest: Digest(entries)}
+	if o.Record != nil {
+		if err := writeRecord(t, o, s.digest, entries); err != nil {
+			return nil, nil, err
+		}
+	}
+	return s, rep, nil
+}
+
+// writeRecord writes what o.Record makes at RecordPath, its directory made
+// when missing, both with the epoch as their mtime.
+func writeRecord(t *Tree, o SealOptions, digest string, entries []*Entry) error {
+	data, err := o.Record(digest, entries)
+	if err != nil {
+		return fmt.Errorf("record: %w", err)
+	}
+	origin := Origin{Layer: "stamp"}
+	if _, err := t.MkdirAll(recordDir, Header{Perm: 0o755, MTime: o.Epoch, Origin: origin}); err != nil {
+		return fmt.Errorf("record: %w", err)
+	}
+	h := Header{Type: TypeRegular, Perm: 0o644, MTime: o.Epoch, Origin: origin}
+	if _, err := t.Create(RecordPath, h, bytes.NewReader(data)); err != nil {
+		return fmt.Errorf("record: %w", err)
+	}
+	return nil
 }

@@ -30,7 +30,7 @@ func testOptions() Options {
 
 func sealTree(t testing.TB, tr *rootfs.Tree) {
 	t.Helper()
-	if _, err := rootfs.Seal(context.Background(), tr, rootfs.SealOptions{Epoch: testEpoch, NoDefaultCleanup: true}); err != nil {
+	if _, _, err := rootfs.Seal(context.Background(), tr, rootfs.SealOptions{Epoch: testEpoch, NoDefaultCleanup: true}); err != nil {
 		t.Fatal(err)
 	}
 }
