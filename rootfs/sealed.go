@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"sort"
 	"syscall"
 	"time"
 )
@@ -269,13 +268,13 @@ func (f sealedFS) ReadDir(name string) ([]fs.DirEntry, error) {
 	return dirEntries(f.s, e), nil
 }
 
+// dirEntries lists the directory dir in byte order of the names.
 func dirEntries(s *Sealed, dir *Entry) []fs.DirEntry {
 	names := s.t.Children(dir.Path)
 	out := make([]fs.DirEntry, 0, len(names))
 	for _, n := range names {
 		out = append(out, fs.FileInfoToDirEntry(FileInfo(n, s.t.entries[join(dir.Path, n)])))
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name() < out[j].Name() })
 	return out
 }
 
