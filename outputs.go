@@ -35,7 +35,7 @@ func outputBase(rec *recipes.Recipe, out *recipes.Output) string {
 // writeOutputs writes every output into a staging directory inside the
 // output directory and moves the files to their final names only when all of
 // them, the manifest and the sums are complete.
-func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, work string, tree *rootfs.Tree, ep time.Time, treeDigest string, att *attestation) (names []string, err error) {
+func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, work string, tree *rootfs.Sealed, ep time.Time, treeDigest string, att *attestation) (names []string, err error) {
 	log := o.log()
 	if err := os.MkdirAll(o.OutputDir, 0o755); err != nil {
 		return nil, fmt.Errorf("output dir: %w", err)

@@ -41,7 +41,7 @@ func pushLayout(t *testing.T, spec *formats.Spec, from string) (string, string) 
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	src := &formats.Source{Tree: tree, Epoch: pushEpoch, Name: "node", Arch: "amd64", Seed: "node", From: from}
+	src := &formats.Source{Tree: tree.View(), Epoch: pushEpoch, Name: "node", Arch: "amd64", Seed: "node", From: from}
 	res, err := f.Write(context.Background(), src, spec, dir, "node")
 	if err != nil {
 		t.Fatal(err)

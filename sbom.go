@@ -15,7 +15,7 @@ import (
 // sbomJSON makes sbom.spdx.json. The conductor reads the tree's dpkg
 // database with packages/dpkg and hands attest the packages: formats may not
 // import packages.
-func sbomJSON(tree *rootfs.Tree, rec *recipes.Recipe, ep time.Time, treeDigest string, inputs []plannedInput) ([]byte, error) {
+func sbomJSON(tree *rootfs.Sealed, rec *recipes.Recipe, ep time.Time, treeDigest string, inputs []plannedInput) ([]byte, error) {
 	var pulled []attest.Pulled
 	for _, pi := range inputs {
 		if pi.in.Kind != "oci" && pi.in.Kind != "image" {
@@ -32,7 +32,7 @@ func sbomJSON(tree *rootfs.Tree, rec *recipes.Recipe, ep time.Time, treeDigest s
 
 // installedDebs lists the packages the tree's dpkg database has installed,
 // nil when there is none, sorted by name and architecture.
-func installedDebs(tree *rootfs.Tree) ([]attest.Deb, error) {
+func installedDebs(tree *rootfs.Sealed) ([]attest.Deb, error) {
 	e := tree.Get(dpkg.StatusPath)
 	if e == nil || e.Type != rootfs.TypeRegular {
 		return nil, nil

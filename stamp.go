@@ -197,7 +197,7 @@ func Build(ctx context.Context, rec *recipes.Recipe, o Options) (*Result, error)
 	}
 	treeDigest := sealed.Digest()
 	log.WithField("removed", len(rep.Removed)).Infof("sealed %d entries", sealed.Len())
-	outs, err := writeOutputs(ctx, rec, &o, work, tree, ep, treeDigest, att)
+	outs, err := writeOutputs(ctx, rec, &o, work, sealed, ep, treeDigest, att)
 	if err != nil {
 		return nil, err
 	}

@@ -76,7 +76,7 @@ type CpioFile struct {
 //
 // Sizes are checked before anything is written: newc cannot store a file of
 // 4 GiB or more, nor an mtime outside 1970..2106.
-func WriteCpio(ctx context.Context, t *rootfs.Tree, w io.Writer, o CpioOptions) error {
+func WriteCpio(ctx context.Context, t *rootfs.Sealed, w io.Writer, o CpioOptions) error {
 	items := make([]cpioItem, 0, t.Len()+len(o.Extra)+1)
 	t.Walk(func(e *rootfs.Entry) error {
 		items = append(items, cpioItem{path: e.Path, in: e.Inode, tree: t})
@@ -118,9 +118,9 @@ func WriteCpio(ctx context.Context, t *rootfs.Tree, w io.Writer, o CpioOptions) 
 type cpioItem struct {
 	path string
 	in   *rootfs.Inode
-	data []byte       // content of a generated file
-	tree *rootfs.Tree // otherwise the content is read from tree at src
-	src  string       // "" means path
+	data []byte         // content of a generated file
+	tree *rootfs.Sealed // otherwise the content is read from tree at src
+	src  string         // "" means path
 }
 
 // cpioGenerated makes the item of a file a format adds.

@@ -83,7 +83,7 @@ func BenchmarkCpioVsGNU(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := WriteCpio(context.Background(), tree, f, CpioOptions{}); err != nil {
+		if err := WriteCpio(context.Background(), tree.View(), f, CpioOptions{}); err != nil {
 			b.Fatal(err)
 		}
 		if err := f.Close(); err != nil {
@@ -139,7 +139,7 @@ func BenchmarkCpioCompress(b *testing.B) {
 			var size int64
 			for b.Loop() {
 				w := &countWriter{}
-				if err := WriteCpio(context.Background(), tree, w, CpioOptions{Compression: a}); err != nil {
+				if err := WriteCpio(context.Background(), tree.View(), w, CpioOptions{Compression: a}); err != nil {
 					b.Fatal(err)
 				}
 				size = w.n

@@ -34,7 +34,7 @@ func cpioSmallTree(t testing.TB) *rootfs.Tree {
 func writeCpioBytes(t testing.TB, tree *rootfs.Tree, o CpioOptions) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	if err := WriteCpio(context.Background(), tree, &buf, o); err != nil {
+	if err := WriteCpio(context.Background(), tree.View(), &buf, o); err != nil {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
@@ -256,7 +256,7 @@ func TestCpioTooLarge(t *testing.T) {
 	big := tree.Get("/usr/lib/big.bin")
 	big.Size = 4 << 30
 	var buf bytes.Buffer
-	err := WriteCpio(context.Background(), tree, &buf, CpioOptions{})
+	err := WriteCpio(context.Background(), tree.View(), &buf, CpioOptions{})
 	if err == nil || !strings.Contains(err.Error(), "/usr/lib/big.bin") || !strings.Contains(err.Error(), "4 GiB") {
 		t.Fatalf("err = %v, want one naming /usr/lib/big.bin and the 4 GiB limit", err)
 	}
@@ -266,7 +266,7 @@ func TestCpioTooLarge(t *testing.T) {
 	// One byte less fits the field (the content check then fails, since the
 	// file is not that long).
 	big.Size = 4<<30 - 1
-	err = WriteCpio(context.Background(), tree, io.Discard, CpioOptions{})
+	err = WriteCpio(context.Background(), tree.View(), io.Discard, CpioOptions{})
 	if err == nil || strings.Contains(err.Error(), "4 GiB") {
 		t.Fatalf("err = %v, want a short-content error", err)
 	}
@@ -275,7 +275,7 @@ func TestCpioTooLarge(t *testing.T) {
 func TestCpioMTimeRange(t *testing.T) {
 	tree := tarTestTree(t)
 	tree.Update("/etc/passwd", func(in *rootfs.Inode) { in.MTime = tarEpoch.AddDate(-60, 0, 0) })
-	err := WriteCpio(context.Background(), tree, io.Discard, CpioOptions{})
+	err := WriteCpio(context.Background(), tree.View(), io.Discard, CpioOptions{})
 	if err == nil || !strings.Contains(err.Error(), "/etc/passwd") {
 		t.Fatalf("err = %v, want one naming /etc/passwd", err)
 	}
@@ -304,7 +304,7 @@ func TestCpioExtra(t *testing.T) {
 		t.Errorf("adds = %q", adds)
 	}
 	for p, want := range map[string]string{"/etc/passwd": "already holds", "/nowhere/init": "no directory /nowhere", "/etc/passwd/x": "no directory /etc/passwd"} {
-		err = WriteCpio(context.Background(), tree, io.Discard, CpioOptions{Extra: []CpioFile{{Path: p}}})
+		err = WriteCpio(context.Background(), tree.View(), io.Discard, CpioOptions{Extra: []CpioFile{{Path: p}}})
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: err = %v, want one saying %q", p, err, want)
 		}
@@ -377,7 +377,7 @@ func TestCpioFormat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := f.Write(context.Background(), &Source{Tree: tree, Epoch: tarEpoch}, &Spec{Format: "cpio"}, dir, "node")
+	res, err := f.Write(context.Background(), &Source{Tree: tree.View(), Epoch: tarEpoch}, &Spec{Format: "cpio"}, dir, "node")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -397,13 +397,13 @@ func TestCpioFormat(t *testing.T) {
 	if !bytes.Equal(data, writeCpioBytes(t, tree, CpioOptions{Compression: compress.Zstd, MTime: tarEpoch})) {
 		t.Errorf("the format's file differs from WriteCpio's bytes")
 	}
-	if _, err := f.Write(context.Background(), &Source{Tree: tree, Epoch: tarEpoch}, &Spec{Format: "cpio", Options: &CpioSpec{Compression: "lz4"}}, dir, "bad"); err == nil {
+	if _, err := f.Write(context.Background(), &Source{Tree: tree.View(), Epoch: tarEpoch}, &Spec{Format: "cpio", Options: &CpioSpec{Compression: "lz4"}}, dir, "bad"); err == nil {
 		t.Errorf("lz4: no error")
 	}
 	var ctxErr error
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, ctxErr = f.Write(ctx, &Source{Tree: tree, Epoch: tarEpoch}, &Spec{Format: "cpio"}, dir, "cancelled")
+	_, ctxErr = f.Write(ctx, &Source{Tree: tree.View(), Epoch: tarEpoch}, &Spec{Format: "cpio"}, dir, "cancelled")
 	if !errors.Is(ctxErr, context.Canceled) {
 		t.Errorf("cancelled: err = %v", ctxErr)
 	}
@@ -428,7 +428,7 @@ func FuzzReadCpio(f *testing.F) {
 	tree := cpioSmallTree(f)
 	for _, a := range []compress.Algorithm{compress.None, compress.Gzip} {
 		var buf bytes.Buffer
-		if err := WriteCpio(context.Background(), tree, &buf, CpioOptions{Compression: a,
+		if err := WriteCpio(context.Background(), tree.View(), &buf, CpioOptions{Compression: a,
 			Extra: []CpioFile{{Path: "/init", Perm: 0o755, Content: []byte("#!/bin/sh\n")}}}); err != nil {
 			f.Fatal(err)
 		}

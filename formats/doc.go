@@ -1,5 +1,5 @@
-// Package formats turns a sealed rootfs.Tree into output files and reads those
-// files back.
+// Package formats turns a sealed tree (rootfs.Sealed) into output files and
+// reads those files back.
 //
 // Table lists every format: its name, what it can be made from, its writer
 // and its reader, as archive/tar pairs a Writer with a Reader. Each format's

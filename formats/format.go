@@ -15,7 +15,7 @@ import (
 
 // Source is the sealed tree and the build facts a format may use.
 type Source struct {
-	Tree  *rootfs.Tree
+	Tree  *rootfs.Sealed
 	Epoch time.Time
 	Name  string // the recipe's name; outputs are named after it
 	Arch  string

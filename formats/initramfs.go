@@ -64,7 +64,7 @@ type BootInitramfsOptions struct {
 // KernelOf finds the kernel of a tree: the newest /boot/vmlinuz-VERSION
 // (versions compare number by number, so 6.1.0-10 is newer than 6.1.0-9).
 // It returns its tree path and VERSION.
-func KernelOf(t *rootfs.Tree) (kpath, version string, err error) {
+func KernelOf(t *rootfs.Sealed) (kpath, version string, err error) {
 	boot, err := t.Lookup("/boot", true)
 	if err != nil || boot.Type != rootfs.TypeDir {
 		return "", "", errors.New("no kernel: the tree has no /boot directory")
@@ -130,7 +130,7 @@ type bootKernel struct {
 	modDir  string // tree path of the modules directory
 }
 
-func findBootKernel(t *rootfs.Tree, version string) (*bootKernel, error) {
+func findBootKernel(t *rootfs.Sealed, version string) (*bootKernel, error) {
 	k := &bootKernel{version: version}
 	if version == "" {
 		kp, v, err := KernelOf(t)
@@ -186,14 +186,14 @@ type kmod struct {
 
 // moduleSet resolves module names to files and their dependencies.
 type moduleSet struct {
-	t       *rootfs.Tree
+	t       *rootfs.Sealed
 	dir     string
 	byName  map[string]*kmod
 	builtin map[string]bool
 	deps    map[string][]string // from modules.dep, when the tree has one
 }
 
-func loadModuleSet(t *rootfs.Tree, dir string) (*moduleSet, error) {
+func loadModuleSet(t *rootfs.Sealed, dir string) (*moduleSet, error) {
 	s := &moduleSet{t: t, dir: dir, byName: map[string]*kmod{}, builtin: map[string]bool{}}
 	prefix := dir + "/"
 	for _, p := range t.Paths() {
@@ -379,7 +379,7 @@ func (s *moduleSet) order(names []string) ([]*kmod, error) {
 
 // staticBusybox finds the tree's busybox and checks it runs without a
 // dynamic loader, since the initramfs holds nothing else.
-func staticBusybox(t *rootfs.Tree, want string) (*rootfs.Entry, error) {
+func staticBusybox(t *rootfs.Sealed, want string) (*rootfs.Entry, error) {
 	candidates := []string{"/bin/busybox", "/usr/bin/busybox"}
 	if want != "" {
 		candidates = []string{want}
@@ -421,7 +421,7 @@ func staticBusybox(t *rootfs.Tree, want string) (*rootfs.Entry, error) {
 // rootdelay= (default 30 s) and rootwait are honoured; with stamp.shell on
 // the command line a failure starts a shell instead of ending init, which
 // makes the kernel panic. The same tree always gives the same bytes.
-func WriteBootInitramfs(ctx context.Context, t *rootfs.Tree, w io.Writer, o BootInitramfsOptions) error {
+func WriteBootInitramfs(ctx context.Context, t *rootfs.Sealed, w io.Writer, o BootInitramfsOptions) error {
 	items, err := bootInitramfsItems(t, o)
 	if err != nil {
 		return fmt.Errorf("boot initramfs: %w", err)
@@ -436,7 +436,7 @@ func WriteBootInitramfs(ctx context.Context, t *rootfs.Tree, w io.Writer, o Boot
 	return nil
 }
 
-func bootInitramfsItems(t *rootfs.Tree, o BootInitramfsOptions) ([]cpioItem, error) {
+func bootInitramfsItems(t *rootfs.Sealed, o BootInitramfsOptions) ([]cpioItem, error) {
 	k, err := findBootKernel(t, o.KernelVersion)
 	if err != nil {
 		return nil, err

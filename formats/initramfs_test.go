@@ -41,19 +41,19 @@ func TestVersionLess(t *testing.T) {
 
 func TestKernelOf(t *testing.T) {
 	tree := rootfstest.New(t, tarEpoch)
-	if _, _, err := KernelOf(tree); err == nil || !strings.Contains(err.Error(), "/boot") {
+	if _, _, err := KernelOf(tree.View()); err == nil || !strings.Contains(err.Error(), "/boot") {
 		t.Errorf("no /boot: err = %v", err)
 	}
 	file := func(p string) { rootfstest.File(t, tree, p, 0o644, tarEpoch, "kernel") }
 	file("/boot/config-6.1.0-10-amd64")
-	if _, _, err := KernelOf(tree); err == nil || !strings.Contains(err.Error(), "vmlinuz") {
+	if _, _, err := KernelOf(tree.View()); err == nil || !strings.Contains(err.Error(), "vmlinuz") {
 		t.Errorf("no kernel: err = %v", err)
 	}
 	file("/boot/vmlinuz-6.1.0-9-amd64")
 	file("/boot/vmlinuz-6.1.0-10-amd64")
 	file("/boot/vmlinuz")
 	tree.Create("/boot/vmlinuz-7.0.0", rootfs.Header{Type: rootfs.TypeDir, Perm: 0o755, MTime: tarEpoch}, nil)
-	p, v, err := KernelOf(tree)
+	p, v, err := KernelOf(tree.View())
 	if err != nil || p != "/boot/vmlinuz-6.1.0-10-amd64" || v != "6.1.0-10-amd64" {
 		t.Errorf("KernelOf = %q %q %v, want the 6.1.0-10 kernel", p, v, err)
 	}
@@ -104,7 +104,7 @@ func bootLoads(init string) []string {
 func TestBootInitramfs(t *testing.T) {
 	k, tree := bootTestTree(t)
 	var buf bytes.Buffer
-	if err := WriteBootInitramfs(context.Background(), tree, &buf, BootInitramfsOptions{}); err != nil {
+	if err := WriteBootInitramfs(context.Background(), tree.View(), &buf, BootInitramfsOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if a, _, _ := compress.Detect(bytes.NewReader(buf.Bytes())); a != compress.Zstd {
@@ -154,7 +154,7 @@ func TestBootInitramfs(t *testing.T) {
 			t.Errorf("%s: not the content of %s", m, host[0])
 		}
 	}
-	items, err := bootInitramfsItems(tree, BootInitramfsOptions{})
+	items, err := bootInitramfsItems(tree.View(), BootInitramfsOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestBootInitramfs(t *testing.T) {
 	}
 
 	var again bytes.Buffer
-	if err := WriteBootInitramfs(context.Background(), tree, &again, BootInitramfsOptions{}); err != nil {
+	if err := WriteBootInitramfs(context.Background(), tree.View(), &again, BootInitramfsOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(buf.Bytes(), again.Bytes()) {
@@ -217,7 +217,7 @@ func TestBootInitramfsModulesDep(t *testing.T) {
 		}
 	}
 	create(strings.Join(lines, "\n") + "\n")
-	items, err := bootInitramfsItems(tree, BootInitramfsOptions{})
+	items, err := bootInitramfsItems(tree.View(), BootInitramfsOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +250,7 @@ func TestBootInitramfsModulesDep(t *testing.T) {
 		}
 	}
 	create(strings.Join(kept, "\n") + "\n")
-	if _, err := bootInitramfsItems(tree, BootInitramfsOptions{}); err == nil || !strings.Contains(err.Error(), "virtio_blk") {
+	if _, err := bootInitramfsItems(tree.View(), BootInitramfsOptions{}); err == nil || !strings.Contains(err.Error(), "virtio_blk") {
 		t.Errorf("module missing from modules.dep: err = %v", err)
 	}
 }
@@ -276,7 +276,7 @@ func TestBootInitramfsCompressedModule(t *testing.T) {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	if err := WriteBootInitramfs(context.Background(), tree, &buf, BootInitramfsOptions{Compression: compress.None}); err != nil {
+	if err := WriteBootInitramfs(context.Background(), tree.View(), &buf, BootInitramfsOptions{Compression: compress.None}); err != nil {
 		t.Fatal(err)
 	}
 	entries, err := ReadCpio(context.Background(), &buf)
@@ -297,7 +297,7 @@ func TestBootInitramfsCompressedModule(t *testing.T) {
 func TestBootInitramfsErrors(t *testing.T) {
 	k, tree := bootTestTree(t)
 	write := func(o BootInitramfsOptions) error {
-		return WriteBootInitramfs(context.Background(), tree, &bytes.Buffer{}, o)
+		return WriteBootInitramfs(context.Background(), tree.View(), &bytes.Buffer{}, o)
 	}
 	for _, c := range []struct {
 		name string
@@ -342,7 +342,7 @@ func TestBootInitramfsWithoutADiskDriver(t *testing.T) {
 		}
 	}
 	tree := k.Tree(t, harness.BootTreeOptions{Marker: "unused", Modules: globs})
-	items, err := bootInitramfsItems(tree, BootInitramfsOptions{})
+	items, err := bootInitramfsItems(tree.View(), BootInitramfsOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ import (
 )
 
 func ociSource(t *testing.T, tree *rootfs.Tree) *Source {
-	return &Source{Tree: tree, Epoch: tarEpoch, Name: "node", Arch: "amd64", Seed: "node"}
+	return &Source{Tree: tree.View(), Epoch: tarEpoch, Name: "node", Arch: "amd64", Seed: "node"}
 }
 
 func ociWrite(t *testing.T, src *Source, spec *Spec) (string, *Result) {
@@ -647,7 +647,7 @@ func FuzzReadOCI(f *testing.F) {
 		dir := f.TempDir()
 		disk := filepath.Join(dir, "d.raw")
 		os.WriteFile(disk, []byte("a disk"), 0o644)
-		src := &Source{Tree: tree, Epoch: tarEpoch, Arch: "amd64", From: disk}
+		src := &Source{Tree: tree.View(), Epoch: tarEpoch, Arch: "amd64", From: disk}
 		res, err := ociFormat{}.Write(context.Background(), src, &Spec{Options: &OCISpec{Kind: kind, Layout: "archive"}}, dir, "n")
 		if err != nil {
 			f.Fatal(err)

@@ -80,7 +80,7 @@ type PXEBundle struct {
 // Xattrs, which the kernel's unpacker drops, are put back from the list at
 // XattrListPath when the tree has setfattr; sockets are not copied (their
 // services make them).
-func WritePXE(ctx context.Context, t *rootfs.Tree, dir string, o PXEOptions) (*PXEBundle, error) {
+func WritePXE(ctx context.Context, t *rootfs.Sealed, dir string, o PXEOptions) (*PXEBundle, error) {
 	kpath, _, err := KernelOf(t)
 	if err != nil {
 		return nil, fmt.Errorf("pxe: %w", err)
@@ -238,7 +238,7 @@ func appendLive(ctx context.Context, w io.Writer, from string, extra []CpioFile,
 
 // liveBusybox finds the busybox the live init runs with. It need not be
 // static: the whole tree, its libraries included, is in the initramfs.
-func liveBusybox(t *rootfs.Tree) (*rootfs.Entry, error) {
+func liveBusybox(t *rootfs.Sealed) (*rootfs.Entry, error) {
 	for _, c := range []string{"/bin/busybox", "/usr/bin/busybox"} {
 		if e, err := t.Lookup(c, true); err == nil && e.Type == rootfs.TypeRegular {
 			return e, nil

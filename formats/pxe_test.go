@@ -46,7 +46,7 @@ func readDirFiles(t *testing.T, dir string) map[string][]byte {
 func TestPXEBundle(t *testing.T) {
 	tree := pxeTestTree(t)
 	dir := filepath.Join(t.TempDir(), "bundle")
-	b, err := WritePXE(context.Background(), tree, dir, PXEOptions{MTime: tarEpoch, Name: "node", Cmdline: "console=ttyS0 panic=-1"})
+	b, err := WritePXE(context.Background(), tree.View(), dir, PXEOptions{MTime: tarEpoch, Name: "node", Cmdline: "console=ttyS0 panic=-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestPXEBundle(t *testing.T) {
 	}
 
 	again := filepath.Join(t.TempDir(), "again")
-	if _, err := WritePXE(context.Background(), tree, again, PXEOptions{MTime: tarEpoch, Name: "node", Cmdline: "console=ttyS0 panic=-1"}); err != nil {
+	if _, err := WritePXE(context.Background(), tree.View(), again, PXEOptions{MTime: tarEpoch, Name: "node", Cmdline: "console=ttyS0 panic=-1"}); err != nil {
 		t.Fatal(err)
 	}
 	for name, data := range readDirFiles(t, again) {
@@ -151,7 +151,7 @@ func TestPXELiveInit(t *testing.T) {
 	if _, err := tree.Create("/usr/bin/setfattr", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o755, MTime: tarEpoch}, strings.NewReader("\x7fELF")); err != nil {
 		t.Fatal(err)
 	}
-	b, err := WritePXE(context.Background(), tree, t.TempDir(), PXEOptions{Compression: compress.None})
+	b, err := WritePXE(context.Background(), tree.View(), t.TempDir(), PXEOptions{Compression: compress.None})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,11 +172,11 @@ func TestPXEFromCpio(t *testing.T) {
 				t.Fatal(err)
 			}
 			fromDir, treeDir := t.TempDir(), t.TempDir()
-			fb, err := WritePXE(context.Background(), tree, fromDir, PXEOptions{FromCpio: cpioPath, MTime: tarEpoch})
+			fb, err := WritePXE(context.Background(), tree.View(), fromDir, PXEOptions{FromCpio: cpioPath, MTime: tarEpoch})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := WritePXE(context.Background(), tree, treeDir, PXEOptions{Compression: a, MTime: tarEpoch}); err != nil {
+			if _, err := WritePXE(context.Background(), tree.View(), treeDir, PXEOptions{Compression: a, MTime: tarEpoch}); err != nil {
 				t.Fatal(err)
 			}
 			from, _ := os.ReadFile(filepath.Join(fromDir, PXEInitrd))
@@ -226,7 +226,7 @@ func TestPXEErrors(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			tree := pxeTestTree(t)
 			c.edit(tree)
-			_, err := WritePXE(context.Background(), tree, t.TempDir(), PXEOptions{})
+			_, err := WritePXE(context.Background(), tree.View(), t.TempDir(), PXEOptions{})
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("err = %v, want one mentioning %q", err, c.want)
 			}
@@ -241,7 +241,7 @@ func TestPXEFormat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := f.Write(context.Background(), &Source{Tree: tree, Epoch: tarEpoch, Name: "node"},
+	res, err := f.Write(context.Background(), &Source{Tree: tree.View(), Epoch: tarEpoch, Name: "node"},
 		&Spec{Format: "pxe", Options: &PXESpec{Cmdline: "console=ttyS0"}}, dir, "node")
 	if err != nil {
 		t.Fatal(err)
@@ -265,7 +265,7 @@ func TestPXEFormat(t *testing.T) {
 	}
 	// A failed bundle leaves nothing behind.
 	tree.Create("/init", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o755, MTime: tarEpoch}, strings.NewReader("x"))
-	if _, err := f.Write(context.Background(), &Source{Tree: tree, Epoch: tarEpoch}, &Spec{Format: "pxe"}, dir, "bad"); err == nil {
+	if _, err := f.Write(context.Background(), &Source{Tree: tree.View(), Epoch: tarEpoch}, &Spec{Format: "pxe"}, dir, "bad"); err == nil {
 		t.Fatal("no error")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "bad.pxe")); err == nil {

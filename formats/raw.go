@@ -115,7 +115,7 @@ type plannedPart struct {
 	files   []fat.File
 	digests []string // hex sha256 of each of files
 	ext4    *ext4.Options
-	tree    *rootfs.Tree
+	tree    *rootfs.Sealed
 	swap    bool
 }
 
@@ -196,7 +196,7 @@ func planDisk(ctx context.Context, src *Source, spec *RawSpec) (_ *diskPlan, err
 					return nil, fmt.Errorf("%s: %w", pp.field, err)
 				}
 				p.cleanup = append(p.cleanup, done)
-				pp.tree = t
+				pp.tree = t.View()
 			}
 			if len(ps.Label) > 16 {
 				return nil, fmt.Errorf("%s.label: an ext4 label holds at most 16 bytes", pp.field)
@@ -221,7 +221,7 @@ func planDisk(ctx context.Context, src *Source, spec *RawSpec) (_ *diskPlan, err
 			return nil, fmt.Errorf("grow: %w", err)
 		}
 		p.cleanup = append(p.cleanup, func() { view.Close() })
-		root.tree = view
+		root.tree = view.View()
 	}
 	if loader == "systemd-boot" {
 		if esp == nil || esp.vfat == nil {
@@ -440,7 +440,7 @@ func espFiles(ctx context.Context, src *Source, rootPartUUID, cmdline string) ([
 
 // treeFile finds the regular file at p, following symlinks as the image
 // would.
-func treeFile(t *rootfs.Tree, p string) (*rootfs.Entry, error) {
+func treeFile(t *rootfs.Sealed, p string) (*rootfs.Entry, error) {
 	e, err := t.Lookup(p, true)
 	if err != nil {
 		return nil, err
@@ -458,7 +458,7 @@ type espFile struct {
 	digest string
 }
 
-func treeFATFile(p string, t *rootfs.Tree, e *rootfs.Entry) espFile {
+func treeFATFile(p string, t *rootfs.Sealed, e *rootfs.Entry) espFile {
 	return espFile{fat.File{Path: p, Size: e.Size, Open: func() (io.ReadCloser, error) { return t.Open(e.Path) }}, e.Digest}
 }
 

@@ -158,7 +158,7 @@ func grubBIOSConfig(options string) (string, error) {
 
 // grubModules finds GRUB's i386-pc modules: the tree's, copied into work
 // (grub-mkimage reads a host directory), or else the host's.
-func grubModules(t *rootfs.Tree, work string) (dir, from string, err error) {
+func grubModules(t *rootfs.Sealed, work string) (dir, from string, err error) {
 	real, err := t.Resolve(GrubPCDir, true)
 	if err == nil && t.Get(path.Join(real, "moddep.lst")) != nil {
 		dir = filepath.Join(work, "i386-pc")
@@ -182,7 +182,7 @@ func grubModules(t *rootfs.Tree, work string) (dir, from string, err error) {
 	return GrubPCDir, "the host", nil
 }
 
-func copyTreeFile(t *rootfs.Tree, e *rootfs.Entry, dst string) error {
+func copyTreeFile(t *rootfs.Sealed, e *rootfs.Entry, dst string) error {
 	in, err := t.Open(e.Path)
 	if err != nil {
 		return err

@@ -61,7 +61,7 @@ func rawSpec() *RawSpec {
 }
 
 func rawSource(tree *rootfs.Tree, arch string) *Source {
-	return &Source{Tree: tree, Epoch: tarEpoch, Name: "node", Arch: arch, Seed: "node"}
+	return &Source{Tree: tree.View(), Epoch: tarEpoch, Name: "node", Arch: arch, Seed: "node"}
 }
 
 func writeRaw(t testing.TB, src *Source, spec *RawSpec) (string, *Result) {

@@ -37,7 +37,7 @@ func TestReadEntriesDetectsEveryArchive(t *testing.T) {
 	tree, record := readTestTree(t)
 	for _, alg := range []compress.Algorithm{compress.None, compress.Zstd, compress.Gzip} {
 		var cpioBuf bytes.Buffer
-		if err := WriteCpio(ctx, tree, &cpioBuf, CpioOptions{Compression: alg, MTime: tarEpoch}); err != nil {
+		if err := WriteCpio(ctx, tree.View(), &cpioBuf, CpioOptions{Compression: alg, MTime: tarEpoch}); err != nil {
 			t.Fatal(err)
 		}
 		for _, tc := range []struct {
@@ -85,7 +85,7 @@ func TestReadRegionsPlaceEveryByte(t *testing.T) {
 	tree, _ := readTestTree(t)
 	plain := writeTarBytes(t, tree, TarOptions{})
 	var cpioBuf bytes.Buffer
-	if err := WriteCpio(ctx, tree, &cpioBuf, CpioOptions{}); err != nil {
+	if err := WriteCpio(ctx, tree.View(), &cpioBuf, CpioOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {

@@ -17,10 +17,10 @@ var streamWriters = []struct {
 	write func(ctx context.Context, tree *rootfs.Tree, w io.Writer) error
 }{
 	{"tar", func(ctx context.Context, tree *rootfs.Tree, w io.Writer) error {
-		return WriteTar(ctx, tree, w, TarOptions{})
+		return WriteTar(ctx, tree.View(), w, TarOptions{})
 	}},
 	{"cpio", func(ctx context.Context, tree *rootfs.Tree, w io.Writer) error {
-		return WriteCpio(ctx, tree, w, CpioOptions{})
+		return WriteCpio(ctx, tree.View(), w, CpioOptions{})
 	}},
 }
 

@@ -42,7 +42,7 @@ type TarOptions struct {
 // sticky; mtimes truncated to whole seconds, no atime or ctime; xattrs as
 // SCHILY.xattr records in name order; the first path of a hard-link group in
 // byte order carries the data and later ones link to it.
-func WriteTar(ctx context.Context, t *rootfs.Tree, w io.Writer, o TarOptions) error {
+func WriteTar(ctx context.Context, t *rootfs.Sealed, w io.Writer, o TarOptions) error {
 	// flate and the tar writer itself write in small pieces; a file or pipe
 	// below wants large ones.
 	out := bufio.NewWriterSize(w, 1<<20)
@@ -75,7 +75,7 @@ func WriteTar(ctx context.Context, t *rootfs.Tree, w io.Writer, o TarOptions) er
 
 type tarWriter struct {
 	ctx  context.Context
-	tree *rootfs.Tree
+	tree *rootfs.Sealed
 	tw   *tar.Writer
 	// links maps the inode of a hard-link group to the tar name of its first
 	// path. It is only looked up, never iterated.

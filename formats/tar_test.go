@@ -105,7 +105,7 @@ func tarSemiRandom(n int, seed uint64) []byte {
 func writeTarBytes(t testing.TB, tree *rootfs.Tree, o TarOptions) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	if err := WriteTar(context.Background(), tree, &buf, o); err != nil {
+	if err := WriteTar(context.Background(), tree.View(), &buf, o); err != nil {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
@@ -376,7 +376,7 @@ func TestTarCancel(t *testing.T) {
 	tree := tarTestTree(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := WriteTar(ctx, tree, io.Discard, TarOptions{}); !errors.Is(err, context.Canceled) {
+	if err := WriteTar(ctx, tree.View(), io.Discard, TarOptions{}); !errors.Is(err, context.Canceled) {
 		t.Errorf("WriteTar: err = %v, want context.Canceled", err)
 	}
 	data := writeTarBytes(t, tree, TarOptions{})
@@ -545,7 +545,7 @@ func BenchmarkWriteTar(b *testing.B) {
 		b.Run(string(a), func(b *testing.B) {
 			b.SetBytes(total)
 			for b.Loop() {
-				if err := WriteTar(context.Background(), tree, io.Discard, TarOptions{Compression: a}); err != nil {
+				if err := WriteTar(context.Background(), tree.View(), io.Discard, TarOptions{Compression: a}); err != nil {
 					b.Fatal(err)
 				}
 			}

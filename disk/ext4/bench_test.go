@@ -109,7 +109,7 @@ func (r *textReader) Read(p []byte) (int, error) {
 func BenchmarkWrite(b *testing.B) {
 	tr, bytes := benchTree(b)
 	o := testOptions()
-	size, err := Plan(tr, o)
+	size, err := Plan(tr.View(), o)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func BenchmarkWrite(b *testing.B) {
 		if err := f.Truncate(size); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := Write(context.Background(), tr, f, o); err != nil {
+		if _, err := Write(context.Background(), tr.View(), f, o); err != nil {
 			b.Fatal(err)
 		}
 		if err := f.Close(); err != nil {
@@ -144,7 +144,7 @@ func BenchmarkWrite(b *testing.B) {
 func BenchmarkMke2fsD(b *testing.B) {
 	mke2fs := harness.Tool(b, "mke2fs")
 	tr, bytes := benchTree(b)
-	size, err := Plan(tr, testOptions())
+	size, err := Plan(tr.View(), testOptions())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,5 +1,6 @@
-// Package ext4 writes an ext4 filesystem image from a sealed rootfs.Tree,
-// without root, mounts or mke2fs, and byte for byte the same on every run.
+// Package ext4 writes an ext4 filesystem image from a sealed tree
+// (rootfs.Sealed), without root, mounts or mke2fs, and byte for byte the same
+// on every run.
 //
 // The filesystem has the features, geometry and journal Debian bookworm's
 // `mke2fs -t ext4` gives a filesystem of the same size (4 KiB blocks,
@@ -76,7 +77,7 @@ const (
 // when it is fixed) and checks that the tree fits, so a caller can lay out
 // partitions before writing. A tree that does not fit a fixed size is an
 // error that names both sizes.
-func Plan(t *rootfs.Tree, o Options) (int64, error) {
+func Plan(t *rootfs.Sealed, o Options) (int64, error) {
 	s, err := newSizing(t, &o)
 	if err != nil {
 		return 0, err
@@ -88,7 +89,7 @@ func Plan(t *rootfs.Tree, o Options) (int64, error) {
 // must read as zeros wherever Write writes nothing (a new, sparse file or
 // region): Write leaves unused blocks, empty inode table blocks and the
 // journal's body unwritten. Nothing is written when the tree does not fit.
-func Write(ctx context.Context, t *rootfs.Tree, w io.WriterAt, o Options) (*Summary, error) {
+func Write(ctx context.Context, t *rootfs.Sealed, w io.WriterAt, o Options) (*Summary, error) {
 	s, err := newSizing(t, &o)
 	if err != nil {
 		return nil, err
@@ -125,7 +126,7 @@ type sizing struct {
 	lay  *layout
 }
 
-func newSizing(t *rootfs.Tree, o *Options) (*sizing, error) {
+func newSizing(t *rootfs.Sealed, o *Options) (*sizing, error) {
 	if len(o.Label) > 16 {
 		return nil, fmt.Errorf("ext4: label %q is longer than 16 bytes", o.Label)
 	}
@@ -160,7 +161,7 @@ func room(g *geometry, lay *layout) uint64 {
 	return g.blocks - fixed
 }
 
-func fixedSizing(t *rootfs.Tree, p *plan, size int64) (*sizing, error) {
+func fixedSizing(t *rootfs.Sealed, p *plan, size int64) (*sizing, error) {
 	g, err := newGeometry(size)
 	if err != nil {
 		return nil, err

@@ -412,7 +412,7 @@ func TestBadACL(t *testing.T) {
 	tr := rootfstest.New(t, testEpoch)
 	rootfstest.Add(t, tr, "/f", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, Xattrs: map[string]string{"system.posix_acl_access": "\x01\x00\x00\x00"}}, "")
 	sealTree(t, tr)
-	if _, err := Plan(tr, testOptions()); err == nil || !strings.Contains(err.Error(), "/f") {
+	if _, err := Plan(tr.View(), testOptions()); err == nil || !strings.Contains(err.Error(), "/f") {
 		t.Fatalf("Plan with a malformed ACL: %v", err)
 	}
 }
@@ -543,7 +543,7 @@ func TestTooSmall(t *testing.T) {
 	sealTree(t, tr)
 	o := testOptions()
 	o.Size = 32 << 20
-	_, err := Plan(tr, o)
+	_, err := Plan(tr.View(), o)
 	if err == nil || !strings.Contains(err.Error(), "32 MiB") || !strings.Contains(err.Error(), "needs 40.") {
 		t.Fatalf("Plan: %v", err)
 	}
@@ -553,7 +553,7 @@ func TestTooSmall(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if _, err := Write(context.Background(), tr, f, o); err == nil || err.Error() != mustErr(Plan(tr, o)).Error() {
+	if _, err := Write(context.Background(), tr.View(), f, o); err == nil || err.Error() != mustErr(Plan(tr.View(), o)).Error() {
 		t.Fatalf("Write: %v", err)
 	}
 	if fi, _ := f.Stat(); fi.Size() != 0 {
@@ -567,11 +567,11 @@ func TestTooSmall(t *testing.T) {
 	}
 	sealTree(t, tr)
 	o.Size = 8 << 20
-	if _, err := Plan(tr, o); err == nil || !strings.Contains(err.Error(), "3011 inodes") {
+	if _, err := Plan(tr.View(), o); err == nil || !strings.Contains(err.Error(), "3011 inodes") {
 		t.Fatalf("Plan with too few inodes: %v", err)
 	}
 	o.Size = 4 << 20
-	if _, err := Plan(tr, o); err == nil || !strings.Contains(err.Error(), "too small") {
+	if _, err := Plan(tr.View(), o); err == nil || !strings.Contains(err.Error(), "too small") {
 		t.Fatalf("Plan of 4 MiB: %v", err)
 	}
 }
@@ -583,7 +583,7 @@ func TestAutoSize(t *testing.T) {
 	rootfstest.Add(t, tr, "/data", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644}, content(8, 10<<20))
 	sealTree(t, tr)
 	o := testOptions()
-	size, err := Plan(tr, o)
+	size, err := Plan(tr.View(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -592,11 +592,11 @@ func TestAutoSize(t *testing.T) {
 		t.Errorf("auto size %s", human(size))
 	}
 	o.FreeSpace = 200 * mib
-	if big, _ := Plan(tr, o); big < size+130*mib {
+	if big, _ := Plan(tr.View(), o); big < size+130*mib {
 		t.Errorf("auto size with 200 MiB free: %s", human(big))
 	}
 	o.FreeSpace = -1
-	if small, _ := Plan(tr, o); small >= size {
+	if small, _ := Plan(tr.View(), o); small >= size {
 		t.Errorf("auto size without free space: %s, with: %s", human(small), human(size))
 	}
 	img, _ := writeImage(t, tr, o)

@@ -44,14 +44,14 @@ func writeImage(t testing.TB, tr *rootfs.Tree, o Options) (string, *Summary) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	size, err := Plan(tr, o)
+	size, err := Plan(tr.View(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := f.Truncate(size); err != nil {
 		t.Fatal(err)
 	}
-	sum, err := Write(context.Background(), tr, f, o)
+	sum, err := Write(context.Background(), tr.View(), f, o)
 	if err != nil {
 		t.Fatal(err)
 	}

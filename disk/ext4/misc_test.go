@@ -43,7 +43,7 @@ func TestLostFoundFromTree(t *testing.T) {
 	tr = rootfstest.New(t, testEpoch)
 	rootfstest.Add(t, tr, "/lost+found", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644}, "")
 	sealTree(t, tr)
-	if _, err := Plan(tr, testOptions()); err == nil || !strings.Contains(err.Error(), "/lost+found") {
+	if _, err := Plan(tr.View(), testOptions()); err == nil || !strings.Contains(err.Error(), "/lost+found") {
 		t.Errorf("Plan with a file at /lost+found: %v", err)
 	}
 }
@@ -71,7 +71,7 @@ func TestLabelAndTimes(t *testing.T) {
 		t.Errorf("/late shows its time %d times, want 4:\n%s", n, out)
 	}
 	o.Label = "seventeen-bytes!!"
-	if _, err := Plan(tr, o); err == nil {
+	if _, err := Plan(tr.View(), o); err == nil {
 		t.Errorf("a 17-byte label is accepted")
 	}
 }
@@ -90,7 +90,7 @@ func TestChangedAfterSeal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if _, err := Write(context.Background(), tr, f, testOptions()); err == nil || !strings.Contains(err.Error(), "/f") {
+	if _, err := Write(context.Background(), tr.View(), f, testOptions()); err == nil || !strings.Contains(err.Error(), "/f") {
 		t.Errorf("Write after the file changed: %v", err)
 	}
 }
@@ -106,7 +106,7 @@ func TestCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if _, err := Write(ctx, tr, f, testOptions()); !errors.Is(err, context.Canceled) {
+	if _, err := Write(ctx, tr.View(), f, testOptions()); !errors.Is(err, context.Canceled) {
 		t.Errorf("Write with a cancelled context: %v", err)
 	}
 }

@@ -66,7 +66,7 @@ func hashSeedWords(b [16]byte) [4]uint32 {
 // newPlan numbers the inodes in byte order of path (root 2, lost+found 11,
 // the rest from 12) and works out every directory's blocks and every
 // inode's xattrs. Hard links share the number of their first path.
-func newPlan(t *rootfs.Tree, o *Options) (*plan, error) {
+func newPlan(t *rootfs.Sealed, o *Options) (*plan, error) {
 	entries := t.Entries()
 	if len(entries) == 0 || entries[0].Path != "/" || entries[0].Type != rootfs.TypeDir {
 		return nil, fmt.Errorf("ext4: the tree has no root directory")

@@ -12,7 +12,7 @@ import (
 // left out, reading every file (holes in the tree's copies are skipped
 // unread). splits bounds how many extents the placement can add to any
 // one file by stepping over metadata.
-func exactBlocks(t *rootfs.Tree, p *plan, splits uint64) (uint64, error) {
+func exactBlocks(t *rootfs.Sealed, p *plan, splits uint64) (uint64, error) {
 	buf := make([]byte, chunk)
 	var total uint64
 	for _, n := range p.nodes {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"syscall"
 
 	"github.com/stamp-dev/stamp/rootfs"
@@ -24,7 +23,7 @@ var zeroBlock [blockSize]byte
 // writer holds the state of one Write.
 type writer struct {
 	ctx    context.Context
-	t      *rootfs.Tree
+	t      *rootfs.Sealed
 	o      *Options
 	g      *geometry
 	lay    *layout
@@ -238,7 +237,7 @@ func (w *writer) writeFile(n *node) error {
 	return w.finishExtents(n, exts)
 }
 
-func (w *writer) copyFile(n *node, f *os.File) ([]extent, error) {
+func (w *writer) copyFile(n *node, f *rootfs.File) ([]extent, error) {
 	var exts []extent
 	err := readData(w.ctx, f, n, w.buf, func(pos int64, buf []byte) error {
 		var err error
@@ -250,16 +249,10 @@ func (w *writer) copyFile(n *node, f *os.File) ([]extent, error) {
 
 // readData calls fn with the content of f in whole blocks (the last one
 // zero padded), from block-aligned offsets, skipping what SEEK_DATA says
-// are holes. buf is reused between calls.
-func readData(ctx context.Context, f *os.File, n *node, buf []byte, fn func(pos int64, buf []byte) error) error {
-	fi, err := f.Stat()
-	if err != nil {
-		return fmt.Errorf("ext4: %s: %w", n.path, err)
-	}
+// are holes. buf is reused between calls. The sealed view has refused a
+// file whose size is not the index's when it opened f.
+func readData(ctx context.Context, f *rootfs.File, n *node, buf []byte, fn func(pos int64, buf []byte) error) error {
 	size := int64(n.size)
-	if fi.Size() != size {
-		return fmt.Errorf("ext4: %s: the tree says %d bytes, the file has %d: changed after sealing", n.path, size, fi.Size())
-	}
 	canSeek := true
 	for off := int64(0); off < size; {
 		start, end := off, size

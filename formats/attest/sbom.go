@@ -77,7 +77,7 @@ type Pulled struct {
 // (debs, sorted by name and architecture). created is the
 // epoch and the namespace comes from the tree digest, so the same tree gives
 // the same bytes.
-func SBOMJSON(name string, tree *rootfs.Tree, ep time.Time, treeDigest string, pulled []Pulled, debs []Deb) ([]byte, error) {
+func SBOMJSON(name string, tree *rootfs.Sealed, ep time.Time, treeDigest string, pulled []Pulled, debs []Deb) ([]byte, error) {
 	treeHex := strings.TrimPrefix(treeDigest, "sha256:")
 	doc := spdxDocument{
 		SPDXVersion:       "SPDX-2.3",
@@ -171,7 +171,7 @@ func spdxIDPart(s string) string {
 // distro is what /etc/os-release says, for package URLs.
 type distro struct{ id, versionID string }
 
-func osRelease(tree *rootfs.Tree) distro {
+func osRelease(tree *rootfs.Sealed) distro {
 	d := distro{id: "debian"}
 	e, err := tree.Lookup("/etc/os-release", true)
 	if err != nil || e == nil || e.Type != rootfs.TypeRegular {

@@ -153,7 +153,7 @@ func bootDiskDir(t *testing.T, recipe, marker string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := formats.WriteTar(context.Background(), tree, base, formats.TarOptions{}); err != nil {
+	if err := formats.WriteTar(context.Background(), tree.View(), base, formats.TarOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	base.Close()

@@ -80,7 +80,7 @@ func TestLiveBootPXE(t *testing.T) {
 		t.Run(string(alg), func(t *testing.T) {
 			dir := t.TempDir()
 			start := time.Now()
-			b, err := formats.WritePXE(context.Background(), tree, dir, formats.PXEOptions{
+			b, err := formats.WritePXE(context.Background(), tree.View(), dir, formats.PXEOptions{
 				Compression: alg, MTime: harness.DefaultEpoch, Name: "live-test"})
 			if err != nil {
 				t.Fatal(err)
@@ -109,7 +109,7 @@ func TestLiveBootIPXEFromRecipe(t *testing.T) {
 	tree := liveTree(t, k)
 	dir := harness.TempDirFor65534(t)
 	var base bytes.Buffer
-	if err := formats.WriteTar(context.Background(), tree, &base, formats.TarOptions{}); err != nil {
+	if err := formats.WriteTar(context.Background(), tree.View(), &base, formats.TarOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	writeFiles(t, dir, map[string]string{
@@ -213,7 +213,7 @@ echo "stamp-disk-ok-$((6 * 7))"`
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := formats.WriteBootInitramfs(context.Background(), tree, f, formats.BootInitramfsOptions{}); err != nil {
+	if err := formats.WriteBootInitramfs(context.Background(), tree.View(), f, formats.BootInitramfsOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
