@@ -502,7 +502,7 @@ func (r *run) stat(ctx context.Context, name string, follow bool) (fs.FileInfo, 
 	if err != nil {
 		return nil, err
 	}
-	return entryInfo{e}, nil
+	return rootfs.FileInfo(path.Base(e.Path), e), nil
 }
 
 func (r *run) readDir(ctx context.Context, name string) ([]fs.DirEntry, error) {
@@ -515,45 +515,9 @@ func (r *run) readDir(ctx context.Context, name string) ([]fs.DirEntry, error) {
 	}
 	var out []fs.DirEntry
 	for _, c := range r.env.Tree.Children(e.Path) {
-		out = append(out, fs.FileInfoToDirEntry(entryInfo{r.env.Tree.Get(path.Join(e.Path, c))}))
+		out = append(out, fs.FileInfoToDirEntry(rootfs.FileInfo(c, r.env.Tree.Get(path.Join(e.Path, c)))))
 	}
 	return out, nil
-}
-
-// entryInfo is a tree entry seen as an fs.FileInfo.
-type entryInfo struct{ e *rootfs.Entry }
-
-func (i entryInfo) Name() string       { return path.Base(i.e.Path) }
-func (i entryInfo) Size() int64        { return i.e.Size }
-func (i entryInfo) ModTime() time.Time { return i.e.MTime }
-func (i entryInfo) IsDir() bool        { return i.e.Type == rootfs.TypeDir }
-func (i entryInfo) Sys() any           { return nil }
-func (i entryInfo) Mode() fs.FileMode {
-	m := fs.FileMode(i.e.Perm & 0o777)
-	if i.e.Perm&0o4000 != 0 {
-		m |= fs.ModeSetuid
-	}
-	if i.e.Perm&0o2000 != 0 {
-		m |= fs.ModeSetgid
-	}
-	if i.e.Perm&0o1000 != 0 {
-		m |= fs.ModeSticky
-	}
-	switch i.e.Type {
-	case rootfs.TypeDir:
-		m |= fs.ModeDir
-	case rootfs.TypeSymlink:
-		m |= fs.ModeSymlink
-	case rootfs.TypeChar:
-		m |= fs.ModeDevice | fs.ModeCharDevice
-	case rootfs.TypeBlock:
-		m |= fs.ModeDevice
-	case rootfs.TypeFifo:
-		m |= fs.ModeNamedPipe
-	case rootfs.TypeSocket:
-		m |= fs.ModeSocket
-	}
-	return m
 }
 
 type nopCloser struct{ *strings.Reader }

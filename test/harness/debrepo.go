@@ -82,58 +82,10 @@ const debRepoFormat = "stamp-test-debrepo/1"
 // changing anything in it.
 func DebRepoFor(t testing.TB) *DebRepo {
 	t.Helper()
-	RequireTools(t, "apt-get", "apt-cache", "apt-ftparchive", "gpg", "dpkg-deb", "dpkg")
-	root := filepath.Join(cacheRoot(), "debrepo")
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// The base cache's lock: the deb cache is shared with the base fixture.
-	if err := os.MkdirAll(filepath.Join(cacheRoot(), "base"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	unlock, err := lockFile(filepath.Join(cacheRoot(), "base", ".lock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
 	var reqs [][]string
 	reqs = append(reqs, DebRepoRequests...)
 	reqs = append(reqs, DpkgBasePackages)
-	names, err := aptClosure(ctx, reqs)
-	if err != nil {
-		t.Fatalf("debrepo: %v", err)
-	}
-	debs, err := cachedDebs(ctx, names, t.Logf)
-	if err != nil {
-		t.Fatalf("debrepo: %v", err)
-	}
-	h := sha256.New()
-	fmt.Fprint(h, debRepoFormat)
-	for _, d := range debs {
-		fmt.Fprintf(h, "\x00%s", filepath.Base(d))
-	}
-	dir := filepath.Join(root, hex.EncodeToString(h.Sum(nil)[:8]))
-	if _, err := os.Stat(filepath.Join(dir, "dists", "stamp", "InRelease")); err == nil {
-		return loadDebRepo(dir)
-	}
-	gnupg, err := repoKey(ctx, filepath.Join(root, "gnupg"))
-	if err != nil {
-		t.Fatalf("debrepo: signing key: %v", err)
-	}
-	tmp := dir + ".tmp"
-	os.RemoveAll(tmp)
-	if _, err := BuildDebRepo(ctx, tmp, debs, gnupg); err != nil {
-		os.RemoveAll(tmp)
-		t.Fatalf("debrepo: %v", err)
-	}
-	os.RemoveAll(dir)
-	if err := os.Rename(tmp, dir); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("debrepo: built %s with %d packages", dir, len(debs))
-	return loadDebRepo(dir)
+	return debRepoOf(t, reqs)
 }
 
 // loadDebRepo reads back what buildDebRepo laid out in dir, flat or not.

@@ -262,6 +262,7 @@ func debRepoOf(t testing.TB, reqs [][]string) *DebRepo {
 	t.Helper()
 	RequireTools(t, "apt-get", "apt-cache", "apt-ftparchive", "gpg", "dpkg-deb", "dpkg")
 	root := filepath.Join(cacheRoot(), "debrepo")
+	// The base cache's lock: the deb cache is shared with the base fixture.
 	if err := os.MkdirAll(filepath.Join(cacheRoot(), "base"), 0o755); err != nil {
 		t.Fatal(err)
 	}
