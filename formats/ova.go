@@ -109,7 +109,8 @@ func (ovaFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base s
 			return err
 		}
 		h := sha256.New()
-		if _, err := io.Copy(io.MultiWriter(tw, h), tmp); err != nil {
+		// A cancelled build stops within one read of the disk.
+		if _, err := io.Copy(io.MultiWriter(tw, h), &tarCtxReader{ctx: ctx, r: tmp}); err != nil {
 			return fmt.Errorf("%s: %w", diskName, err)
 		}
 		ovfSum := sha256.Sum256(ovf)
