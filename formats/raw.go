@@ -47,7 +47,7 @@ type PartitionSpec struct {
 
 // BootSpec places a boot loader on a raw disk.
 type BootSpec struct {
-	Loader  string // systemd-boot | none
+	Loader  string // systemd-boot | shim (Secure Boot) | none
 	Cmdline string
 	BIOS    bool
 }
@@ -148,12 +148,12 @@ func planDisk(ctx context.Context, src *Source, spec *RawSpec) (_ *diskPlan, err
 	loader := "none"
 	if spec.Boot != nil {
 		switch {
-		case spec.Boot.Loader == "systemd-boot" || spec.Boot.Loader == "none":
+		case spec.Boot.Loader == "systemd-boot" || spec.Boot.Loader == "shim" || spec.Boot.Loader == "none":
 			loader = spec.Boot.Loader
 		case spec.Boot.Loader == "":
 			loader = "systemd-boot"
 		default:
-			return nil, fmt.Errorf("boot.loader: %q is not supported; use systemd-boot or none", spec.Boot.Loader)
+			return nil, fmt.Errorf("boot.loader: %q is not supported; use systemd-boot, shim or none", spec.Boot.Loader)
 		}
 	}
 	var root, esp *plannedPart
@@ -223,15 +223,19 @@ func planDisk(ctx context.Context, src *Source, spec *RawSpec) (_ *diskPlan, err
 		p.cleanup = append(p.cleanup, func() { view.Close() })
 		root.tree = view.View()
 	}
-	if loader == "systemd-boot" {
+	if loader != "none" {
 		if esp == nil || esp.vfat == nil {
-			return nil, errors.New("boot.loader: systemd-boot needs a partition of type esp with filesystem vfat")
+			return nil, fmt.Errorf("boot.loader: %s needs a partition of type esp with filesystem vfat", loader)
 		}
 		cmdline := ""
 		if spec.Boot != nil {
 			cmdline = spec.Boot.Cmdline
 		}
-		files, err := espFiles(ctx, src, disk.FormatUUID(root.gpt.GUID), cmdline)
+		espFilesOf := espFiles
+		if loader == "shim" {
+			espFilesOf = shimESPFiles
+		}
+		files, err := espFilesOf(ctx, src, disk.FormatUUID(root.gpt.GUID), cmdline)
 		if err != nil {
 			return nil, err
 		}
@@ -245,7 +249,7 @@ func planDisk(ctx context.Context, src *Source, spec *RawSpec) (_ *diskPlan, err
 			}
 		}
 	} else if spec.Boot != nil && spec.Boot.BIOS {
-		return nil, errors.New("boot.bios: BIOS boot needs loader systemd-boot: GRUB boots BIOS machines from the kernel and initramfs it puts on the ESP")
+		return nil, errors.New("boot.bios: BIOS boot needs loader systemd-boot or shim: GRUB boots BIOS machines from the kernel and initramfs they put on the ESP")
 	}
 	if err := p.sizePartitions(diskSize); err != nil {
 		return nil, err
@@ -411,31 +415,39 @@ func espFiles(ctx context.Context, src *Source, rootPartUUID, cmdline string) ([
 	if err != nil {
 		return nil, fmt.Errorf("boot.loader: systemd-boot needs %s in the tree (Debian's systemd-boot-efi package): %w", sdboot, err)
 	}
-	kpath, ver, err := KernelOf(t)
+	kernel, initrd, err := espKernelFiles(ctx, src, "systemd-boot")
 	if err != nil {
-		return nil, fmt.Errorf("boot.loader: systemd-boot needs a kernel in /boot: %w", err)
-	}
-	kernel := t.Get(kpath)
-	var initrd espFile
-	if e, err := treeFile(t, "/boot/initrd.img-"+ver); err == nil {
-		initrd = treeFATFile(espInitrd, t, e)
-	} else {
-		// No initramfs of the tree's own: make the small one that finds the
-		// root by the PARTUUID the loader entry names.
-		var b bytes.Buffer
-		if err := WriteBootInitramfs(ctx, t, &b, BootInitramfsOptions{KernelVersion: ver}); err != nil {
-			return nil, fmt.Errorf("boot.loader: the tree has no /boot/initrd.img-%s, and making one failed: %w", ver, err)
-		}
-		initrd = bytesFATFile(espInitrd, b.Bytes())
+		return nil, err
 	}
 	entry := fmt.Sprintf("title %s\nlinux %s\ninitrd %s\noptions %s\n", src.Name, espKernel, espInitrd, kernelOptions(rootPartUUID, cmdline))
 	return []espFile{
 		treeFATFile("/EFI/BOOT/"+arch.bootFile, t, boot),
 		bytesFATFile(loaderConf, []byte("default node.conf\ntimeout 0\nconsole-mode keep\n")),
 		bytesFATFile(loaderEntry, []byte(entry)),
-		treeFATFile(espKernel, t, kernel),
+		kernel,
 		initrd,
 	}, nil
+}
+
+// espKernelFiles are the tree's newest kernel and its initramfs for the
+// ESP, where loader boots them.
+func espKernelFiles(ctx context.Context, src *Source, loader string) (kernel, initrd espFile, err error) {
+	t := src.Tree
+	kpath, ver, err := KernelOf(t)
+	if err != nil {
+		return kernel, initrd, fmt.Errorf("boot.loader: %s needs a kernel in /boot: %w", loader, err)
+	}
+	kernel = treeFATFile(espKernel, t, t.Get(kpath))
+	if e, err := treeFile(t, "/boot/initrd.img-"+ver); err == nil {
+		return kernel, treeFATFile(espInitrd, t, e), nil
+	}
+	// No initramfs of the tree's own: make the small one that finds the
+	// root by the PARTUUID the loader entry names.
+	var b bytes.Buffer
+	if err := WriteBootInitramfs(ctx, t, &b, BootInitramfsOptions{KernelVersion: ver}); err != nil {
+		return kernel, initrd, fmt.Errorf("boot.loader: the tree has no /boot/initrd.img-%s, and making one failed: %w", ver, err)
+	}
+	return kernel, bytesFATFile(espInitrd, b.Bytes()), nil
 }
 
 // treeFile finds the regular file at p, following symlinks as the image
