@@ -7,10 +7,10 @@ package recipes
 // when the recipe lists no partitions: room for GRUB's core.img.
 var biosPartition = Partition{Name: "bios", Type: "bios", Size: 1 << 20, Filesystem: "none"}
 
-// biosLoaderMsg says why boot.bios needs systemd-boot: GRUB for i386-pc
-// boots BIOS machines from the kernel and initramfs that systemd-boot's
-// ESP holds, beside it.
-const biosLoaderMsg = "BIOS boot needs loader systemd-boot (GRUB boots BIOS machines from the kernel and initramfs it puts on the ESP), not %s"
+// biosLoaderMsg says why boot.bios needs systemd-boot or shim: GRUB for
+// i386-pc boots BIOS machines from the kernel and initramfs that their ESP
+// holds, beside them.
+const biosLoaderMsg = "BIOS boot needs loader systemd-boot or shim (GRUB boots BIOS machines from the kernel and initramfs they put on the ESP), not %s"
 
 // checkFirmware fails an ova with firmware bios whose raw disk does not
 // boot by BIOS.

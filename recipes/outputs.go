@@ -341,8 +341,8 @@ func (d *decoder) checkPartitions(on *outputNode) {
 	case count["esp"] > 1:
 		d.fail(at, field, "a raw disk may have one ESP, got %d", count["esp"])
 	}
-	if o.Boot != nil && o.Boot.Loader == "systemd-boot" && count["esp"] == 0 {
-		d.fail(on.seen["boot"], child(o.Field, "boot.loader"), "systemd-boot needs a partition of type esp")
+	if o.Boot != nil && (o.Boot.Loader == "systemd-boot" || o.Boot.Loader == "shim") && count["esp"] == 0 {
+		d.fail(on.seen["boot"], child(o.Field, "boot.loader"), "%s needs a partition of type esp", o.Boot.Loader)
 	}
 	if o.Boot != nil && o.Boot.BIOS && count["bios"] == 0 {
 		d.fail(on.seen["boot"], child(o.Field, "boot.bios"), "BIOS boot needs a partition of type bios (1MiB) for GRUB's core.img")
@@ -401,11 +401,13 @@ func (d *decoder) partition(n *yaml.Node, field string) Partition {
 func (d *decoder) boot(n *yaml.Node, field string) Boot {
 	b := Boot{Loader: "systemd-boot"}
 	seen := d.mapping(n, field, map[string]handler{
-		"loader":  func(v *yaml.Node, f string) { b.Loader = d.enum(v, f, "loader", "systemd-boot", "grub", "none") },
+		"loader": func(v *yaml.Node, f string) {
+			b.Loader = d.enum(v, f, "loader", "systemd-boot", "shim", "grub", "none")
+		},
 		"cmdline": func(v *yaml.Node, f string) { b.Cmdline = d.str(v, f) },
 		"bios":    func(v *yaml.Node, f string) { b.BIOS = d.boolean(v, f) },
 	})
-	if seen != nil && b.BIOS && b.Loader != "systemd-boot" {
+	if seen != nil && b.BIOS && b.Loader != "systemd-boot" && b.Loader != "shim" {
 		d.fail(seen["bios"], child(field, "bios"), biosLoaderMsg, b.Loader)
 	}
 	return b

@@ -347,9 +347,9 @@ type Partition struct {
 
 // Boot places a boot loader on a raw disk.
 type Boot struct {
-	Loader  string // systemd-boot | grub | none
+	Loader  string // systemd-boot | shim (Secure Boot) | grub | none
 	Cmdline string
 	// BIOS also boots legacy BIOS machines, with GRUB for i386-pc in a
-	// partition of type bios; it needs loader systemd-boot.
+	// partition of type bios; it needs loader systemd-boot or shim.
 	BIOS bool
 }
