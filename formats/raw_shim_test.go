@@ -201,3 +201,22 @@ func TestPESigned(t *testing.T) {
 		}
 	}
 }
+
+// TestRawShimBIOS: a Secure Boot disk may boot BIOS machines too: GRUB for
+// i386-pc in the BIOS boot partition boots the same kernel and initramfs,
+// and the ESP is the one loader shim lays out without BIOS.
+func TestRawShimBIOS(t *testing.T) {
+	harness.RequireTools(t, "sgdisk", "grub-mkimage")
+	spec := shimSpec()
+	spec.Partitions = append([]PartitionSpec{{Name: "bios", Type: "bios", Size: 1 << 20, Filesystem: "none"}}, spec.Partitions...)
+	spec.Boot.BIOS = true
+	img, res := writeRaw(t, rawSource(shimTestTree(t), "amd64"), spec)
+	sgdiskClean(t, img)
+	if err := rawBootsBIOS(img); err != nil {
+		t.Errorf("BIOSBoot: %v", err)
+	}
+	_, plain := writeRaw(t, rawSource(shimTestTree(t), "amd64"), shimSpec())
+	if !slices.Equal(res.Adds, plain.Adds) {
+		t.Errorf("the ESP with BIOS boot:\n%s\nwithout:\n%s", strings.Join(res.Adds, "\n"), strings.Join(plain.Adds, "\n"))
+	}
+}
