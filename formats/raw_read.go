@@ -194,6 +194,7 @@ func readDisk(ctx context.Context, r io.ReaderAt, size int64, im *Image) error {
 			fsys.UUID, fsys.Label = fmt.Sprintf("%04X-%04X", ffs.VolumeID>>16, ffs.VolumeID&0xffff), ffs.Label
 			fsys.Facts = []Fact{{"type", fmt.Sprint(g.Type)}, {"clusters", fmt.Sprint(g.Clusters)},
 				{"sectors-per-cluster", fmt.Sprint(g.SectorsPerCluster)}, {"volume-id", fsys.UUID}, {"label", ffs.Label}}
+			fsys.Facts = append(fsys.Facts, secureBootFacts(ffs)...)
 			if entries, err = readFAT(ctx, ffs); err != nil {
 				return fmt.Errorf("partition %d (%s): %w", i+1, p.Name, err)
 			}

@@ -1,11 +1,14 @@
 package formats
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"strings"
 
 	"github.com/stamp-dev/stamp/rootfs"
 )
@@ -162,4 +165,24 @@ func peSigned(r io.ReaderAt, size int64) error {
 		return fmt.Errorf("its certificate is of type %#x, not an Authenticode signature", typ)
 	}
 	return nil
+}
+
+// secureBootFacts says, for inspect, that an ESP is laid out as loader shim
+// lays it out, and whether shim, GRUB and the kernel each carry a
+// signature; nothing for another ESP.
+func secureBootFacts(esp fs.FS) []Fact {
+	if _, err := fs.Stat(esp, espGrubConfig[1:]); err != nil {
+		return nil
+	}
+	var parts []string
+	for _, p := range []string{espShim, espGrub, espKernel} {
+		state := "signed"
+		if b, err := fs.ReadFile(esp, p[1:]); err != nil {
+			state = "missing"
+		} else if peSigned(bytes.NewReader(b), int64(len(b))) != nil {
+			state = "unsigned"
+		}
+		parts = append(parts, p+" "+state)
+	}
+	return []Fact{{"secure-boot", "shim: " + strings.Join(parts, ", ")}}
 }

@@ -109,6 +109,14 @@ func TestRawShim(t *testing.T) {
 	if back := readAdds(t, img, nil); !slices.Equal(back, res.Adds) {
 		t.Errorf("the adds read back differ from those planned:\n%s\nplanned:\n%s", strings.Join(back, "\n"), strings.Join(res.Adds, "\n"))
 	}
+	im, err := ReadEntries(t.Context(), img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fact := Fact{"secure-boot", "shim: /EFI/BOOT/BOOTX64.EFI signed, /EFI/BOOT/grubx64.efi signed, /vmlinuz signed"}
+	if len(im.Filesystems) == 0 || !slices.Contains(im.Filesystems[0].Facts, fact) {
+		t.Errorf("inspect's facts of the ESP lack %v", fact)
+	}
 	again, _ := writeRaw(t, rawSource(shimTestTree(t), "amd64"), shimSpec())
 	if a, b := fileSum(t, img), fileSum(t, again); a != b {
 		t.Errorf("two builds differ: %s and %s", a, b)
