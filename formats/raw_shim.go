@@ -81,7 +81,13 @@ func shimESPFiles(ctx context.Context, src *Source, rootPartUUID, cmdline string
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := grubBIOSConfig(kernelOptions(rootPartUUID, cmdline))
+	// GRUB's parser would escape a quote or a backslash with a backslash,
+	// which the kernel does not read.
+	options := kernelOptions(rootPartUUID, cmdline)
+	if strings.ContainsAny(options, `'"\`) {
+		return nil, fmt.Errorf("boot.cmdline: %q: signed GRUB cannot pass quotes or backslashes to the kernel unchanged", cmdline)
+	}
+	cfg, err := grubBIOSConfig(options)
 	if err != nil {
 		return nil, err
 	}

@@ -160,6 +160,7 @@ func TestRawShimRefusals(t *testing.T) {
 			}
 		}, "amd64", "boot.loader: shim needs a kernel in /boot"},
 		{"arm64", nil, "arm64", "boot.loader: shim is Debian's signed shim for amd64, not arm64"},
+		{"quote", nil, "amd64", `boot.cmdline: "console=ttyS0 x=\"a b\"": signed GRUB cannot pass quotes or backslashes`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tree := shimTestTree(t)
@@ -167,7 +168,11 @@ func TestRawShimRefusals(t *testing.T) {
 				c.edit(t, tree)
 			}
 			dir := t.TempDir()
-			_, err := rawFormat{}.Write(t.Context(), rawSource(tree, c.arch), &Spec{Format: "raw", Name: "raw", Options: shimSpec()}, dir, "node")
+			spec := shimSpec()
+			if c.name == "quote" {
+				spec.Boot.Cmdline = `console=ttyS0 x="a b"`
+			}
+			_, err := rawFormat{}.Write(t.Context(), rawSource(tree, c.arch), &Spec{Format: "raw", Name: "raw", Options: spec}, dir, "node")
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("got %v, want %q", err, c.want)
 			}
