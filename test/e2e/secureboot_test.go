@@ -156,8 +156,12 @@ func TestDiskBootsSecureBoot(t *testing.T) {
 			t.Fatalf("%s %s: %v\n%s", strings.Join(c.tool, " "), c.p.Name, err, b)
 		}
 	}
+	const fact = "secure-boot: shim: /EFI/BOOT/BOOTX64.EFI signed, /EFI/BOOT/grubx64.efi signed, /vmlinuz signed"
 	for _, p := range []string{raw, filepath.Join(out, "secure-boot.qcow2")} {
 		stamp(t, dir, nil, "inspect", "--check", p).mustSucceed(t)
+		if r := stamp(t, dir, nil, "inspect", p).mustSucceed(t); !strings.Contains(r.stdout, fact) {
+			t.Errorf("inspect %s does not say %q:\n%s", filepath.Base(p), fact, r.stdout)
+		}
 	}
 
 	other := filepath.Join(harness.TempDirFor65534(t), "out")
