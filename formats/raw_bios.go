@@ -188,15 +188,7 @@ func copyTreeFile(t *rootfs.Sealed, e *rootfs.Entry, dst string) error {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+	return rootfs.CopyToNewFile(dst, 0o644, in)
 }
 
 // place patches both images for where core.img lies, as grub-bios-setup

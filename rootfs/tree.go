@@ -685,3 +685,18 @@ func rel(p string) string {
 	}
 	return p[1:]
 }
+
+// CopyToNewFile writes r into a file at the host path dst that must not
+// exist yet, with perm: how a tree's file is staged outside it for a host
+// program (grub-mkimage, depmod) to read.
+func CopyToNewFile(dst string, perm os.FileMode, r io.Reader) error {
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, r); err != nil {
+		out.Close()
+		return fmt.Errorf("%s: %w", dst, err)
+	}
+	return out.Close()
+}

@@ -276,15 +276,7 @@ func stageFile(t *rootfs.Tree, rp, dst string) error {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o700)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+	return rootfs.CopyToNewFile(dst, 0o700, in)
 }
 
 // stageTree mirrors the directory at the resolved tree path dir into host:
