@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -47,36 +48,7 @@ func TestDiskBootsBIOS(t *testing.T) {
 	stamp(t, dir, nil, "build", "recipe.yaml", "-o", out).mustSucceed(t)
 	raw := filepath.Join(out, "bios-boot.raw")
 
-	if b, err := exec.Command(harness.Tool(t, "sgdisk"), "-v", raw).CombinedOutput(); err != nil ||
-		!strings.Contains(string(b), "No problems found") || strings.Contains(string(b), "Warning") {
-		t.Fatalf("sgdisk -v: %v\n%s", err, b)
-	}
-	f, err := os.Open(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fi, _ := f.Stat()
-	_, parts, err := disk.ReadGPT(f, fi.Size())
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(parts) != 3 || parts[0].Type != disk.TypeBIOSBoot || parts[1].Type != disk.TypeESP {
-		t.Fatalf("partitions: %+v", parts)
-	}
-	for _, c := range []struct {
-		p    disk.Partition
-		tool []string
-	}{{parts[1], []string{"fsck.vfat", "-n"}}, {parts[2], []string{"e2fsck", "-fn"}}} {
-		img := filepath.Join(t.TempDir(), c.p.Name+".img")
-		if b, err := exec.Command("dd", "if="+raw, "of="+img, "bs=1M", "conv=sparse", "status=none",
-			"skip="+strconv.FormatInt(c.p.Start>>20, 10), "count="+strconv.FormatInt(c.p.Size>>20, 10)).CombinedOutput(); err != nil {
-			t.Fatalf("dd: %v\n%s", err, b)
-		}
-		if b, err := exec.Command(harness.Tool(t, c.tool[0]), append(c.tool[1:], img)...).CombinedOutput(); err != nil {
-			t.Fatalf("%s %s: %v\n%s", strings.Join(c.tool, " "), c.p.Name, err, b)
-		}
-	}
+	checkRawDisk(t, raw, disk.TypeBIOSBoot, disk.TypeESP, disk.TypeRootAMD64)
 	for _, p := range []string{raw, filepath.Join(out, "bios-boot.ova")} {
 		stamp(t, dir, nil, "inspect", "--check", p).mustSucceed(t)
 	}
@@ -121,4 +93,51 @@ func commandLine(log string) string {
 		}
 	}
 	return ""
+}
+
+// checkRawDisk runs the real validators on a raw disk: sgdisk -v on the
+// GPT, whose partitions must have the types given, in order; fsck.vfat -n
+// on each ESP and e2fsck -fn on each root, each copied out with dd.
+func checkRawDisk(t *testing.T, raw string, types ...string) {
+	t.Helper()
+	if b, err := exec.Command(harness.Tool(t, "sgdisk"), "-v", raw).CombinedOutput(); err != nil ||
+		!strings.Contains(string(b), "No problems found") || strings.Contains(string(b), "Warning") {
+		t.Fatalf("sgdisk -v: %v\n%s", err, b)
+	}
+	f, err := os.Open(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := f.Stat()
+	_, parts, err := disk.ReadGPT(f, fi.Size())
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range parts {
+		got = append(got, p.Type)
+	}
+	if !slices.Equal(got, types) {
+		t.Fatalf("partition types %v, want %v", got, types)
+	}
+	for _, p := range parts {
+		var tool []string
+		switch p.Type {
+		case disk.TypeESP:
+			tool = []string{"fsck.vfat", "-n"}
+		case disk.TypeRootAMD64:
+			tool = []string{"e2fsck", "-fn"}
+		default:
+			continue
+		}
+		img := filepath.Join(t.TempDir(), p.Name+".img")
+		if b, err := exec.Command("dd", "if="+raw, "of="+img, "bs=1M", "conv=sparse", "status=none",
+			"skip="+strconv.FormatInt(p.Start>>20, 10), "count="+strconv.FormatInt(p.Size>>20, 10)).CombinedOutput(); err != nil {
+			t.Fatalf("dd: %v\n%s", err, b)
+		}
+		if b, err := exec.Command(harness.Tool(t, tool[0]), append(tool[1:], img)...).CombinedOutput(); err != nil {
+			t.Fatalf("%s %s: %v\n%s", strings.Join(tool, " "), p.Name, err, b)
+		}
+	}
 }

@@ -3,9 +3,7 @@ package e2e
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -126,36 +124,7 @@ func TestDiskBootsSecureBoot(t *testing.T) {
 	out := filepath.Join(dir, "out")
 	stamp(t, dir, nil, "build", "recipe.yaml", "-o", out).mustSucceed(t)
 	raw := filepath.Join(out, "secure-boot.raw")
-	if b, err := exec.Command(harness.Tool(t, "sgdisk"), "-v", raw).CombinedOutput(); err != nil ||
-		!strings.Contains(string(b), "No problems found") || strings.Contains(string(b), "Warning") {
-		t.Fatalf("sgdisk -v: %v\n%s", err, b)
-	}
-	f, err := os.Open(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fi, _ := f.Stat()
-	_, parts, err := disk.ReadGPT(f, fi.Size())
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(parts) != 2 || parts[0].Type != disk.TypeESP {
-		t.Fatalf("partitions: %+v", parts)
-	}
-	for _, c := range []struct {
-		p    disk.Partition
-		tool []string
-	}{{parts[0], []string{"fsck.vfat", "-n"}}, {parts[1], []string{"e2fsck", "-fn"}}} {
-		img := filepath.Join(t.TempDir(), c.p.Name+".img")
-		if b, err := exec.Command("dd", "if="+raw, "of="+img, "bs=1M", "conv=sparse", "status=none",
-			"skip="+strconv.FormatInt(c.p.Start>>20, 10), "count="+strconv.FormatInt(c.p.Size>>20, 10)).CombinedOutput(); err != nil {
-			t.Fatalf("dd: %v\n%s", err, b)
-		}
-		if b, err := exec.Command(harness.Tool(t, c.tool[0]), append(c.tool[1:], img)...).CombinedOutput(); err != nil {
-			t.Fatalf("%s %s: %v\n%s", strings.Join(c.tool, " "), c.p.Name, err, b)
-		}
-	}
+	checkRawDisk(t, raw, disk.TypeESP, disk.TypeRootAMD64)
 	const fact = "secure-boot: shim: /EFI/BOOT/BOOTX64.EFI signed, /EFI/BOOT/grubx64.efi signed, /vmlinuz signed"
 	for _, p := range []string{raw, filepath.Join(out, "secure-boot.qcow2")} {
 		stamp(t, dir, nil, "inspect", "--check", p).mustSucceed(t)
