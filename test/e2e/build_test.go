@@ -122,6 +122,10 @@ func removedBySeal(p string) bool {
 			return true
 		}
 	}
+	// /run is a tmpfs at boot; Seal keeps only /run/lock.
+	if strings.HasPrefix(p, "/run/") && p != "/run/lock" && !strings.HasPrefix(p, "/run/lock/") {
+		return true
+	}
 	return p == "/var/lib/systemd/random-seed"
 }
 
