@@ -345,15 +345,27 @@ func ServeDebRepo(t testing.TB, dir string) string {
 // carries apt's output.
 func AptSimulate(t testing.TB, r *DebRepo, repoURL, status string, pkgs ...string) ([]string, error) {
 	t.Helper()
+	return aptSimulate(t, fmt.Sprintf("deb [signed-by=%s] %s %s %s\n", r.Keyring, repoURL, r.Suite, r.Component), status, pkgs...)
+}
+
+// aptSimulate is AptSimulate over the sources.list text src; an empty
+// status stands for an empty system.
+func aptSimulate(t testing.TB, src, status string, pkgs ...string) ([]string, error) {
+	t.Helper()
 	dir := t.TempDir()
 	for _, d := range []string{"lists/partial", "cache/archives/partial", "etc/sources.list.d", "etc/preferences.d", "etc/apt.conf.d", "log"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	src := fmt.Sprintf("deb [signed-by=%s] %s %s %s\n", r.Keyring, repoURL, r.Suite, r.Component)
 	if err := os.WriteFile(filepath.Join(dir, "etc", "sources.list"), []byte(src), 0o644); err != nil {
 		t.Fatal(err)
+	}
+	if status == "" {
+		status = filepath.Join(dir, "status")
+		if err := os.WriteFile(status, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	opts := AptOptions(dir, status)
 	upd := exec.Command("apt-get", append(opts, "update")...)

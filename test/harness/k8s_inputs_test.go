@@ -216,39 +216,9 @@ func TestK8sInputs(t *testing.T) {
 // trusted through its keyring), from an empty dpkg status.
 func aptSimulateFrom(t testing.TB, repos []*DebRepo, pkgs ...string) ([]string, error) {
 	t.Helper()
-	dir := t.TempDir()
-	for _, d := range []string{"lists/partial", "cache/archives/partial", "etc/sources.list.d", "etc/preferences.d", "etc/apt.conf.d", "log"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
 	var src strings.Builder
 	for _, r := range repos {
 		fmt.Fprintf(&src, "deb [signed-by=%s] %s %s %s\n", r.Keyring, r.FileURL(), r.Suite, r.Component)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "etc", "sources.list"), []byte(src.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	status := filepath.Join(dir, "status")
-	if err := os.WriteFile(status, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	opts := AptOptions(dir, status)
-	if out, err := exec.Command("apt-get", append(opts, "update")...).CombinedOutput(); err != nil {
-		t.Fatalf("apt-get update: %v\n%s", err, out)
-	}
-	args := append(opts, "install", "--simulate", "--no-install-recommends")
-	out, err := exec.Command("apt-get", append(args, pkgs...)...).CombinedOutput()
-	if err != nil {
-		return nil, fmt.Errorf("apt-get install --simulate %s: %w\n%s", strings.Join(pkgs, " "), err, out)
-	}
-	var got []string
-	for _, l := range strings.Split(string(out), "\n") {
-		f := strings.Fields(l)
-		if len(f) >= 3 && f[0] == "Inst" && strings.HasPrefix(f[2], "(") {
-			got = append(got, f[1]+"="+strings.TrimPrefix(f[2], "("))
-		}
-	}
-	sort.Strings(got)
-	return got, nil
+	return aptSimulate(t, src.String(), "", pkgs...)
 }

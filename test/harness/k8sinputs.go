@@ -2,8 +2,6 @@ package harness
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -126,48 +124,5 @@ var K8sNodeDebianPackages = []string{"iptables", "iproute2", "mount", "conntrack
 // without any host's package lists.
 func K8sDebianDepsRepo(t testing.TB) *DebRepo {
 	t.Helper()
-	RequireTools(t, "apt-get", "apt-ftparchive", "gpg", "dpkg-deb")
-	if err := os.MkdirAll(filepath.Join(cacheRoot(), "base"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// The deb cache is shared with the base fixture, under its lock.
-	unlock, err := lockFile(filepath.Join(cacheRoot(), "base", ".lock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	names, err := aptClosure(ctx, [][]string{K8sNodeDebianPackages})
-	if err != nil {
-		t.Fatalf("k8s debian deps: %v", err)
-	}
-	debs, err := cachedDebs(ctx, names, t.Logf)
-	if err != nil {
-		t.Fatalf("k8s debian deps: %v", err)
-	}
-	h := sha256.New()
-	fmt.Fprint(h, debRepoFormat)
-	for _, d := range debs {
-		fmt.Fprintf(h, "\x00%s", filepath.Base(d))
-	}
-	dir := filepath.Join(k8sCacheDir(), "debian-deps-"+hex.EncodeToString(h.Sum(nil)[:8]))
-	if _, err := os.Stat(filepath.Join(dir, "dists", "stamp", "InRelease")); err == nil {
-		return loadDebRepo(dir)
-	}
-	gnupg, err := repoKey(ctx, filepath.Join(cacheRoot(), "debrepo", "gnupg")) // under the base lock, held above
-	if err != nil {
-		t.Fatalf("k8s debian deps: signing key: %v", err)
-	}
-	tmp := dir + ".tmp"
-	os.RemoveAll(tmp)
-	if _, err := BuildDebRepo(ctx, tmp, debs, gnupg); err != nil {
-		os.RemoveAll(tmp)
-		t.Fatalf("k8s debian deps: %v", err)
-	}
-	os.RemoveAll(dir)
-	if err := os.Rename(tmp, dir); err != nil {
-		t.Fatal(err)
-	}
-	return loadDebRepo(dir)
+	return debRepoOf(t, [][]string{K8sNodeDebianPackages})
 }
