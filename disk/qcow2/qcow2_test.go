@@ -45,15 +45,6 @@ func writeQcow2(t testing.TB, raw, out string, o Options) (st *Stats) {
 	return st
 }
 
-func qemuImg(t testing.TB, args ...string) string {
-	t.Helper()
-	out, err := exec.Command(harness.Tool(t, "qemu-img"), args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("qemu-img %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
 func fileSum(t testing.TB, p string) [32]byte {
 	b, err := os.ReadFile(p)
 	if err != nil {
@@ -70,15 +61,15 @@ func TestQemuAgrees(t *testing.T) {
 		t.Run(fmt.Sprintf("compress=%v", compress), func(t *testing.T) {
 			img := filepath.Join(t.TempDir(), "disk.qcow2")
 			st := writeQcow2(t, raw, img, Options{Compress: compress})
-			out := qemuImg(t, "check", img)
+			out := harness.QemuImg(t, "check", img)
 			if !strings.Contains(out, "No errors were found on the image.") {
 				t.Fatalf("qemu-img check:\n%s", out)
 			}
-			out = qemuImg(t, "compare", "-f", "raw", "-F", "qcow2", raw, img)
+			out = harness.QemuImg(t, "compare", "-f", "raw", "-F", "qcow2", raw, img)
 			if !strings.Contains(out, "Images are identical.") {
 				t.Fatalf("qemu-img compare:\n%s", out)
 			}
-			info := qemuImg(t, "info", img)
+			info := harness.QemuImg(t, "info", img)
 			for _, want := range []string{"file format: qcow2", fmt.Sprintf("virtual size: 64 MiB (%d bytes)", size), "cluster_size: 65536", "compat: 1.1", "refcount bits: 16"} {
 				if !strings.Contains(info, want) {
 					t.Errorf("qemu-img info lacks %q:\n%s", want, info)
@@ -166,7 +157,7 @@ func TestReadsWhatQemuWrites(t *testing.T) {
 	for _, args := range [][]string{{}, {"-c"}, {"-o", "cluster_size=4096"}, {"-c", "-o", "cluster_size=2M"}} {
 		img := filepath.Join(dir, "qemu.qcow2")
 		os.Remove(img)
-		qemuImg(t, append(append([]string{"convert", "-f", "raw", "-O", "qcow2"}, args...), raw, img)...)
+		harness.QemuImg(t, append(append([]string{"convert", "-f", "raw", "-O", "qcow2"}, args...), raw, img)...)
 		checkReader(t, raw, img)
 	}
 }
@@ -199,7 +190,7 @@ func TestEmptyAndTinyDisks(t *testing.T) {
 		os.WriteFile(raw, bytes.Repeat([]byte{0xAB}, int(size)), 0o644)
 		img := filepath.Join(dir, "img.qcow2")
 		writeQcow2(t, raw, img, Options{Compress: true})
-		if out := qemuImg(t, "check", img); !strings.Contains(out, "No errors") {
+		if out := harness.QemuImg(t, "check", img); !strings.Contains(out, "No errors") {
 			t.Errorf("%d bytes: %s", size, out)
 		}
 		checkReader(t, raw, img)

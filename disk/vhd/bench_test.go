@@ -1,8 +1,6 @@
 package vhd
 
 import (
-	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -12,27 +10,14 @@ import (
 // BenchmarkWriteVsQemuImg times Write and `qemu-img convert -O vpc` on the
 // same raw disk, for both types.
 func BenchmarkWriteVsQemuImg(b *testing.B) {
-	if _, err := exec.LookPath("qemu-img"); err != nil {
-		b.Fatal("no qemu-img (run test/scripts/deps.sh)")
-	}
 	raw := harness.SparseUsrDisk(b, 1<<30, 300<<20, 40<<20)
-	out := filepath.Join(b.TempDir(), "out.vhd")
+	var runs []harness.EncoderRun
 	for _, sub := range []string{"fixed", "dynamic"} {
-		b.Run("stamp/"+sub, func(b *testing.B) {
-			for b.Loop() {
-				os.Remove(out)
-				write(b, raw, out, Options{Dynamic: sub == "dynamic"})
-			}
-			harness.ReportFileSize(b, out)
-		})
-		b.Run("qemu-img/"+sub, func(b *testing.B) {
-			for b.Loop() {
-				os.Remove(out)
-				if o, err := exec.Command("qemu-img", "convert", "-f", "raw", "-O", "vpc", "-o", "subformat="+sub, raw, out).CombinedOutput(); err != nil {
-					b.Fatalf("%v\n%s", err, o)
-				}
-			}
-			harness.ReportFileSize(b, out)
+		runs = append(runs, harness.EncoderRun{
+			Name:     sub,
+			Write:    func(b *testing.B, raw, out string) { write(b, raw, out, Options{Dynamic: sub == "dynamic"}) },
+			QemuArgs: []string{"-O", "vpc", "-o", "subformat=" + sub},
 		})
 	}
+	harness.BenchEncoderVsQemuImg(b, raw, filepath.Join(b.TempDir(), "out.vhd"), runs)
 }

@@ -197,15 +197,6 @@ func TestSameBytes(t *testing.T) {
 	}
 }
 
-func qemuImg(t *testing.T, args ...string) string {
-	t.Helper()
-	out, err := exec.Command(harness.Tool(t, "qemu-img"), args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("qemu-img %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
 // vpcOpts opens a VHD in qemu at the footer's current size: qemu takes an
 // image's size from its geometry unless it knows the creator (see
 // CreatorApp).
@@ -227,7 +218,7 @@ func TestQemuImg(t *testing.T) {
 	for _, sub := range []string{"fixed", "dynamic"} {
 		out := filepath.Join(dir, sub+".vhd")
 		write(t, raw, out, Options{Dynamic: sub == "dynamic"})
-		info := qemuImg(t, "info", "--output=json", "--image-opts", vpcOpts(out))
+		info := harness.QemuImg(t, "info", "--output=json", "--image-opts", vpcOpts(out))
 		for _, want := range []string{`"format": "vpc"`, `"virtual-size": 10485760,`} {
 			if !strings.Contains(info, want) {
 				t.Errorf("%s: qemu-img info lacks %q:\n%s", sub, want, info)
@@ -237,17 +228,17 @@ func TestQemuImg(t *testing.T) {
 		// CreatorApp and the README say; this pins that claim.
 		g := CHS(10 << 20)
 		chs := fmt.Sprintf(`"virtual-size": %d,`, int64(g.Cylinders)*int64(g.Heads)*int64(g.Sectors)*Sector)
-		if info := qemuImg(t, "info", "--output=json", "-f", "vpc", out); !strings.Contains(info, chs) {
+		if info := harness.QemuImg(t, "info", "--output=json", "-f", "vpc", out); !strings.Contains(info, chs) {
 			t.Errorf("%s: qemu-img info without force_size_calc lacks %s:\n%s", sub, chs, info)
 		}
 		// The raw disk is shorter than the image's: compare treats the
 		// padding as equal only because it is zeros.
-		if got := qemuImg(t, "compare", "--image-opts", "driver=raw,file.filename="+raw, vpcOpts(out)); !strings.Contains(got, "identical") {
+		if got := harness.QemuImg(t, "compare", "--image-opts", "driver=raw,file.filename="+raw, vpcOpts(out)); !strings.Contains(got, "identical") {
 			t.Errorf("%s: qemu-img compare with the raw:\n%s", sub, got)
 		}
 		theirs := filepath.Join(dir, "qemu-"+sub+".vhd")
-		qemuImg(t, "convert", "-f", "raw", "-O", "vpc", "-o", "subformat="+sub, raw, theirs)
-		if got := qemuImg(t, "compare", "--image-opts", "driver=vpc,file.filename="+theirs, vpcOpts(out)); !strings.Contains(got, "identical") {
+		harness.QemuImg(t, "convert", "-f", "raw", "-O", "vpc", "-o", "subformat="+sub, raw, theirs)
+		if got := harness.QemuImg(t, "compare", "--image-opts", "driver=vpc,file.filename="+theirs, vpcOpts(out)); !strings.Contains(got, "identical") {
 			t.Errorf("%s: qemu-img compare with qemu-img's own:\n%s", sub, got)
 		}
 		// And the other way: our reader reads qemu-img's image as the raw.

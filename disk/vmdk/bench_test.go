@@ -1,8 +1,6 @@
 package vmdk
 
 import (
-	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -13,27 +11,14 @@ import (
 // same raw disk, for both types. The target is a stream-optimized
 // write in at most half qemu-img's time.
 func BenchmarkWriteVsQemuImg(b *testing.B) {
-	if _, err := exec.LookPath("qemu-img"); err != nil {
-		b.Fatal("no qemu-img (run test/scripts/deps.sh)")
-	}
 	raw := harness.SparseUsrDisk(b, 1<<30, 300<<20, 40<<20)
-	out := filepath.Join(b.TempDir(), "out.vmdk")
+	var runs []harness.EncoderRun
 	for _, typ := range types {
-		b.Run("stamp/"+string(typ), func(b *testing.B) {
-			for b.Loop() {
-				os.Remove(out)
-				write(b, raw, out, Options{Type: typ})
-			}
-			harness.ReportFileSize(b, out)
-		})
-		b.Run("qemu-img/"+string(typ), func(b *testing.B) {
-			for b.Loop() {
-				os.Remove(out)
-				if o, err := exec.Command("qemu-img", "convert", "-f", "raw", "-O", "vmdk", "-o", "subformat="+string(typ), raw, out).CombinedOutput(); err != nil {
-					b.Fatalf("%v\n%s", err, o)
-				}
-			}
-			harness.ReportFileSize(b, out)
+		runs = append(runs, harness.EncoderRun{
+			Name:     string(typ),
+			Write:    func(b *testing.B, raw, out string) { write(b, raw, out, Options{Type: typ}) },
+			QemuArgs: []string{"-O", "vmdk", "-o", "subformat=" + string(typ)},
 		})
 	}
+	harness.BenchEncoderVsQemuImg(b, raw, filepath.Join(b.TempDir(), "out.vmdk"), runs)
 }

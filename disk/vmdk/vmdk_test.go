@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -149,15 +148,6 @@ func TestSameBytes(t *testing.T) {
 	}
 }
 
-func qemuImg(t *testing.T, args ...string) string {
-	t.Helper()
-	out, err := exec.Command(harness.Tool(t, "qemu-img"), args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("qemu-img %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
 // TestQemuImg has qemu check both types, read the create type back, and
 // compare the disk with the raw; and our reader reads qemu-img's own
 // images of the raw as the raw.
@@ -172,20 +162,20 @@ func TestQemuImg(t *testing.T) {
 	for _, typ := range types {
 		out := filepath.Join(dir, string(typ)+".vmdk")
 		write(t, raw, out, Options{Type: typ, FileName: filepath.Base(out)})
-		if got := qemuImg(t, "check", "-f", "vmdk", out); !strings.Contains(got, "No errors were found") {
+		if got := harness.QemuImg(t, "check", "-f", "vmdk", out); !strings.Contains(got, "No errors were found") {
 			t.Errorf("%s: qemu-img check:\n%s", typ, got)
 		}
-		info := qemuImg(t, "info", "--output=json", "-f", "vmdk", out)
+		info := harness.QemuImg(t, "info", "--output=json", "-f", "vmdk", out)
 		for _, w := range []string{`"create-type": "` + string(typ) + `"`, `"virtual-size": 100663296,`} {
 			if !strings.Contains(info, w) {
 				t.Errorf("%s: qemu-img info lacks %s:\n%s", typ, w, info)
 			}
 		}
-		if got := qemuImg(t, "compare", "-f", "raw", "-F", "vmdk", raw, out); !strings.Contains(got, "identical") {
+		if got := harness.QemuImg(t, "compare", "-f", "raw", "-F", "vmdk", raw, out); !strings.Contains(got, "identical") {
 			t.Errorf("%s: qemu-img compare with the raw:\n%s", typ, got)
 		}
 		theirs := filepath.Join(dir, "qemu-"+string(typ)+".vmdk")
-		qemuImg(t, "convert", "-f", "raw", "-O", "vmdk", "-o", "subformat="+string(typ), raw, theirs)
+		harness.QemuImg(t, "convert", "-f", "raw", "-O", "vmdk", "-o", "subformat="+string(typ), raw, theirs)
 		if _, got := readBack(t, theirs); !bytes.Equal(got, want) {
 			t.Errorf("%s: qemu-img's image reads back other than the raw", typ)
 		}

@@ -5,8 +5,10 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -124,4 +126,50 @@ func EncodeDisk(tb testing.TB, raw, out string, write func(dst, src *os.File, si
 	if fi, err := dst.Stat(); err != nil || fi.Size() != n {
 		tb.Fatalf("%s is %d bytes, the encoder says %d (%v)", out, fi.Size(), n, err)
 	}
+}
+
+// EncoderRun is one way of encoding a raw disk: stamp's encoder, and the
+// same by qemu-img convert.
+type EncoderRun struct {
+	Name  string
+	Write func(b *testing.B, raw, out string)
+	// QemuArgs go after "qemu-img convert -f raw" and before the files.
+	QemuArgs []string
+}
+
+// BenchEncoderVsQemuImg times each run's Write beside qemu-img convert of
+// the same raw disk into out, as sub-benchmarks stamp/NAME and
+// qemu-img/NAME, reporting each output's size.
+func BenchEncoderVsQemuImg(b *testing.B, raw, out string, runs []EncoderRun) {
+	qemuImg := Tool(b, "qemu-img")
+	for _, r := range runs {
+		b.Run("stamp/"+r.Name, func(b *testing.B) {
+			for b.Loop() {
+				os.Remove(out)
+				r.Write(b, raw, out)
+			}
+			ReportFileSize(b, out)
+		})
+		b.Run("qemu-img/"+r.Name, func(b *testing.B) {
+			args := append(append([]string{"convert", "-f", "raw"}, r.QemuArgs...), raw, out)
+			for b.Loop() {
+				os.Remove(out)
+				if o, err := exec.Command(qemuImg, args...).CombinedOutput(); err != nil {
+					b.Fatalf("qemu-img %v: %v\n%s", args, err, o)
+				}
+			}
+			ReportFileSize(b, out)
+		})
+	}
+}
+
+// QemuImg runs qemu-img with args and returns its output, failing the test
+// when it fails.
+func QemuImg(t testing.TB, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(Tool(t, "qemu-img"), args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("qemu-img %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
 }
