@@ -426,51 +426,7 @@ type DpkgBase struct {
 // DpkgBaseFor builds (once per machine) the base with a dpkg database.
 func DpkgBaseFor(t testing.TB) *DpkgBase {
 	t.Helper()
-	RequireTools(t, "apt-get", "dpkg-deb", "dpkg")
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	names, err := aptClosure(ctx, [][]string{DpkgBasePackages})
-	if err != nil {
-		t.Fatalf("dpkg base: %v", err)
-	}
-	// Merge the closure in a fixed order with the default packages first,
-	// so the fixture files (passwd, shadow) come out as in Base.
-	order := append([]string{}, DefaultPackages...)
-	in := map[string]bool{}
-	for _, p := range order {
-		in[p] = true
-	}
-	for _, n := range names {
-		if !in[n] {
-			order = append(order, n)
-			in[n] = true
-		}
-	}
-	tarball := BaseWith(t, BaseOptions{Packages: order})
-	debs, err := cachedDebs(ctx, order, t.Logf)
-	if err != nil {
-		t.Fatalf("dpkg base: %v", err)
-	}
-	db := strings.TrimSuffix(tarball, ".tar.zst") + ".dpkgdb6.tar"
-	status := strings.TrimSuffix(tarball, ".tar.zst") + ".status"
-	if _, err := os.Stat(db); err != nil {
-		st, err := statusFor(ctx, debs)
-		if err != nil {
-			t.Fatalf("dpkg base: %v", err)
-		}
-		info, err := infoFor(ctx, debs)
-		if err != nil {
-			t.Fatalf("dpkg base: %v", err)
-		}
-		if err := writeAtomic(status, func(w io.Writer) error { _, err := w.Write(st); return err }); err != nil {
-			t.Fatal(err)
-		}
-		if err := writeAtomic(db, func(w io.Writer) error { return writeDpkgDB(w, st, info) }); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sort.Strings(order)
-	return &DpkgBase{Tarball: tarball, DB: db, Status: status, Packages: order}
+	return dpkgBaseOf(t, DpkgBasePackages, nil, ".dpkgdb6.tar")
 }
 
 // statusFor writes a dpkg status listing every .deb as installed, sorted

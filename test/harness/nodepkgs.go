@@ -43,7 +43,7 @@ var NodeBasePackages = append(append([]string{}, DpkgBasePackages...),
 // and their dependencies with a dpkg database, as DpkgBaseFor.
 func NodeBaseFor(t testing.TB) *DpkgBase {
 	t.Helper()
-	return dpkgBaseOf(t, NodeBasePackages, nodeBaseScripts)
+	return dpkgBaseOf(t, NodeBasePackages, nodeBaseScripts, ".nodedb5.tar")
 }
 
 // nodeBaseScripts are the base packages whose postinsts made what later
@@ -69,10 +69,11 @@ func NodeRepoFor(t testing.TB) *DebRepo {
 	return debRepoOf(t, [][]string{NodeDebPackages, NodeBasePackages})
 }
 
-// dpkgBaseOf is DpkgBaseFor for another package set; the postinsts of
-// the packages in configure run in a chroot of the result (so it needs
-// root) and what they made joins the database tarball.
-func dpkgBaseOf(t testing.TB, pkgs []string, configure []string) *DpkgBase {
+// dpkgBaseOf builds (once per machine) a base of pkgs' closure with a dpkg
+// database, cached beside the base tarball under its name with dbSuffix.
+// The postinsts of the packages in configure run in a chroot of the result
+// (so it needs root) and what they made joins the database tarball.
+func dpkgBaseOf(t testing.TB, pkgs, configure []string, dbSuffix string) *DpkgBase {
 	t.Helper()
 	RequireTools(t, "apt-get", "dpkg-deb", "dpkg")
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
@@ -98,7 +99,7 @@ func dpkgBaseOf(t testing.TB, pkgs []string, configure []string) *DpkgBase {
 	if err != nil {
 		t.Fatalf("dpkg base: %v", err)
 	}
-	db := strings.TrimSuffix(tarball, ".tar.zst") + ".nodedb5.tar"
+	db := strings.TrimSuffix(tarball, ".tar.zst") + dbSuffix
 	status := strings.TrimSuffix(tarball, ".tar.zst") + ".status"
 	if _, err := os.Stat(db); err != nil {
 		st, err := statusFor(ctx, debs)
@@ -120,7 +121,13 @@ func dpkgBaseOf(t testing.TB, pkgs []string, configure []string) *DpkgBase {
 		if err != nil {
 			t.Fatalf("dpkg base: %v", err)
 		}
-		if err := writeAtomic(db, func(w io.Writer) error { return appendTar(w, plain.Bytes(), extra) }); err != nil {
+		if err := writeAtomic(db, func(w io.Writer) error {
+			if len(extra) == 0 {
+				_, err := w.Write(plain.Bytes())
+				return err
+			}
+			return appendTar(w, plain.Bytes(), extra)
+		}); err != nil {
 			t.Fatal(err)
 		}
 	}
