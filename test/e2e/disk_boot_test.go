@@ -95,15 +95,8 @@ func TestDiskBoots(t *testing.T) {
 		}
 	}
 
-	other := filepath.Join(harness.TempDirFor65534(t), "out")
-	stampAs65534(t, dir, nil, "build", "recipe.yaml", "-o", other).mustSucceed(t)
-	a, b := diskSums(t, out), diskSums(t, other)
-	for _, name := range []string{"disk-boot.raw", "disk-boot.qcow2", "disk-boot.vhd", "disk-boot-dyn.vhd",
-		"disk-boot.vmdk", "disk-boot-sparse.vmdk", "disk-boot.ova", "disk-boot.tar.gz"} {
-		if a[name] == "" || a[name] != b[name] {
-			t.Errorf("%s: %q as root, %q as uid 65534", name, a[name], b[name])
-		}
-	}
+	sameAs65534(t, dir, out, "disk-boot.raw", "disk-boot.qcow2", "disk-boot.vhd", "disk-boot-dyn.vhd",
+		"disk-boot.vmdk", "disk-boot-sparse.vmdk", "disk-boot.ova", "disk-boot.tar.gz")
 
 	for _, drive := range []string{"file=" + raw + ",format=raw,if=virtio", "file=" + qcow + ",format=qcow2,if=virtio",
 		"file=" + fixed + ",format=vpc,force_size_calc=current_size,if=virtio",
@@ -137,8 +130,18 @@ func diskSums(t *testing.T, dir string) map[string]string {
 // busybox-static, systemd-boot) whose /sbin/init prints marker.
 func bootDiskDir(t *testing.T, recipe, marker string) string {
 	t.Helper()
+	dir := harness.TempDirFor65534(t)
+	writeFiles(t, dir, map[string]string{"recipe.yaml": recipe})
+	writeBaseTar(t, filepath.Join(dir, "base.tar"), bootDiskTree(t, harness.BootTreeOptions{Marker: marker, Modules: harness.BootModuleGlobs}))
+	return dir
+}
+
+// bootDiskTree is the boot kit's tree for o with systemd-boot where the raw
+// writer looks for it.
+func bootDiskTree(t *testing.T, o harness.BootTreeOptions) *rootfs.Tree {
+	t.Helper()
 	kit := harness.BootParts(t)
-	tree := kit.Tree(t, harness.BootTreeOptions{Marker: marker, Modules: harness.BootModuleGlobs})
+	tree := kit.Tree(t, o)
 	efi, err := os.ReadFile(kit.SystemdBoot)
 	if err != nil {
 		t.Fatal(err)
@@ -147,16 +150,36 @@ func bootDiskDir(t *testing.T, recipe, marker string) string {
 		rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, MTime: harness.DefaultEpoch}, strings.NewReader(string(efi))); err != nil {
 		t.Fatal(err)
 	}
-	dir := harness.TempDirFor65534(t)
-	writeFiles(t, dir, map[string]string{"recipe.yaml": recipe})
-	base, err := os.Create(filepath.Join(dir, "base.tar"))
+	return tree
+}
+
+// writeBaseTar writes tree as a tar at p that uid 65534 can read.
+func writeBaseTar(t *testing.T, p string, tree *rootfs.Tree) {
+	t.Helper()
+	f, err := os.Create(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := formats.WriteTar(context.Background(), tree.View(), base, formats.TarOptions{}); err != nil {
+	defer f.Close()
+	if err := formats.WriteTar(context.Background(), tree.View(), f, formats.TarOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	base.Close()
-	os.Chmod(base.Name(), 0o644)
-	return dir
+	if err := os.Chmod(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sameAs65534 builds recipe.yaml in dir again as uid 65534 and fails the
+// test unless each of names has the sum it has in out, the root build's
+// output directory.
+func sameAs65534(t *testing.T, dir, out string, names ...string) {
+	t.Helper()
+	other := filepath.Join(harness.TempDirFor65534(t), "out")
+	stampAs65534(t, dir, nil, "build", "recipe.yaml", "-o", other).mustSucceed(t)
+	a, b := diskSums(t, out), diskSums(t, other)
+	for _, name := range names {
+		if a[name] == "" || a[name] != b[name] {
+			t.Errorf("%s: %q as root, %q as uid 65534", name, a[name], b[name])
+		}
+	}
 }

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/stamp-dev/stamp/disk"
 	"github.com/stamp-dev/stamp/formats"
-	"github.com/stamp-dev/stamp/rootfs"
 	"github.com/stamp-dev/stamp/test/harness"
 )
 
@@ -82,36 +80,15 @@ const secureBootMarker = "stamp-secure-boot: Secure Boot is on"
 // parts fails the build before any output is written, naming boot.loader.
 func TestDiskBootsSecureBoot(t *testing.T) {
 	harness.RequireTools(t, "qemu-system-x86_64", "sgdisk", "fsck.vfat", "e2fsck", "dd")
-	kit := harness.BootParts(t)
 	signed := harness.SignedBootParts(t)
 	opts := harness.BootTreeOptions{Marker: secureBootMarker, Init: secureBootInit,
 		Modules: append([]string{"kernel/fs/efivarfs"}, harness.BootModuleGlobs...)}
-	tree := kit.Tree(t, opts)
+	tree := bootDiskTree(t, opts)
 	signed.AddTo(t, tree)
-	efi, err := os.ReadFile(kit.SystemdBoot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tree.Create("/usr/lib/systemd/boot/efi/systemd-bootx64.efi",
-		rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, MTime: harness.DefaultEpoch}, strings.NewReader(string(efi))); err != nil {
-		t.Fatal(err)
-	}
 	dir := harness.TempDirFor65534(t)
 	writeFiles(t, dir, map[string]string{"recipe.yaml": secureBootRecipe, "unsigned.yaml": secureBootUnsignedRecipe})
-	writeBase := func(name string, tree *rootfs.Tree) {
-		t.Helper()
-		f, err := os.Create(filepath.Join(dir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := formats.WriteTar(context.Background(), tree.View(), f, formats.TarOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		f.Close()
-		os.Chmod(f.Name(), 0o644)
-	}
-	writeBase("base.tar", tree)
-	writeBase("base-unsigned.tar", kit.Tree(t, opts))
+	writeBaseTar(t, filepath.Join(dir, "base.tar"), tree)
+	writeBaseTar(t, filepath.Join(dir, "base-unsigned.tar"), harness.BootParts(t).Tree(t, opts))
 
 	// Without the signed parts, nothing is written.
 	refused := filepath.Join(dir, "refused")
@@ -133,14 +110,7 @@ func TestDiskBootsSecureBoot(t *testing.T) {
 		}
 	}
 
-	other := filepath.Join(harness.TempDirFor65534(t), "out")
-	stampAs65534(t, dir, nil, "build", "recipe.yaml", "-o", other).mustSucceed(t)
-	a, b := diskSums(t, out), diskSums(t, other)
-	for _, name := range []string{"secure-boot.raw", "secure-boot.qcow2", "secure-boot-unsigned.raw"} {
-		if a[name] == "" || a[name] != b[name] {
-			t.Errorf("%s: %q as root, %q as uid 65534", name, a[name], b[name])
-		}
-	}
+	sameAs65534(t, dir, out, "secure-boot.raw", "secure-boot.qcow2", "secure-boot-unsigned.raw")
 	stamp(t, dir, nil, "verify", "recipe.yaml", "-o", filepath.Join(dir, "verify")).mustSucceed(t)
 
 	boot := func(p, format string) []string {
