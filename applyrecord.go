@@ -256,7 +256,7 @@ func (d *dirTree) mkdirs(p string, ep time.Time) ([]string, error) {
 		fi, err := d.lstat(cur)
 		if err == nil {
 			if !fi.IsDir() {
-				return nil, fmt.Errorf("%s is a %s, not a directory", cur, diskType(uint32(fi.Sys().(*syscall.Stat_t).Mode)))
+				return nil, fmt.Errorf("%s is a %s, not a directory", cur, rootfs.TypeOf(fi.Mode()))
 			}
 			break
 		}

@@ -112,7 +112,7 @@ func statNode(hp, p string, known func(string, int64) string) (*node, error) {
 		return nil, err
 	}
 	st := fi.Sys().(*syscall.Stat_t)
-	n := &node{path: p, typ: diskType(st.Mode), perm: st.Mode & 07777, ino: st.Ino, dev: st.Dev, nlink: uint64(st.Nlink)}
+	n := &node{path: p, typ: rootfs.TypeOf(fi.Mode()), perm: st.Mode & 07777, ino: st.Ino, dev: st.Dev, nlink: uint64(st.Nlink)}
 	n.Type = n.typ.String()
 	n.Mode = fmt.Sprintf("%04o", n.perm)
 	n.UID, n.GID = st.Uid, st.Gid
@@ -139,24 +139,6 @@ func statNode(hp, p string, known func(string, int64) string) (*node, error) {
 		return nil, err
 	}
 	return n, nil
-}
-
-func diskType(mode uint32) rootfs.Type {
-	switch mode & syscall.S_IFMT {
-	case syscall.S_IFDIR:
-		return rootfs.TypeDir
-	case syscall.S_IFLNK:
-		return rootfs.TypeSymlink
-	case syscall.S_IFIFO:
-		return rootfs.TypeFifo
-	case syscall.S_IFSOCK:
-		return rootfs.TypeSocket
-	case syscall.S_IFCHR:
-		return rootfs.TypeChar
-	case syscall.S_IFBLK:
-		return rootfs.TypeBlock
-	}
-	return rootfs.TypeRegular
 }
 
 // setLinks fills every hard-linked node's Links with the other paths of its

@@ -6,6 +6,7 @@ package rootfs
 
 import (
 	"fmt"
+	"io/fs"
 	"sort"
 	"time"
 )
@@ -41,6 +42,26 @@ func ParseType(s string) (Type, error) {
 		}
 	}
 	return 0, fmt.Errorf("unknown entry type %q", s)
+}
+
+// TypeOf is the type of an entry whose file mode (as os.Lstat gives it) is
+// m.
+func TypeOf(m fs.FileMode) Type {
+	switch {
+	case m.IsDir():
+		return TypeDir
+	case m&fs.ModeSymlink != 0:
+		return TypeSymlink
+	case m&fs.ModeNamedPipe != 0:
+		return TypeFifo
+	case m&fs.ModeSocket != 0:
+		return TypeSocket
+	case m&fs.ModeCharDevice != 0:
+		return TypeChar
+	case m&fs.ModeDevice != 0:
+		return TypeBlock
+	}
+	return TypeRegular
 }
 
 // IsDevice reports whether entries of this type carry device numbers.

@@ -96,7 +96,7 @@ func (t *Tree) rescan(ctx context.Context, origin Origin, owners *diskOwners) (*
 		seen[p] = true
 		st := stateOf(fi)
 		e := t.entries[p]
-		typ := diskType(fi)
+		typ := TypeOf(fi.Mode())
 		if e != nil && !sameType(e, typ, fi) {
 			if err := t.forget(p); err != nil {
 				return err
@@ -204,25 +204,6 @@ func (t *Tree) forget(p string) error {
 	delete(t.entries, p)
 	t.sorted = nil
 	return nil
-}
-
-func diskType(fi os.FileInfo) Type {
-	m := fi.Mode()
-	switch {
-	case m.IsDir():
-		return TypeDir
-	case m&os.ModeSymlink != 0:
-		return TypeSymlink
-	case m&os.ModeNamedPipe != 0:
-		return TypeFifo
-	case m&os.ModeSocket != 0:
-		return TypeSocket
-	case m&os.ModeCharDevice != 0:
-		return TypeChar
-	case m&os.ModeDevice != 0:
-		return TypeBlock
-	}
-	return TypeRegular
 }
 
 // sameType reports whether what is on disk still is what the index says;
