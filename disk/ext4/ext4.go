@@ -161,22 +161,31 @@ func room(g *geometry, lay *layout) uint64 {
 	return g.blocks - fixed
 }
 
-func fixedSizing(t *rootfs.Sealed, p *plan, size int64) (*sizing, error) {
+// sizingAt lays out a filesystem of size bytes for p and says how many
+// blocks it has room for.
+func sizingAt(p *plan, size int64) (*sizing, uint64, error) {
 	g, err := newGeometry(size)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	lay, err := newLayout(g)
 	if err != nil {
+		return nil, 0, err
+	}
+	return &sizing{p: p, size: size, g: g, lay: lay}, room(g, lay), nil
+}
+
+func fixedSizing(t *rootfs.Sealed, p *plan, size int64) (*sizing, error) {
+	s, avail, err := sizingAt(p, size)
+	if err != nil {
 		return nil, err
 	}
-	if uint64(p.maxIno) > uint64(g.inodes) {
-		return nil, fmt.Errorf("ext4: the tree needs %d inodes, a %s filesystem has %d", p.maxIno, human(size), g.inodes)
+	if uint64(p.maxIno) > uint64(s.g.inodes) {
+		return nil, fmt.Errorf("ext4: the tree needs %d inodes, a %s filesystem has %d", p.maxIno, human(size), s.g.inodes)
 	}
-	avail := room(g, lay)
 	if p.bound > avail {
 		// The bound counts holes as data; count what the content needs.
-		need, err := exactBlocks(t, p, uint64(len(lay.used))+1)
+		need, err := exactBlocks(t, p, uint64(len(s.lay.used))+1)
 		if err != nil {
 			return nil, err
 		}
@@ -185,7 +194,7 @@ func fixedSizing(t *rootfs.Sealed, p *plan, size int64) (*sizing, error) {
 				human(int64(need)*blockSize), human(size), human(int64(avail)*blockSize))
 		}
 	}
-	return &sizing{p: p, size: size, g: g, lay: lay}, nil
+	return s, nil
 }
 
 func autoSizing(p *plan, o *Options) (*sizing, error) {
@@ -202,24 +211,19 @@ func autoSizing(p *plan, o *Options) (*sizing, error) {
 	size := roundMiB(int64(content) + free)
 	for range autoSizeRetries {
 		size = max(size, minBlocks*blockSize)
-		g, err := newGeometry(size)
+		s, avail, err := sizingAt(p, size)
 		if err != nil {
 			return nil, err
 		}
-		lay, err := newLayout(g)
-		if err != nil {
-			return nil, err
-		}
-		avail := room(g, lay)
 		var grow int64
 		if avail < needBlocks {
 			grow = int64(needBlocks-avail) * blockSize
 		}
-		if uint64(g.inodes) < needInodes {
-			grow = max(grow, int64(needInodes-uint64(g.inodes))*g.ratio)
+		if uint64(s.g.inodes) < needInodes {
+			grow = max(grow, int64(needInodes-uint64(s.g.inodes))*s.g.ratio)
 		}
 		if grow == 0 {
-			return &sizing{p: p, size: size, g: g, lay: lay}, nil
+			return s, nil
 		}
 		size = roundMiB(size + grow)
 	}
