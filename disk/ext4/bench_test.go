@@ -107,35 +107,11 @@ func (r *textReader) Read(p []byte) (int, error) {
 
 // BenchmarkWrite writes the benchmark tree; compare with BenchmarkMke2fsD.
 func BenchmarkWrite(b *testing.B) {
-	tr, bytes := benchTree(b)
 	o := testOptions()
-	size, err := Plan(tr.View(), o)
-	if err != nil {
-		b.Fatal(err)
-	}
-	dir := b.TempDir()
-	b.SetBytes(bytes)
-	b.ResetTimer()
-	for i := range b.N {
-		img := filepath.Join(dir, fmt.Sprintf("%d.img", i))
-		f, err := os.Create(img)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := f.Truncate(size); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := Write(context.Background(), tr.View(), f, o); err != nil {
-			b.Fatal(err)
-		}
-		if err := f.Close(); err != nil {
-			b.Fatal(err)
-		}
-		b.StopTimer()
-		os.Remove(img)
-		b.StartTimer()
-	}
-	b.StopTimer()
+	benchImages(b, func(tr *rootfs.Tree, img *os.File) error {
+		_, err := Write(context.Background(), tr.View(), img, o)
+		return err
+	})
 	reportRSS(b)
 }
 
@@ -143,32 +119,49 @@ func BenchmarkWrite(b *testing.B) {
 // and a filesystem of the same size.
 func BenchmarkMke2fsD(b *testing.B) {
 	mke2fs := harness.Tool(b, "mke2fs")
+	benchImages(b, func(tr *rootfs.Tree, img *os.File) error {
+		cmd := exec.Command(mke2fs, "-q", "-t", "ext4", "-F", "-b", "4096", "-U", testUUIDString,
+			"-E", "hash_seed="+testSeedString+",root_owner=0:0", "-d", tr.Dir(), img.Name())
+		cmd.Env = append(os.Environ(), "E2FSPROGS_FAKE_TIME=1700000000")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("mke2fs -d: %v\n%s", err, out)
+		}
+		return nil
+	})
+}
+
+// benchImages times write on the benchmark tree, each time into a new
+// image file of the size Plan gives the tree; creating and removing the
+// file is not timed.
+func benchImages(b *testing.B, write func(tr *rootfs.Tree, img *os.File) error) {
 	tr, bytes := benchTree(b)
 	size, err := Plan(tr.View(), testOptions())
 	if err != nil {
 		b.Fatal(err)
 	}
-	dir := b.TempDir()
+	img := filepath.Join(b.TempDir(), "bench.img")
 	b.SetBytes(bytes)
 	b.ResetTimer()
-	for i := range b.N {
-		img := filepath.Join(dir, fmt.Sprintf("%d.img", i))
+	for range b.N {
+		b.StopTimer()
 		f, err := os.Create(img)
+		if err == nil {
+			err = f.Truncate(size)
+		}
 		if err != nil {
 			b.Fatal(err)
 		}
-		f.Truncate(size)
-		f.Close()
-		cmd := exec.Command(mke2fs, "-q", "-t", "ext4", "-F", "-b", "4096", "-U", testUUIDString,
-			"-E", "hash_seed="+testSeedString+",root_owner=0:0", "-d", tr.Dir(), img)
-		cmd.Env = append(os.Environ(), "E2FSPROGS_FAKE_TIME=1700000000")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			b.Fatalf("mke2fs -d: %v\n%s", err, out)
-		}
+		b.StartTimer()
+		err = write(tr, f)
 		b.StopTimer()
+		f.Close()
 		os.Remove(img)
+		if err != nil {
+			b.Fatal(err)
+		}
 		b.StartTimer()
 	}
+	b.StopTimer()
 }
 
 // reportRSS reports the process's peak resident set, tree making included.
