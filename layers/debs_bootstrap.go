@@ -49,9 +49,11 @@ func (l *Debs) requests(available []*repo.Package) ([]string, error) {
 	var extra []string
 	for _, p := range available {
 		switch {
-		case p.Essential || slices.Contains(prios, p.Priority):
-			extra = append(extra, p.Name)
 		case p.Name == "usr-is-merged":
+			// First, so that it is chosen before any package that offers
+			// usrmerge as the first alternative is resolved.
+			add(p.Name)
+		case p.Essential || slices.Contains(prios, p.Priority):
 			extra = append(extra, p.Name)
 		}
 	}

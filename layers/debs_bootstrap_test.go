@@ -7,6 +7,7 @@ import (
 
 	"github.com/stamp-dev/stamp/packages/deb"
 	"github.com/stamp-dev/stamp/packages/repo"
+	"github.com/stamp-dev/stamp/packages/resolve"
 )
 
 func TestBootstrapRequests(t *testing.T) {
@@ -21,12 +22,12 @@ func TestBootstrapRequests(t *testing.T) {
 		{Name: "jq", Priority: "optional"},
 	}
 	for _, c := range []struct{ variant, want string }{
-		{"essential", "dash usr-is-merged"},
-		{"apt", "dash usr-is-merged apt"},
-		{"minbase", "dash libc6 tzdata usr-is-merged"},
-		{"required", "dash libc6 tzdata usr-is-merged"},
-		{"important", "apt dash less libc6 tzdata usr-is-merged"},
-		{"standard", "apt dash file less libc6 tzdata usr-is-merged"},
+		{"essential", "usr-is-merged dash"},
+		{"apt", "usr-is-merged dash apt"},
+		{"minbase", "usr-is-merged dash libc6 tzdata"},
+		{"required", "usr-is-merged dash libc6 tzdata"},
+		{"important", "usr-is-merged apt dash less libc6 tzdata"},
+		{"standard", "usr-is-merged apt dash file less libc6 tzdata"},
 	} {
 		got, err := (&Debs{Variant: c.variant, Packages: []string{"jq", "dash"}}).requests(avail)
 		if err != nil {
@@ -72,5 +73,65 @@ func TestEssentialFirst(t *testing.T) {
 	}
 	if got := names(b[0]) + " | " + names(b[1]); got != "libc6 mawk base-files dash | ca-certificates openssl" {
 		t.Errorf("batches: %s", got)
+	}
+}
+
+// TestBootstrapPrefersUsrIsMerged: Debian's archive has usrmerge, which
+// init-system-helpers (Essential) names before usr-is-merged; a bootstrap
+// must still take usr-is-merged, as mmdebstrap's merged-/usr hook does, and
+// not usrmerge and the Perl it needs.
+func TestBootstrapPrefersUsrIsMerged(t *testing.T) {
+	var avail []*repo.Package
+	paras, err := deb.ParseControl(strings.NewReader(`Package: dash
+Version: 1
+Architecture: amd64
+Essential: yes
+Priority: required
+
+Package: init-system-helpers
+Version: 1
+Architecture: all
+Essential: yes
+Priority: required
+Depends: usrmerge | usr-is-merged
+
+Package: perl
+Version: 1
+Architecture: amd64
+Priority: standard
+
+Package: usrmerge
+Version: 1
+Architecture: all
+Priority: optional
+Depends: perl
+
+Package: usr-is-merged
+Version: 1
+Architecture: all
+Priority: optional
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, para := range paras {
+		p, err := repo.FromParagraph(para)
+		if err != nil {
+			t.Fatal(err)
+		}
+		avail = append(avail, p)
+	}
+	for _, variant := range []string{"essential", "minbase"} {
+		reqs, err := (&Debs{Variant: variant}).requests(avail)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := resolve.Resolve(avail, nil, reqs, resolve.Options{Arch: "amd64"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(res.Names(), " "); got != "dash=1 init-system-helpers=1 usr-is-merged=1" {
+			t.Errorf("%s: installs %s", variant, got)
+		}
 	}
 }
