@@ -116,3 +116,16 @@ func ScriptDeb(t testing.TB, dir, name, postinst string) string {
 	}
 	return deb
 }
+
+// StampImagePackages are what recipes/stamp-image.yaml asks for beside the
+// Essential set.
+var StampImagePackages = []string{"ca-certificates", "grub-common", "grub-pc-bin"}
+
+// StampImageRepoFor returns a signed repository of what stamp's own image
+// installs (the Essential set, usr-is-merged and StampImagePackages), built
+// once per machine like DebRepoFor's. It is shared: copy it before changing
+// it.
+func StampImageRepoFor(t testing.TB) *DebRepo {
+	t.Helper()
+	return debRepoOf(t, [][]string{append([]string{"?essential", "usr-is-merged"}, StampImagePackages...)})
+}
