@@ -28,8 +28,11 @@ demo: deps build
 
 test: deps lint unit fuzz
 
+# deploy/ is a module of its own, so that only its test needs Kubernetes'
+# API types.
 unit:
 	$(GO) test -count=1 -timeout 45m ./...
+	cd deploy && $(GO) test -count=1 ./...
 
 # Every fuzz target runs briefly so a regression in a decoder shows in CI.
 fuzz:
@@ -68,8 +71,10 @@ bench: deps build
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	cd deploy && $(GO) vet ./...
 	@GO=$(GO) sh test/scripts/tools.sh
 	.tools/staticcheck ./...
+	cd deploy && ../.tools/staticcheck ./...
 
 clean:
 	rm -rf bin out

@@ -1,0 +1,176 @@
+// Package deploy holds the Kubernetes manifests that run stamp as a pod;
+// its test checks them against Kubernetes' own API types.
+package deploy
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	kjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+
+	"github.com/stamp-dev/stamp/recipes"
+)
+
+// documents splits every manifest in this directory into its YAML
+// documents, each named FILE#N.
+func documents(t *testing.T) map[string][]byte {
+	t.Helper()
+	files, err := filepath.Glob("*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests (%v)", err)
+	}
+	docs := map[string][]byte{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, d := range bytes.Split(b, []byte("\n---\n")) {
+			docs[fmt.Sprintf("%s#%d", f, i+1)] = d
+		}
+	}
+	return docs
+}
+
+// TestManifests decodes every document strictly into its Kubernetes type
+// (an unknown or misspelt field fails), and holds each Job to what a
+// restricted pod needs and what stamp needs: non-root, no capabilities, no
+// privilege escalation, a read-only root, emptyDir work and cache volumes,
+// every mount backed by a volume, and every recipe it carries parsing as a
+// stamp recipe.
+func TestManifests(t *testing.T) {
+	var cms []*corev1.ConfigMap
+	var jobs []*batchv1.Job
+	for name, doc := range documents(t) {
+		var meta struct{ APIVersion, Kind string }
+		if err := yaml.Unmarshal(doc, &meta); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var obj any
+		switch meta.APIVersion + " " + meta.Kind {
+		case "v1 ConfigMap":
+			cm := &corev1.ConfigMap{}
+			obj = cm
+			cms = append(cms, cm)
+		case "batch/v1 Job":
+			j := &batchv1.Job{}
+			obj = j
+			jobs = append(jobs, j)
+		default:
+			t.Fatalf("%s: %s %s is not a kind this test knows", name, meta.APIVersion, meta.Kind)
+		}
+		// Decoded as the API server decodes: field names match exactly
+		// (encoding/json would take readOnlyRootFileSystem), and an
+		// unknown or repeated field is an error.
+		js, err := yaml.YAMLToJSONStrict(doc)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		strict, err := kjson.UnmarshalStrict(js, obj, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for _, e := range strict {
+			t.Errorf("%s: %v", name, e)
+		}
+	}
+	if len(jobs) == 0 {
+		t.Fatal("no Job")
+	}
+	configMaps := map[string]*corev1.ConfigMap{}
+	for _, cm := range cms {
+		configMaps[cm.Name] = cm
+	}
+	for _, j := range jobs {
+		checkJob(t, j, configMaps)
+	}
+}
+
+func checkJob(t *testing.T, j *batchv1.Job, configMaps map[string]*corev1.ConfigMap) {
+	t.Helper()
+	pod := j.Spec.Template.Spec
+	if pod.RestartPolicy != corev1.RestartPolicyNever && pod.RestartPolicy != corev1.RestartPolicyOnFailure {
+		t.Errorf("%s: restartPolicy %q, a Job needs Never or OnFailure", j.Name, pod.RestartPolicy)
+	}
+	psc := pod.SecurityContext
+	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser == 0 {
+		t.Errorf("%s: the pod must run as a non-root user: %+v", j.Name, psc)
+	}
+	volumes := map[string]corev1.Volume{}
+	for _, v := range pod.Volumes {
+		volumes[v.Name] = v
+	}
+	for _, c := range append(pod.InitContainers, pod.Containers...) {
+		sc := c.SecurityContext
+		switch {
+		case sc == nil:
+			t.Errorf("%s/%s: no securityContext", j.Name, c.Name)
+			continue
+		case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+			t.Errorf("%s/%s: the root file system must be read-only", j.Name, c.Name)
+		case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+			t.Errorf("%s/%s: privilege escalation must be off", j.Name, c.Name)
+		case sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") || len(sc.Capabilities.Add) != 0:
+			t.Errorf("%s/%s: every capability must be dropped and none added", j.Name, c.Name)
+		case sc.Privileged != nil && *sc.Privileged:
+			t.Errorf("%s/%s: privileged", j.Name, c.Name)
+		}
+		mounted := map[string]string{}
+		for _, m := range c.VolumeMounts {
+			if _, ok := volumes[m.Name]; !ok {
+				t.Errorf("%s/%s: mount %s names no volume", j.Name, c.Name, m.Name)
+			}
+			mounted[m.MountPath] = m.Name
+		}
+		for _, p := range []string{"/work", "/cache"} {
+			if v, ok := volumes[mounted[p]]; !ok || v.EmptyDir == nil {
+				t.Errorf("%s/%s: %s must be an emptyDir volume", j.Name, c.Name, p)
+			}
+		}
+	}
+	for _, v := range pod.Volumes {
+		if v.ConfigMap == nil {
+			continue
+		}
+		cm := configMaps[v.ConfigMap.Name]
+		if cm == nil {
+			t.Errorf("%s: volume %s names ConfigMap %s, which no manifest here defines", j.Name, v.Name, v.ConfigMap.Name)
+			continue
+		}
+		for key, data := range cm.Data {
+			if !strings.HasSuffix(key, ".yaml") {
+				continue
+			}
+			set := map[string]string{}
+			if _, err := recipes.ParseWith([]byte(data), key, recipes.Options{Set: placeholders(data, set)}); err != nil {
+				t.Errorf("ConfigMap %s, %s: %v", cm.Name, key, err)
+			}
+		}
+	}
+}
+
+// placeholders gives every parameter the recipe declares without a
+// default a value, as the Job's --set does at run time.
+func placeholders(recipe string, set map[string]string) map[string]string {
+	var r struct {
+		Params map[string]struct {
+			Default any `json:"default"`
+		} `json:"params"`
+	}
+	if err := yaml.Unmarshal([]byte(recipe), &r); err == nil {
+		for name, p := range r.Params {
+			if p.Default == nil {
+				set[name] = "file:///placeholder"
+			}
+		}
+	}
+	return set
+}
