@@ -72,12 +72,12 @@ func (s *Sealed) Added() []*Entry { return s.t.Added() }
 func (s *Sealed) Overlay(dir string) (*Tree, error) { return s.t.Overlay(dir) }
 
 // DiskPath is where the content of the entry at the exact path p lives on
-// the host, for tools that need a host path. What lies there must be read,
-// never changed.
+// the host, for tools that need a host path; "" for a view made by
+// SealedOf. What lies there must be read, never changed.
 func (s *Sealed) DiskPath(p string) string { return s.t.DiskPath(p) }
 
 // Open opens the content of the regular file at the exact path p for
-// reading.
+// reading. On a view made by SealedOf it fails with ErrNoContent.
 func (s *Sealed) Open(p string) (*File, error) {
 	e := s.t.entries[p]
 	if e == nil {

@@ -159,16 +159,23 @@ func (t *Tree) Open(p string) (*os.File, error) {
 	if lp, ok := t.inLower(e.Inode); ok {
 		return t.lower.Open(lp)
 	}
+	if t.root == nil {
+		return nil, &fs.PathError{Op: "open", Path: p, Err: ErrNoContent}
+	}
 	return t.root.OpenFile(rel(p), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 }
 
 // DiskPath is where the content of the entry at the exact path p lives on the
 // host. Only for tools that need a host path (hooks, external validators).
+// It is "" when no directory holds the content (see SealedOf).
 func (t *Tree) DiskPath(p string) string {
 	if e := t.entries[p]; e != nil {
 		if lp, ok := t.inLower(e.Inode); ok {
 			return t.lower.DiskPath(lp)
 		}
+	}
+	if t.root == nil {
+		return ""
 	}
 	return path.Join(t.dir, rel(p))
 }
