@@ -38,8 +38,8 @@ func TestReadContainerDiskQcow2Fails(t *testing.T) {
 	if err != nil {
 		t.Fatalf("sound containerDisk: %v", err)
 	}
-	if len(im.Partitions) != 2 || len(im.Entries) == 0 {
-		t.Fatalf("sound containerDisk read as %d partitions and %d entries", len(im.Partitions), len(im.Entries))
+	if len(im.Partitions) != 2 || im.Tree.Len() == 0 {
+		t.Fatalf("sound containerDisk read as %d partitions and %d entries", len(im.Partitions), im.Tree.Len())
 	}
 
 	// Point guest cluster 0 (the GPT) at a host cluster far past the end
@@ -62,7 +62,7 @@ func TestReadContainerDiskQcow2Fails(t *testing.T) {
 	}
 	im, err = ReadEntries(ctx, containerDisk(t, bad))
 	if err == nil {
-		t.Fatalf("a containerDisk whose qcow2 cannot be read was read as %d partitions and %d entries", len(im.Partitions), len(im.Entries))
+		t.Fatalf("a containerDisk whose qcow2 cannot be read was read as %d partitions and %d entries", len(im.Partitions), im.Tree.Len())
 	}
 	if msg := err.Error(); !strings.Contains(msg, "/disk/node.qcow2") || !strings.Contains(msg, "guest cluster 0") {
 		t.Errorf("err %q, want one naming the disk and the unreadable cluster", msg)

@@ -37,12 +37,16 @@ func (cpioImageReader) Read(ctx context.Context, h *Head) (*Image, error) {
 	im := &Image{Path: h.Path, Format: "cpio", Compression: h.Compression, Size: h.Size, Complete: true}
 	// The xattr list is the format's way of carrying xattrs, not part of
 	// the tree: ReadCpio has already put them back on the entries.
+	tree := make([]*rootfs.Entry, 0, len(entries))
 	for _, e := range entries {
 		if e.Path == XattrListPath {
 			im.Extra = append(im.Extra, e)
 		} else {
-			im.Entries = append(im.Entries, e)
+			tree = append(tree, e)
 		}
+	}
+	if im.Tree, err = rootfs.SealedOf(tree); err != nil {
+		return nil, fmt.Errorf("cpio: %w", err)
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return nil, err

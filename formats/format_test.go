@@ -88,7 +88,7 @@ func TestTableWritesAndReadsEveryFormat(t *testing.T) {
 		if im.Format != spec.Format {
 			t.Errorf("%s: %s is read back as %s", spec.Name, res.Files[0], im.Format)
 		}
-		if len(im.Entries) == 0 {
+		if im.Tree.Len() == 0 {
 			t.Errorf("%s: %s reads back with no entries", spec.Name, res.Files[0])
 		}
 	}

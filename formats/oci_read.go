@@ -379,7 +379,6 @@ func (ociImageReader) Read(ctx context.Context, h *Head) (*Image, error) {
 	if oi.RefName != "" {
 		im.Facts = append(im.Facts, Fact{"oci.ref.name", oi.RefName})
 	}
-	im.Entries = oi.Entries
 	if oi.Kind == "containerdisk" {
 		// The tree is on the disk inside the layer: read that disk, and
 		// keep the layer's own entries as the format's.
@@ -388,6 +387,9 @@ func (ociImageReader) Read(ctx context.Context, h *Head) (*Image, error) {
 		}
 		im.Filesystems = append([]Filesystem{{Type: "oci layer", Files: len(oi.Entries), Size: oi.Layer.Size}}, im.Filesystems...)
 		return im, nil
+	}
+	if im.Tree, err = rootfs.SealedOf(oi.Entries); err != nil {
+		return nil, fmt.Errorf("layer %s: %w", oi.Layer.Digest, err)
 	}
 	var layerRegions []Region
 	if oi.Kind == "rootfs" {
@@ -470,7 +472,7 @@ func readContainerDisk(ctx context.Context, oi *OCIImage, im *Image) error {
 		e.Path = "layer:" + e.Path
 	}
 	im.Extra = append(append(im.Extra, oi.Entries...), diskImage.Extra...)
-	im.Entries, im.Record, im.Complete = diskImage.Entries, diskImage.Record, diskImage.Complete
+	im.Tree, im.Record, im.Complete = diskImage.Tree, diskImage.Record, diskImage.Complete
 	im.Partitions, im.Filesystems = diskImage.Partitions, diskImage.Filesystems
 	im.Facts = append(im.Facts, diskImage.Facts...)
 	sort.Slice(im.Extra, func(a, b int) bool { return im.Extra[a].Path < im.Extra[b].Path })

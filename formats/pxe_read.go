@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/stamp-dev/stamp/rootfs"
 	"github.com/stamp-dev/stamp/rootfs/hashio"
 )
 
@@ -45,7 +46,11 @@ func (pxeImageReader) Read(ctx context.Context, h *Head) (*Image, error) {
 	// What the initramfs holds beyond the tree (the live /init) is the
 	// bundle's: the record says which paths the tree had.
 	if im.Record != nil {
-		splitRecorded(im, "initrd")
+		tree, extra := splitRecorded(im.Tree.Entries(), im.Record, "initrd")
+		im.Extra = append(im.Extra, extra...)
+		if im.Tree, err = rootfs.SealedOf(tree); err != nil {
+			return nil, fmt.Errorf("%s: %w", PXEInitrd, err)
+		}
 	}
 	for _, name := range []string{PXEKernel, PXEScript, PXELinuxCfg, PXESums} {
 		sum, size, err := hashio.File(filepath.Join(h.Path, filepath.FromSlash(name)), false)

@@ -27,8 +27,8 @@ import (
 // reader (go-diskfs underneath), ext4 with the disk/ext4 reader, FAT with the
 // disk/fat reader, qcow2 through the disk/qcow2 reader, which turns it into
 // the guest disk a raw image is. The root file system's entries are the
-// image's Entries; what other partitions hold is Extra, under the
-// partition's name ("esp:/EFI/BOOT/BOOTX64.EFI").
+// image's Tree; what other partitions hold is Extra, under the partition's
+// name ("esp:/EFI/BOOT/BOOTX64.EFI").
 
 // Plain streams an Image's Regions are measured in.
 const (
@@ -151,6 +151,7 @@ func readDisk(ctx context.Context, r io.ReaderAt, size int64, im *Image) error {
 		Region{Name: "GPT partition entries", Offset: 2 * disk.SectorSize, Size: 128 * 128},
 		Region{Name: "backup GPT", Offset: disk.LastUsable(size), Size: size - disk.LastUsable(size)})
 	root := -1
+	var tree []*rootfs.Entry // the root file system's
 	kinds := make([]string, len(parts))
 	for i, p := range parts {
 		kinds[i] = fsKind(r, p.Start)
@@ -207,7 +208,7 @@ func readDisk(ctx context.Context, r io.ReaderAt, size int64, im *Image) error {
 		}
 		im.Filesystems = append(im.Filesystems, fsys)
 		if i == root {
-			im.Entries = entries
+			tree = entries
 			continue
 		}
 		for _, e := range entries {
@@ -221,17 +222,22 @@ func readDisk(ctx context.Context, r io.ReaderAt, size int64, im *Image) error {
 	if root < 0 {
 		return errors.New("no ext4 root partition")
 	}
-	im.Record = recordOf(ctx, r, size, parts[root], im.Entries)
+	im.Record = recordOf(ctx, r, size, parts[root], tree)
 	if _, ok := treePaths(im.Record); ok {
 		// What the root file system holds beyond the record is the
 		// output's own (lost+found, a repart drop-in).
-		splitRecorded(im, partName(parts[root], root))
-	} else if lf := findEntry(im.Entries, "/lost+found"); lf != nil && !recordPaths(im.Record)["/lost+found"] {
+		var extra []*rootfs.Entry
+		tree, extra = splitRecorded(tree, im.Record, partName(parts[root], root))
+		im.Extra = append(im.Extra, extra...)
+	} else if lf := findEntry(tree, "/lost+found"); lf != nil && !recordPaths(im.Record)["/lost+found"] {
 		// Without a stamp record, lost+found is taken for the file
 		// system's unless the record names it.
-		im.Entries = removeEntry(im.Entries, lf)
+		tree = removeEntry(tree, lf)
 		lf.Path = partName(parts[root], root) + ":/lost+found"
 		im.Extra = append(im.Extra, lf)
+	}
+	if im.Tree, err = rootfs.SealedOf(tree); err != nil {
+		return fmt.Errorf("partition %d (%s): %w", root+1, parts[root].Name, err)
 	}
 	im.Complete = true
 	sort.Slice(im.Extra, func(a, b int) bool { return im.Extra[a].Path < im.Extra[b].Path })

@@ -23,23 +23,27 @@ type Image struct {
 	// that compress inside (qcow2, OCI layers).
 	Compression compress.Algorithm
 	Size        int64
-	// Entries is the tree the image carries, in byte order of path; hard
-	// links share an *rootfs.Inode and regular files carry their sha256.
-	Entries []*rootfs.Entry
+	// Tree is the tree the image carries, as the same read-only view a
+	// build's writers take (rootfs.SealedOf): hard links share an
+	// *rootfs.Inode and regular files carry their sha256, but no content is
+	// unpacked, so its Open fails with rootfs.ErrNoContent.
+	Tree *rootfs.Sealed
 	// Extra are entries the format adds beyond the tree (lost+found, ESP
-	// files, an initramfs /init), named as Entries are but outside the tree's
-	// comparison. Extra paths carry a prefix naming where they live, e.g.
-	// "esp:/EFI/BOOT/BOOTX64.EFI".
+	// files, an initramfs /init), outside the tree's comparison, in byte
+	// order of path. Their paths carry a prefix naming where they live,
+	// e.g. "esp:/EFI/BOOT/BOOTX64.EFI": they come from several file systems
+	// and a format's wrapping, so they are a list, not one tree in which a
+	// path could be looked up or a symlink followed.
 	Extra []*rootfs.Entry
 	// Record is the embedded record (rootfs.RecordPath) as stored, nil when
 	// the image has none.
 	Record []byte
-	// Complete says Entries hold every field the tree digest covers, so the
-	// digest recomputed from them must equal the record's, unless the tree
-	// held entries of a type in Cannot.
+	// Complete says Tree holds every field the tree digest covers, so its
+	// Digest must equal the record's, unless the built tree held entries of
+	// a type in Cannot.
 	Complete bool
 	// Cannot lists the entry types the format cannot carry (a tar holds no
-	// sockets); such entries of the tree are missing from Entries.
+	// sockets); such entries of the built tree are missing from Tree.
 	Cannot []rootfs.Type
 	// Partitions is a disk's partition table; empty for archives.
 	Partitions []Partition
@@ -154,7 +158,7 @@ func Readers() []Reader {
 }
 
 // ReadEntries detects the format of the file or directory at path and reads
-// it back.
+// it back: its tree as a read-only view, and the format's structure.
 func ReadEntries(ctx context.Context, path string) (*Image, error) {
 	h, err := ReadHead(path)
 	if err != nil {
@@ -255,22 +259,20 @@ func holdsRecordPath(p string) bool {
 	return p == rootfs.RecordPath || strings.HasPrefix(rootfs.RecordPath, strings.TrimSuffix(p, "/")+"/")
 }
 
-// splitRecorded moves every entry of im.Entries that the embedded record
-// does not name (other than the record itself and the directories above
-// it, which it cannot list) to im.Extra under prefix.
-func splitRecorded(im *Image, prefix string) {
-	recorded := recordPaths(im.Record)
-	var tree []*rootfs.Entry
-	for _, e := range im.Entries {
+// splitRecorded parts the entries an image holds in one file system into
+// the tree, what the embedded record names (with the record itself and the
+// directories above it, which it cannot list), and the output's own,
+// renamed under prefix.
+func splitRecorded(entries []*rootfs.Entry, record []byte, prefix string) (tree, extra []*rootfs.Entry) {
+	recorded := recordPaths(record)
+	for _, e := range entries {
 		if recorded[e.Path] || holdsRecordPath(e.Path) {
 			tree = append(tree, e)
 			continue
 		}
-		e.Path = prefix + ":" + e.Path
-		im.Extra = append(im.Extra, e)
+		extra = append(extra, &rootfs.Entry{Path: prefix + ":" + e.Path, Inode: e.Inode, Origin: e.Origin})
 	}
-	im.Entries = tree
-	rootfs.SetNlink(im.Entries)
+	return tree, extra
 }
 
 func findEntry(entries []*rootfs.Entry, p string) *rootfs.Entry {
@@ -288,7 +290,6 @@ func removeEntry(entries []*rootfs.Entry, e *rootfs.Entry) []*rootfs.Entry {
 			out = append(out, x)
 		}
 	}
-	rootfs.SetNlink(out)
 	return out
 }
 

@@ -63,7 +63,7 @@ func TestReadEntriesDetectsEveryArchive(t *testing.T) {
 			if tc.format == "tar" {
 				want = tarWant(tree)
 			}
-			if !im.Complete || rootfs.Digest(im.Entries) != rootfs.Digest(want) {
+			if !im.Complete || im.Tree.Digest() != rootfs.Digest(want) {
 				t.Errorf("%s %s: the entries read back do not give the tree's digest", tc.format, alg)
 			}
 			if tc.format == "cpio" && len(im.Extra) != 1 {

@@ -126,15 +126,12 @@ func TestReadDiskMadeByOtherTools(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", p, err)
 		}
-		got := map[string]*rootfs.Entry{}
-		for _, e := range im.Entries {
-			got[e.Path] = e
-		}
+		got := im.Tree.Get
 		check := func(path string, typ rootfs.Type, perm, uid uint32, extra string) {
 			t.Helper()
-			e := got[path]
+			e := got(path)
 			if e == nil {
-				t.Errorf("%s: %s missing; have %d entries", im.Format, path, len(im.Entries))
+				t.Errorf("%s: %s missing; have %d entries", im.Format, path, im.Tree.Len())
 				return
 			}
 			desc := fmt.Sprintf("%s %04o %d", e.Type, e.Perm, e.UID)
@@ -162,25 +159,25 @@ func TestReadDiskMadeByOtherTools(t *testing.T) {
 		check("/usr/bin/s", rootfs.TypeSymlink, 0o777, 0, "/usr/bin/sudo")
 		check("/usr/bin/long", rootfs.TypeSymlink, 0o777, 0, longTarget)
 		check("/dev/sda1", rootfs.TypeBlock, 0o660, 0, "")
-		if e := got["/dev/sda1"]; e != nil && (e.Major != 259 || e.Minor != 300) {
+		if e := got("/dev/sda1"); e != nil && (e.Major != 259 || e.Minor != 300) {
 			t.Errorf("%s: /dev/sda1 is %d,%d, want 259,300", im.Format, e.Major, e.Minor)
 		}
 		check("/var/lib/sparse", rootfs.TypeRegular, 0o644, 0, sha256Hex(string(sparse)))
-		if got["/usr/bin/sudo"] != nil && got["/usr/bin/sudoedit"] != nil &&
-			(got["/usr/bin/sudo"].Inode != got["/usr/bin/sudoedit"].Inode || got["/usr/bin/sudo"].Nlink() != 2) {
+		if got("/usr/bin/sudo") != nil && got("/usr/bin/sudoedit") != nil &&
+			(got("/usr/bin/sudo").Inode != got("/usr/bin/sudoedit").Inode || got("/usr/bin/sudo").Nlink() != 2) {
 			t.Errorf("%s: the hard link is not read as one", im.Format)
 		}
-		if e := got["/home/capi/.profile"]; e != nil {
+		if e := got("/home/capi/.profile"); e != nil {
 			for k, v := range hostXattrs {
 				if e.Xattrs[k] != v {
 					t.Errorf("%s: xattr %s is %x, want %x", im.Format, k, e.Xattrs[k], v)
 				}
 			}
 		}
-		if e := got["/etc/hostname"]; e != nil && !e.MTime.Equal(tarEpoch) {
+		if e := got("/etc/hostname"); e != nil && !e.MTime.Equal(tarEpoch) {
 			t.Errorf("%s: mtime %v, want %v", im.Format, e.MTime, tarEpoch)
 		}
-		if got["/lost+found"] != nil {
+		if got("/lost+found") != nil {
 			t.Errorf("%s: lost+found is counted as part of the tree", im.Format)
 		}
 		if string(im.Record) != `{"entries":[{"path":"/etc/hostname"}]}`+"\n" {

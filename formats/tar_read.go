@@ -39,7 +39,9 @@ func (tarReader) Read(ctx context.Context, h *Head) (*Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	im.Entries = entries
+	if im.Tree, err = rootfs.SealedOf(entries); err != nil {
+		return nil, fmt.Errorf("tar: %w", err)
+	}
 	im.Filesystems = []Filesystem{{Type: "tar", Files: len(entries), Size: im.regionEnd()}}
 	if h.Compression != compress.None {
 		im.Plain = PlainDecompressed

@@ -21,9 +21,10 @@ func manifest(t testing.TB, img string) (string, *Image) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := rootfs.FirstLinks(im.Entries)
+	entries := im.Tree.Entries()
+	first := rootfs.FirstLinks(entries)
 	var lines []string
-	for _, e := range im.Entries {
+	for _, e := range entries {
 		lines = append(lines, rootfs.ManifestLine(e, first, false))
 	}
 	for _, e := range im.Extra {

@@ -102,7 +102,7 @@ func DiffImages(a, b *formats.Image, o DiffOptions) []Change {
 	keep := func(e *rootfs.Entry) bool {
 		return o.IncludeRecord || !isRecordPath(e.Path)
 	}
-	changes := diffEntries(a.Entries, b.Entries, keep)
+	changes := diffEntries(a.Tree.Entries(), b.Tree.Entries(), keep)
 	if a.Format == b.Format {
 		changes = append(changes, diffEntries(a.Extra, b.Extra, keep)...)
 		changes = append(changes, diffFacts(a, b)...)

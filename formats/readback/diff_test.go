@@ -16,7 +16,7 @@ func diffEntry(p string, typ rootfs.Type, perm uint32, digest string) *rootfs.En
 
 // diffPair is a tar image and a raw image that differ in every way an
 // entry can, plus their records.
-func diffPair() (*formats.Image, *formats.Image) {
+func diffPair(t *testing.T) (*formats.Image, *formats.Image) {
 	a := []*rootfs.Entry{
 		diffEntry("/", rootfs.TypeDir, 0o755, ""),
 		diffEntry("/etc/a", rootfs.TypeRegular, 0o644, "aa"),
@@ -35,16 +35,24 @@ func diffPair() (*formats.Image, *formats.Image) {
 	}
 	b[1].UID, b[1].MTime = 7, time.Unix(1700000001, 0)
 	b[1].Xattrs = map[string]string{"user.x": "1"}
-	rootfs.SetNlink(a)
-	rootfs.SetNlink(b)
-	return &formats.Image{Format: "tar", Entries: a}, &formats.Image{Format: "raw", Entries: b}
+	return &formats.Image{Format: "tar", Tree: sealedOf(t, a)}, &formats.Image{Format: "raw", Tree: sealedOf(t, b)}
+}
+
+// sealedOf is the view a reader would return of entries.
+func sealedOf(t *testing.T, entries []*rootfs.Entry) *rootfs.Sealed {
+	t.Helper()
+	s, err := rootfs.SealedOf(entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // TestDiffImagesNamesEveryChangedField checks that a changed entry lists
 // each field that differs, and that added, removed and retyped entries are
 // reported in path order, the record left out.
 func TestDiffImagesNamesEveryChangedField(t *testing.T) {
-	ia, ib := diffPair()
+	ia, ib := diffPair(t)
 	var got []string
 	for _, c := range DiffImages(ia, ib, DiffOptions{}) {
 		got = append(got, string(c.Kind)+" "+c.Path+" "+strings.Join(c.FieldNames(), ","))
@@ -62,7 +70,7 @@ func TestDiffImagesNamesEveryChangedField(t *testing.T) {
 
 // TestDiffImagesComparesTheRecordOnlyWhenAsked checks IncludeRecord.
 func TestDiffImagesComparesTheRecordOnlyWhenAsked(t *testing.T) {
-	ia, ib := diffPair()
+	ia, ib := diffPair(t)
 	for _, c := range DiffImages(ia, ib, DiffOptions{}) {
 		if c.Path == rootfs.RecordPath {
 			t.Errorf("the record is compared by default: %v", c)
@@ -77,7 +85,7 @@ func TestDiffImagesComparesTheRecordOnlyWhenAsked(t *testing.T) {
 // TestDiffImagesComparesFactsOnlyWithinOneFormat checks that facts (a
 // disk's geometry, say) count between two images of one format only.
 func TestDiffImagesComparesFactsOnlyWithinOneFormat(t *testing.T) {
-	ia, ib := diffPair()
+	ia, ib := diffPair(t)
 	want := len(DiffImages(ia, ib, DiffOptions{}))
 	ia.Facts, ib.Facts = []formats.Fact{{Key: "k", Value: "1"}}, []formats.Fact{{Key: "k", Value: "2"}}
 	if n := len(DiffImages(ia, ib, DiffOptions{})); n != want {

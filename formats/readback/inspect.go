@@ -22,8 +22,8 @@ type Inspection struct {
 	// not parse (RecordErr says why).
 	Record    *attest.Record
 	RecordErr error
-	// TreeDigest is recomputed from the image's entries when the format
-	// carries every field the digest covers; "" otherwise.
+	// TreeDigest is the digest of the image's tree when the format carries
+	// every field the digest covers; "" otherwise.
 	TreeDigest string
 }
 
@@ -45,7 +45,7 @@ func Inspect(ctx context.Context, path string) (*Inspection, error) {
 		}
 	}
 	if im.Complete {
-		in.TreeDigest = rootfs.Digest(im.Entries)
+		in.TreeDigest = im.Tree.Digest()
 	}
 	return in, nil
 }
@@ -59,15 +59,12 @@ func (in *Inspection) Check() []string {
 		return []string{in.RecordErr.Error()}
 	}
 	var problems []string
-	have := map[string]*rootfs.Entry{}
-	for _, e := range in.Image.Entries {
-		have[e.Path] = e
-	}
+	tree := in.Image.Tree
 	recorded := map[string]bool{}
 	skipped := false
 	for _, re := range in.Record.Entries {
 		recorded[re.Path] = true
-		e := have[re.Path]
+		e := tree.Get(re.Path)
 		switch {
 		case e == nil && in.cannotCarry(re.Type):
 			skipped = true
@@ -79,9 +76,9 @@ func (in *Inspection) Check() []string {
 			problems = append(problems, fmt.Sprintf("%s: content: sha256 %s in the record, %s in the image", re.Path, re.SHA256, e.Digest))
 		}
 	}
-	for _, e := range in.Image.Entries {
-		if !recorded[e.Path] && !holdsRecord(e.Path) {
-			problems = append(problems, fmt.Sprintf("%s: in the image, not in the record", e.Path))
+	for _, p := range tree.Paths() {
+		if !recorded[p] && !holdsRecord(p) {
+			problems = append(problems, fmt.Sprintf("%s: in the image, not in the record", p))
 		}
 	}
 	if in.TreeDigest != "" && in.TreeDigest != in.Record.TreeDigest && len(problems) == 0 && !skipped {
@@ -146,7 +143,7 @@ func (in *Inspection) Write(w io.Writer) {
 	for _, f := range im.Facts {
 		fmt.Fprintf(w, "%-13s %s\n", f.Key+":", f.Value)
 	}
-	fmt.Fprintf(w, "entries:      %s\n", entrySummary(im.Entries))
+	fmt.Fprintf(w, "entries:      %s\n", entrySummary(im.Tree))
 	if len(im.Extra) > 0 {
 		fmt.Fprintf(w, "format adds:  %d entries beyond the tree\n", len(im.Extra))
 	}
@@ -192,12 +189,12 @@ func (in *Inspection) Write(w io.Writer) {
 	}
 }
 
-// entrySummary counts entries by type, file bytes and hard links.
-func entrySummary(entries []*rootfs.Entry) string {
+// entrySummary counts a tree's entries by type, file bytes and hard links.
+func entrySummary(tree *rootfs.Sealed) string {
 	var byType [8]int
 	var bytes int64
 	links := 0
-	for _, e := range entries {
+	tree.Walk(func(e *rootfs.Entry) error {
 		if int(e.Type) < len(byType) {
 			byType[e.Type]++
 		}
@@ -207,12 +204,13 @@ func entrySummary(entries []*rootfs.Entry) string {
 		if e.Type != rootfs.TypeDir && e.Nlink() > 1 {
 			links++
 		}
-	}
+		return nil
+	})
 	var parts []string
 	for t := rootfs.TypeRegular; t <= rootfs.TypeSocket; t++ {
 		if byType[t] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", byType[t], t))
 		}
 	}
-	return fmt.Sprintf("%d (%s), %d bytes of file data, %d paths in hard-link groups", len(entries), strings.Join(parts, ", "), bytes, links)
+	return fmt.Sprintf("%d (%s), %d bytes of file data, %d paths in hard-link groups", tree.Len(), strings.Join(parts, ", "), bytes, links)
 }

@@ -248,13 +248,9 @@ func checkNodeHygiene(t *testing.T, raw string, images []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byPath := map[string]*rootfs.Entry{}
-	for _, e := range im.Entries {
-		byPath[e.Path] = e
-	}
 	bad := func(format string, args ...any) { t.Errorf("hygiene: "+format, args...) }
 	sshKey := regexp.MustCompile(`^/etc/ssh/ssh_host_.*_key(\.pub)?$`)
-	for _, e := range im.Entries {
+	for _, e := range im.Tree.Entries() {
 		p := e.Path
 		switch {
 		case sshKey.MatchString(p):
@@ -272,7 +268,7 @@ func checkNodeHygiene(t *testing.T, raw string, images []string) {
 			bad("private key %s is in the image", p)
 		}
 	}
-	if e := byPath["/etc/machine-id"]; e == nil || e.Size != 0 {
+	if e := im.Tree.Get("/etc/machine-id"); e == nil || e.Size != 0 {
 		bad("/etc/machine-id must exist and be empty: %v", e)
 	}
 	for _, p := range []string{"/var/lib/dbus/machine-id", "/var/lib/systemd/random-seed", "/etc/stamp-release",
@@ -280,7 +276,7 @@ func checkNodeHygiene(t *testing.T, raw string, images []string) {
 		"/etc/cni/net.d/10-stamp-bridge.conflist", "/usr/lib/systemd/system/kubelet.service",
 		"/usr/lib/systemd/system/kubelet.service.d/10-kubeadm.conf", "/etc/systemd/system/multi-user.target.wants/kubelet.service",
 		"/etc/systemd/system/multi-user.target.wants/containerd.service", "/etc/systemd/system/timers.target.wants/apt-daily.timer"} {
-		_, have := byPath[p]
+		have := im.Tree.Get(p) != nil
 		want := !slices.Contains([]string{"/var/lib/dbus/machine-id", "/var/lib/systemd/random-seed", "/usr/sbin/ntpd",
 			"/etc/systemd/system/timers.target.wants/apt-daily.timer"}, p)
 		if have != want {
@@ -294,7 +290,7 @@ func checkNodeHygiene(t *testing.T, raw string, images []string) {
 	}
 	for _, name := range images {
 		p := "/var/lib/stamp/images/" + strings.NewReplacer(":", "_", "/", "_").Replace(name) + ".tar"
-		if byPath[p] == nil {
+		if im.Tree.Get(p) == nil {
 			bad("no pre-seeded archive %s for %s", p, name)
 		}
 	}

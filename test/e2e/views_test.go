@@ -69,7 +69,7 @@ func TestOutputsDoNotLeakIntoEachOther(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, e := range append(im.Entries, im.Extra...) {
+		for _, e := range append(im.Tree.Entries(), im.Extra...) {
 			if strings.Contains(e.Path, "repart.d") {
 				t.Errorf("%s holds %s, which only the raw disk's view of the tree has", name, e.Path)
 			}
