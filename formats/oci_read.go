@@ -45,8 +45,9 @@ type OCIImage struct {
 	// Kind is "containerdisk" when the layer holds only /disk and one file
 	// in it, "rootfs" otherwise.
 	Kind string
-	// Entries are the layer's entries, as ReadTar returns them.
-	Entries []*rootfs.Entry
+	// Tree is the layer's tree, read with ReadTar, as the read-only view
+	// an image read back carries (see Image.Tree).
+	Tree *rootfs.Sealed
 	// Disk is the disk file's entry of a containerDisk, nil otherwise.
 	Disk *rootfs.Entry
 
@@ -125,8 +126,12 @@ func readOCI(ctx context.Context, s *ociStore) (*OCIImage, error) {
 	if ociUncompressed(l.MediaType) && im.DiffID != l.Digest {
 		return nil, fmt.Errorf("config %s: diff_id %s is not the uncompressed layer's digest %s", m.Config.Digest, im.DiffID, l.Digest)
 	}
-	if im.Entries, err = s.readLayer(ctx, l, im.DiffID); err != nil {
+	entries, err := s.readLayer(ctx, l, im.DiffID)
+	if err != nil {
 		return nil, err
+	}
+	if im.Tree, err = rootfs.SealedOf(entries); err != nil {
+		return nil, fmt.Errorf("layer %s: %w", l.Digest, err)
 	}
 	// Blobs nothing references are checked too: a layout is only as sound
 	// as every file in it.
@@ -140,7 +145,7 @@ func readOCI(ctx context.Context, s *ociStore) (*OCIImage, error) {
 			return nil, err
 		}
 	}
-	im.Kind, im.Disk = "rootfs", containerDiskEntry(im.Entries)
+	im.Kind, im.Disk = "rootfs", containerDiskEntry(im.Tree)
 	if im.Disk != nil {
 		im.Kind = "containerdisk"
 	}
@@ -149,23 +154,20 @@ func readOCI(ctx context.Context, s *ociStore) (*OCIImage, error) {
 
 // containerDiskEntry returns the disk of a containerDisk layer: the layer
 // holds /disk and exactly one regular file in it (and at most the root).
-func containerDiskEntry(entries []*rootfs.Entry) *rootfs.Entry {
-	var dir, disk *rootfs.Entry
-	for _, e := range entries {
-		switch {
-		case e.Path == "/":
-		case e.Path == containerDiskDir && e.Type == rootfs.TypeDir:
-			dir = e
-		case path.Dir(e.Path) == containerDiskDir && e.Type == rootfs.TypeRegular && disk == nil:
-			disk = e
-		default:
-			return nil
-		}
+func containerDiskEntry(layer *rootfs.Sealed) *rootfs.Entry {
+	dir := layer.Get(containerDiskDir)
+	names := layer.Children(containerDiskDir)
+	extra := 0
+	if layer.Get("/") != nil {
+		extra = 1
 	}
-	if dir == nil {
+	if dir == nil || dir.Type != rootfs.TypeDir || len(names) != 1 || layer.Len() != 2+extra {
 		return nil
 	}
-	return disk
+	if disk := layer.Get(path.Join(containerDiskDir, names[0])); disk.Type == rootfs.TypeRegular {
+		return disk
+	}
+	return nil
 }
 
 // OCIBlobReader reads part of a layout in place: a layer blob, or a
@@ -385,12 +387,10 @@ func (ociImageReader) Read(ctx context.Context, h *Head) (*Image, error) {
 		if err := readContainerDisk(ctx, oi, im); err != nil {
 			return nil, err
 		}
-		im.Filesystems = append([]Filesystem{{Type: "oci layer", Files: len(oi.Entries), Size: oi.Layer.Size}}, im.Filesystems...)
+		im.Filesystems = append([]Filesystem{{Type: "oci layer", Files: oi.Tree.Len(), Size: oi.Layer.Size}}, im.Filesystems...)
 		return im, nil
 	}
-	if im.Tree, err = rootfs.SealedOf(oi.Entries); err != nil {
-		return nil, fmt.Errorf("layer %s: %w", oi.Layer.Digest, err)
-	}
+	im.Tree = oi.Tree
 	var layerRegions []Region
 	if oi.Kind == "rootfs" {
 		im.Complete = true
@@ -414,7 +414,7 @@ func (ociImageReader) Read(ctx context.Context, h *Head) (*Image, error) {
 			}
 		}
 	}
-	im.Filesystems = []Filesystem{{Type: "oci layer", Files: len(oi.Entries), Size: oi.Layer.Size}}
+	im.Filesystems = []Filesystem{{Type: "oci layer", Files: oi.Tree.Len(), Size: oi.Layer.Size}}
 	return im, nil
 }
 
@@ -468,10 +468,12 @@ func readContainerDisk(ctx context.Context, oi *OCIImage, im *Image) error {
 	if err := readDisk(ctx, r, size, &diskImage); err != nil {
 		return fmt.Errorf("%s: %w", oi.Disk.Path, err)
 	}
-	for _, e := range oi.Entries {
-		e.Path = "layer:" + e.Path
+	// The layer's own entries are the format's; the layer's view keeps
+	// its paths, so Extra gets renamed copies.
+	for _, e := range oi.Tree.Entries() {
+		im.Extra = append(im.Extra, &rootfs.Entry{Path: "layer:" + e.Path, Inode: e.Inode, Origin: e.Origin})
 	}
-	im.Extra = append(append(im.Extra, oi.Entries...), diskImage.Extra...)
+	im.Extra = append(im.Extra, diskImage.Extra...)
 	im.Tree, im.Record, im.Complete = diskImage.Tree, diskImage.Record, diskImage.Complete
 	im.Partitions, im.Filesystems = diskImage.Partitions, diskImage.Filesystems
 	im.Facts = append(im.Facts, diskImage.Facts...)

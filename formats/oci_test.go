@@ -177,7 +177,7 @@ func TestOCIRootfsLayout(t *testing.T) {
 	if im.Layer != (OCIDescriptor{MediaType: OCILayerGzipMediaType, Digest: "sha256:" + layerHex, Size: int64(len(gz))}) || im.DiffID != diffID {
 		t.Errorf("layer %+v diff_id %s", im.Layer, im.DiffID)
 	}
-	tarCompareEntries(t, im.Entries, tarWant(tree))
+	tarCompareEntries(t, im.Tree.Entries(), tarWant(tree))
 
 	// The documents, exactly: created is the epoch everywhere.
 	var cfg map[string]any
@@ -329,7 +329,7 @@ func TestOCIArchive(t *testing.T) {
 	if im.Digest != digest {
 		t.Errorf("ReadOCI digest %s, want %s", im.Digest, digest)
 	}
-	tarCompareEntries(t, im.Entries, tarWant(tree))
+	tarCompareEntries(t, im.Tree.Entries(), tarWant(tree))
 }
 
 // ociDiskFile writes a small stand-in disk: any bytes are a valid disk as
@@ -380,16 +380,16 @@ func TestOCIContainerDisk(t *testing.T) {
 			if im.Digest != digest || im.Kind != "containerdisk" || im.Arch != "arm64" || im.Variant != "v8" {
 				t.Errorf("digest %s (want %s) kind %s arch %s/%s", im.Digest, digest, im.Kind, im.Arch, im.Variant)
 			}
-			if len(im.Entries) != 2 {
-				t.Errorf("layer holds %d entries, want /disk and the disk", len(im.Entries))
+			if im.Tree.Len() != 2 {
+				t.Errorf("layer holds %d entries, want /disk and the disk", im.Tree.Len())
 			}
 			d := im.Disk
 			if d == nil || d.Path != "/disk/node.qcow2" || d.UID != 107 || d.GID != 107 || d.Perm != 0o440 ||
 				d.Size != int64(len(content)) || d.Digest != hex.EncodeToString(sum[:]) || !d.MTime.Equal(tarEpoch) {
 				t.Fatalf("disk entry %+v", d)
 			}
-			if e := im.Entries[0]; e.Path != "/disk" || e.Perm != 0o555 || e.UID != 107 || e.GID != 107 {
-				t.Errorf("/disk entry %+v", e.Inode)
+			if e := im.Tree.Get("/disk"); e == nil || e.Perm != 0o555 || e.UID != 107 || e.GID != 107 {
+				t.Errorf("/disk entry %+v", e)
 			}
 			r, err := im.OpenDisk(context.Background())
 			if err != nil {
@@ -747,7 +747,7 @@ func TestOCICompressions(t *testing.T) {
 						if !bytes.Equal(plain, canon) {
 							t.Error("the decompressed layer is not the canonical tar")
 						}
-						tarCompareEntries(t, im.Entries, tarWant(tree))
+						tarCompareEntries(t, im.Tree.Entries(), tarWant(tree))
 					} else {
 						if im.Disk == nil || im.Disk.Digest != hex.EncodeToString(diskSum[:]) {
 							t.Fatalf("disk entry %+v", im.Disk)

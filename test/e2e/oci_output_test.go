@@ -184,8 +184,8 @@ func TestOCIOutputs(t *testing.T) {
 	}
 	sum := sha256.Sum256(tarBytes)
 	tarDigest := "sha256:" + hex.EncodeToString(sum[:])
-	if im.Digest != digest || im.Kind != "rootfs" || len(im.Entries) < 100 {
-		t.Errorf("ReadOCI: digest %s kind %s, %d entries", im.Digest, im.Kind, len(im.Entries))
+	if im.Digest != digest || im.Kind != "rootfs" || im.Tree.Len() < 100 {
+		t.Errorf("ReadOCI: digest %s kind %s, %d entries", im.Digest, im.Kind, im.Tree.Len())
 	}
 	for _, c := range []struct{ file, mediaType string }{
 		{"oci-node.oci", formats.OCILayerGzipMediaType},
@@ -197,9 +197,9 @@ func TestOCIOutputs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if oi.Layer.MediaType != c.mediaType || oi.DiffID != tarDigest || len(oi.Entries) != len(im.Entries) {
+		if oi.Layer.MediaType != c.mediaType || oi.DiffID != tarDigest || oi.Tree.Len() != im.Tree.Len() {
 			t.Errorf("%s: layer %+v diff_id %s, %d entries; want %s, the tar output's %s, %d entries",
-				c.file, oi.Layer, oi.DiffID, len(oi.Entries), c.mediaType, tarDigest, len(im.Entries))
+				c.file, oi.Layer, oi.DiffID, oi.Tree.Len(), c.mediaType, tarDigest, im.Tree.Len())
 		}
 		if c.mediaType == formats.OCILayerMediaType && oi.Layer.Digest != tarDigest {
 			t.Errorf("%s: the uncompressed layer %s is not the tar output", c.file, oi.Layer.Digest)
