@@ -151,7 +151,7 @@ func readDisk(ctx context.Context, r io.ReaderAt, size int64, im *Image) error {
 		Region{Name: "GPT partition entries", Offset: 2 * disk.SectorSize, Size: 128 * 128},
 		Region{Name: "backup GPT", Offset: disk.LastUsable(size), Size: size - disk.LastUsable(size)})
 	root := -1
-	var tree []*rootfs.Entry // the root file system's
+	var rootTree *rootfs.Sealed
 	kinds := make([]string, len(parts))
 	for i, p := range parts {
 		kinds[i] = fsKind(r, p.Start)
@@ -181,11 +181,15 @@ func readDisk(ctx context.Context, r io.ReaderAt, size int64, im *Image) error {
 				fsys.Facts = append(fsys.Facts, Fact(f))
 			}
 			im.Regions = appendRegions(im.Regions, sb.Regions(p.Start, fmt.Sprintf("partition %d ", i+1)))
-			var data []ext4.Region
-			if entries, data, err = ext4.Read(ctx, r, size, p.Start, p.Size, sb); err != nil {
+			tree, data, err := ext4.Read(ctx, r, size, p.Start, p.Size, sb)
+			if err != nil {
 				return fmt.Errorf("partition %d (%s): ext4: %w", i+1, p.Name, err)
 			}
 			im.Regions = appendRegions(im.Regions, data)
+			if i == root {
+				rootTree = tree
+			}
+			entries = tree.Entries()
 		case "vfat":
 			ffs, err := fat.Open(sub, p.Size)
 			if err != nil {
@@ -208,36 +212,36 @@ func readDisk(ctx context.Context, r io.ReaderAt, size int64, im *Image) error {
 		}
 		im.Filesystems = append(im.Filesystems, fsys)
 		if i == root {
-			tree = entries
 			continue
 		}
 		for _, e := range entries {
 			if e.Path == "/" {
 				continue
 			}
-			e.Path = partName(p, i) + ":" + e.Path
-			im.Extra = append(im.Extra, e)
+			im.Extra = append(im.Extra, &rootfs.Entry{Path: partName(p, i) + ":" + e.Path, Inode: e.Inode, Origin: e.Origin})
 		}
 	}
 	if root < 0 {
 		return errors.New("no ext4 root partition")
 	}
-	im.Record = recordOf(ctx, r, size, parts[root], tree)
+	im.Record = recordOf(r, size, parts[root], rootTree)
+	// What the root file system holds beyond the record is the output's
+	// own (lost+found, a repart drop-in). Without a stamp record,
+	// lost+found is taken for the file system's unless the record names
+	// it.
+	tree, extra := rootTree.Entries(), []*rootfs.Entry(nil)
 	if _, ok := treePaths(im.Record); ok {
-		// What the root file system holds beyond the record is the
-		// output's own (lost+found, a repart drop-in).
-		var extra []*rootfs.Entry
 		tree, extra = splitRecorded(tree, im.Record, partName(parts[root], root))
-		im.Extra = append(im.Extra, extra...)
-	} else if lf := findEntry(tree, "/lost+found"); lf != nil && !recordPaths(im.Record)["/lost+found"] {
-		// Without a stamp record, lost+found is taken for the file
-		// system's unless the record names it.
+	} else if lf := rootTree.Get("/lost+found"); lf != nil && !recordPaths(im.Record)["/lost+found"] {
 		tree = removeEntry(tree, lf)
-		lf.Path = partName(parts[root], root) + ":/lost+found"
-		im.Extra = append(im.Extra, lf)
+		extra = []*rootfs.Entry{{Path: partName(parts[root], root) + ":/lost+found", Inode: lf.Inode, Origin: lf.Origin}}
 	}
-	if im.Tree, err = rootfs.SealedOf(tree); err != nil {
-		return fmt.Errorf("partition %d (%s): %w", root+1, parts[root].Name, err)
+	im.Tree = rootTree
+	if len(extra) > 0 {
+		im.Extra = append(im.Extra, extra...)
+		if im.Tree, err = rootfs.SealedOf(tree); err != nil {
+			return fmt.Errorf("partition %d (%s): %w", root+1, parts[root].Name, err)
+		}
 	}
 	im.Complete = true
 	sort.Slice(im.Extra, func(a, b int) bool { return im.Extra[a].Path < im.Extra[b].Path })
@@ -316,8 +320,8 @@ func readFAT(ctx context.Context, ffs *fat.FS) ([]*rootfs.Entry, error) {
 }
 
 // recordOf reads the embedded record from the root file system.
-func recordOf(ctx context.Context, r io.ReaderAt, size int64, root disk.Partition, entries []*rootfs.Entry) []byte {
-	e := findEntry(entries, rootfs.RecordPath)
+func recordOf(r io.ReaderAt, size int64, root disk.Partition, tree *rootfs.Sealed) []byte {
+	e := tree.Get(rootfs.RecordPath)
 	if e == nil || e.Type != rootfs.TypeRegular || e.Size > maxRecord {
 		return nil
 	}

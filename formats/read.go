@@ -275,14 +275,6 @@ func splitRecorded(entries []*rootfs.Entry, record []byte, prefix string) (tree,
 	return tree, extra
 }
 
-func findEntry(entries []*rootfs.Entry, p string) *rootfs.Entry {
-	i := sort.Search(len(entries), func(i int) bool { return entries[i].Path >= p })
-	if i < len(entries) && entries[i].Path == p {
-		return entries[i]
-	}
-	return nil
-}
-
 func removeEntry(entries []*rootfs.Entry, e *rootfs.Entry) []*rootfs.Entry {
 	out := entries[:0:0]
 	for _, x := range entries {

@@ -165,15 +165,16 @@ func ReadFile(r io.ReaderAt, size, start, psize int64, p string) ([]byte, error)
 }
 
 // Read reads every entry of the ext4 file system in the partition at
-// start, hashing file contents. Hard links are the non-directory entries
-// that share an inode number. go-diskfs lists the directories; each inode is
+// start, hashing file contents, and returns them as the read-only view a
+// tree read back is (rootfs.SealedOf: its Open has no content to give).
+// Hard links are the non-directory entries that share an inode number. go-diskfs lists the directories; each inode is
 // read here, once, straight from its table: go-diskfs's Stat walks the path
 // from the root for every file, which is quadratic in a large directory, and
 // it reads a file with a hole as if the hole were not there.
 //
 // It also returns where each file's data lies on the disk, so an offset in
 // a data block names the file.
-func Read(ctx context.Context, r io.ReaderAt, size, start, psize int64, sb *Super) ([]*rootfs.Entry, []Region, error) {
+func Read(ctx context.Context, r io.ReaderAt, size, start, psize int64, sb *Super) (*rootfs.Sealed, []Region, error) {
 	fsys, err := dext4.Read(disk.ReadOnly(r, size), psize, start, 512)
 	if err != nil {
 		return nil, nil, err
@@ -254,8 +255,11 @@ func Read(ctx context.Context, r io.ReaderAt, size, start, psize int64, sb *Supe
 		return nil, nil, err
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].Path < out[b].Path })
-	rootfs.SetNlink(out)
-	return out, data, nil
+	tree, err := rootfs.SealedOf(out)
+	if err != nil {
+		return nil, nil, err
+	}
+	return tree, data, nil
 }
 
 // Inode fields, as the ext4 disk layout documents them.
