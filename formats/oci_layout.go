@@ -265,7 +265,7 @@ func ociCheck(name string, h hash.Hash, got, want int64) error {
 
 // readLayer reads the layer with ReadTar through its decompressor, and
 // checks its digest and diff_id on the same pass.
-func (s *ociStore) readLayer(ctx context.Context, d ociDescriptor, diffID string) ([]*rootfs.Entry, error) {
+func (s *ociStore) readLayer(ctx context.Context, d ociDescriptor, diffID string) (*rootfs.Sealed, error) {
 	alg, _ := ociLayerCompression(d.MediaType)
 	sr, closeFn, err := s.blob(d.Digest)
 	if err != nil {
@@ -274,7 +274,7 @@ func (s *ociStore) readLayer(ctx context.Context, d ociDescriptor, diffID string
 	defer closeFn()
 	h, dh := sha256.New(), sha256.New()
 	tee := io.TeeReader(sr, h)
-	entries, terr := ociReadLayerTar(ctx, alg, tee, dh)
+	tree, terr := ociReadLayerTar(ctx, alg, tee, dh)
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
@@ -300,13 +300,13 @@ func (s *ociStore) readLayer(ctx context.Context, d ociDescriptor, diffID string
 			return nil, fmt.Errorf("layer %s: its uncompressed tar hashes to %s, the config's diff_id is %s", d.Digest, got, diffID)
 		}
 	}
-	return entries, nil
+	return tree, nil
 }
 
 // ociReadLayerTar decompresses r with alg and reads the tar in it, hashing
 // the whole decompressed stream (the end-of-archive padding included) into
 // dh when the layer is compressed.
-func ociReadLayerTar(ctx context.Context, alg compress.Algorithm, r io.Reader, dh hash.Hash) ([]*rootfs.Entry, error) {
+func ociReadLayerTar(ctx context.Context, alg compress.Algorithm, r io.Reader, dh hash.Hash) (*rootfs.Sealed, error) {
 	if alg == compress.None {
 		return ReadTar(ctx, r)
 	}
@@ -316,7 +316,7 @@ func ociReadLayerTar(ctx context.Context, alg compress.Algorithm, r io.Reader, d
 	}
 	defer zr.Close()
 	ut := io.TeeReader(zr, dh)
-	entries, err := ReadTar(ctx, ut)
+	tree, err := ReadTar(ctx, ut)
 	if err != nil {
 		return nil, err
 	}
@@ -325,7 +325,7 @@ func ociReadLayerTar(ctx context.Context, alg compress.Algorithm, r io.Reader, d
 	if _, err := io.Copy(io.Discard, ut); err != nil {
 		return nil, fmt.Errorf("%s: %w", alg, err)
 	}
-	return entries, nil
+	return tree, nil
 }
 
 // ociHex checks a digest string and returns its hex part. Only sha256

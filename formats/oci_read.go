@@ -126,12 +126,8 @@ func readOCI(ctx context.Context, s *ociStore) (*OCIImage, error) {
 	if ociUncompressed(l.MediaType) && im.DiffID != l.Digest {
 		return nil, fmt.Errorf("config %s: diff_id %s is not the uncompressed layer's digest %s", m.Config.Digest, im.DiffID, l.Digest)
 	}
-	entries, err := s.readLayer(ctx, l, im.DiffID)
-	if err != nil {
+	if im.Tree, err = s.readLayer(ctx, l, im.DiffID); err != nil {
 		return nil, err
-	}
-	if im.Tree, err = rootfs.SealedOf(entries); err != nil {
-		return nil, fmt.Errorf("layer %s: %w", l.Digest, err)
 	}
 	// Blobs nothing references are checked too: a layout is only as sound
 	// as every file in it.

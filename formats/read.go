@@ -234,9 +234,9 @@ func (im *Image) regionEnd() int64 {
 	return last.Offset + last.Size
 }
 
-// sortedEntries returns the entries of byPath in byte order of path with
-// their link counts set.
-func sortedEntries(byPath map[string]*rootfs.Entry) []*rootfs.Entry {
+// sealedEntries returns the read-only view of the entries of byPath, a
+// reader's index of what it met.
+func sealedEntries(byPath map[string]*rootfs.Entry) (*rootfs.Sealed, error) {
 	paths := make([]string, 0, len(byPath))
 	for p := range byPath {
 		paths = append(paths, p)
@@ -246,8 +246,7 @@ func sortedEntries(byPath map[string]*rootfs.Entry) []*rootfs.Entry {
 	for i, p := range paths {
 		entries[i] = byPath[p]
 	}
-	rootfs.SetNlink(entries)
-	return entries
+	return rootfs.SealedOf(entries)
 }
 
 // maxRecord bounds the embedded record a reader keeps in memory.

@@ -199,7 +199,7 @@ func tarMTime(t time.Time) time.Time {
 }
 
 // ReadTar reads a tar stream, compressed or not (the compression is
-// detected), back into entries sorted by byte order of path.
+// detected), back into the read-only view of a tree (see rootfs.SealedOf).
 //
 // Names are normalised to clean absolute paths, so "./etc/passwd",
 // "etc/passwd" and "/etc/passwd" all read as "/etc/passwd"; a name with a ".."
@@ -208,7 +208,7 @@ func tarMTime(t time.Time) time.Time {
 // the same path replaces an earlier one, as extraction would. Origin.Member is
 // the name as the archive spells it. Only what the archive holds is returned:
 // missing parent directories are not made up.
-func ReadTar(ctx context.Context, r io.Reader) ([]*rootfs.Entry, error) {
+func ReadTar(ctx context.Context, r io.Reader) (*rootfs.Sealed, error) {
 	rc, _, err := compress.NewReaderAuto(r)
 	if err != nil {
 		return nil, fmt.Errorf("tar: %w", err)
@@ -241,7 +241,7 @@ func ReadTar(ctx context.Context, r io.Reader) ([]*rootfs.Entry, error) {
 			byPath[e.Path] = e
 		}
 	}
-	return sortedEntries(byPath), nil
+	return sealedEntries(byPath)
 }
 
 // tarEntry makes the entry for one member. It returns nil for a hard link to

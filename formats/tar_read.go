@@ -35,14 +35,10 @@ func (tarReader) Read(ctx context.Context, h *Head) (*Image, error) {
 		return nil, err
 	}
 	defer rc.Close()
-	entries, err := readTarRegions(ctx, rc, im)
-	if err != nil {
+	if im.Tree, err = readTarRegions(ctx, rc, im); err != nil {
 		return nil, err
 	}
-	if im.Tree, err = rootfs.SealedOf(entries); err != nil {
-		return nil, fmt.Errorf("tar: %w", err)
-	}
-	im.Filesystems = []Filesystem{{Type: "tar", Files: len(entries), Size: im.regionEnd()}}
+	im.Filesystems = []Filesystem{{Type: "tar", Files: im.Tree.Len(), Size: im.regionEnd()}}
 	if h.Compression != compress.None {
 		im.Plain = PlainDecompressed
 	}
@@ -53,7 +49,7 @@ func (tarReader) Read(ctx context.Context, h *Head) (*Image, error) {
 // notes where each member's header and data lie and keeps the embedded
 // record's bytes. It shares tarEntry with ReadTar, so both read members the
 // same way.
-func readTarRegions(ctx context.Context, r io.Reader, im *Image) ([]*rootfs.Entry, error) {
+func readTarRegions(ctx context.Context, r io.Reader, im *Image) (*rootfs.Sealed, error) {
 	var consumed int64
 	cr := rootfs.CountReader(r, func(n int64) { consumed += n })
 	tr := tar.NewReader(cr)
@@ -110,7 +106,11 @@ func readTarRegions(ctx context.Context, r io.Reader, im *Image) ([]*rootfs.Entr
 	if end := (dataEnd + 511) &^ 511; consumed > end {
 		im.Regions = append(im.Regions, Region{Name: "tar end of archive", Offset: end, Size: consumed - end})
 	}
-	return sortedEntries(byPath), nil
+	tree, err := sealedEntries(byPath)
+	if err != nil {
+		return nil, fmt.Errorf("tar: %w", err)
+	}
+	return tree, nil
 }
 
 // tarMemberRegions lists where the members of an uncompressed tar file

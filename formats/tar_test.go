@@ -189,7 +189,7 @@ func TestTarRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tarCompareEntries(t, got, tarWant(tree))
+			tarCompareEntries(t, got.Entries(), tarWant(tree))
 			again := writeTarBytes(t, tree, TarOptions{Compression: a})
 			if !bytes.Equal(data, again) {
 				t.Errorf("two writes of the same tree differ (%d and %d bytes)", len(data), len(again))
@@ -427,17 +427,13 @@ func TestReadTarNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var paths []string
-	for _, e := range got {
-		paths = append(paths, e.Path)
+	if want := []string{"/etc", "/etc/a", "/etc/b", "/etc/c", "/etc/l"}; !slices.Equal(got.Paths(), want) {
+		t.Fatalf("paths = %q, want %q", got.Paths(), want)
 	}
-	if want := []string{"/etc", "/etc/a", "/etc/b", "/etc/c", "/etc/l"}; !slices.Equal(paths, want) {
-		t.Fatalf("paths = %q, want %q", paths, want)
-	}
-	if a := got[1]; a.Perm != 0o600 || a.Size != 5 || a.Origin.Member != "etc/a" {
+	if a := got.Get("/etc/a"); a.Perm != 0o600 || a.Size != 5 || a.Origin.Member != "etc/a" {
 		t.Errorf("/etc/a = perm %o size %d member %q; want the later member", a.Perm, a.Size, a.Origin.Member)
 	}
-	if got[2].Inode != got[4].Inode {
+	if got.Get("/etc/b").Inode != got.Get("/etc/l").Inode {
 		t.Errorf("/etc/l does not share the inode of /etc/b")
 	}
 
@@ -502,10 +498,11 @@ func FuzzReadTar(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte("BZh9"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		entries, err := ReadTar(context.Background(), bytes.NewReader(data))
+		tree, err := ReadTar(context.Background(), bytes.NewReader(data))
 		if err != nil {
 			return
 		}
+		entries := tree.Entries()
 		for i, e := range entries {
 			if !strings.HasPrefix(e.Path, "/") || filepath.Clean(e.Path) != e.Path {
 				t.Fatalf("path %q is not clean and absolute", e.Path)
