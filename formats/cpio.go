@@ -381,7 +381,8 @@ func xattrValue(v string) (string, error) {
 const maxXattrList = 64 << 20
 
 // ReadCpio reads a newc cpio stream, compressed or not (the compression is
-// detected), back into entries sorted by byte order of path. Several
+// detected), back into the read-only view of a tree (see rootfs.SealedOf)
+// and, when the archive holds one, its xattr list. Several
 // archives one after another, as the kernel accepts them, are read in turn
 // when they are all in one stream: uncompressed, or compressed streams of one
 // algorithm back to back (zero padding is only skipped between uncompressed
@@ -393,42 +394,34 @@ const maxXattrList = 64 << 20
 // Inode.Digest and not kept. A later entry at the same path replaces an
 // earlier one, as the kernel's unpacker does. When the archive holds the
 // list at XattrListPath, the xattrs it names are put back on the entries it
-// names; the list stays an entry itself.
-func ReadCpio(ctx context.Context, r io.Reader) ([]*rootfs.Entry, error) {
+// names, and the list is returned as an entry of its own: it is the
+// format's way of carrying xattrs, not part of the tree.
+func ReadCpio(ctx context.Context, r io.Reader) (tree *rootfs.Sealed, xattrList *rootfs.Entry, err error) {
 	rc, _, err := compress.NewReaderAuto(r)
 	if err != nil {
-		return nil, fmt.Errorf("cpio: %w", err)
+		return nil, nil, fmt.Errorf("cpio: %w", err)
 	}
 	defer rc.Close()
 	cr := &cpioReader{ctx: ctx, br: bufio.NewReaderSize(rc, 1<<20), byPath: map[string]*rootfs.Entry{}, buf: make([]byte, 256<<10)}
 	for archive := 0; ; archive++ {
 		more, err := cr.skipPadding()
 		if err != nil {
-			return nil, fmt.Errorf("cpio: %w", err)
+			return nil, nil, fmt.Errorf("cpio: %w", err)
 		}
 		if !more {
 			if archive == 0 {
-				return nil, errors.New("cpio: empty archive")
+				return nil, nil, errors.New("cpio: empty archive")
 			}
 			break
 		}
 		if err := cr.readArchive(); err != nil {
-			return nil, fmt.Errorf("cpio: archive %d: %w", archive+1, err)
+			return nil, nil, fmt.Errorf("cpio: archive %d: %w", archive+1, err)
 		}
-	}
-	paths := make([]string, 0, len(cr.byPath))
-	for p := range cr.byPath {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
-	entries := make([]*rootfs.Entry, len(paths))
-	for i, p := range paths {
-		entries[i] = cr.byPath[p]
 	}
 	if cr.xattrs != nil {
 		list, err := parseXattrList(cr.xattrs)
 		if err != nil {
-			return nil, fmt.Errorf("cpio: %s: %w", XattrListPath, err)
+			return nil, nil, fmt.Errorf("cpio: %s: %w", XattrListPath, err)
 		}
 		names := make([]string, 0, len(list))
 		for p := range list {
@@ -438,7 +431,7 @@ func ReadCpio(ctx context.Context, r io.Reader) ([]*rootfs.Entry, error) {
 		for _, p := range names {
 			e := cr.byPath[p]
 			if e == nil {
-				return nil, fmt.Errorf("cpio: %s names %s, which the archive does not hold", XattrListPath, p)
+				return nil, nil, fmt.Errorf("cpio: %s names %s, which the archive does not hold", XattrListPath, p)
 			}
 			if e.Xattrs == nil {
 				e.Xattrs = map[string]string{}
@@ -448,8 +441,14 @@ func ReadCpio(ctx context.Context, r io.Reader) ([]*rootfs.Entry, error) {
 			}
 		}
 	}
-	rootfs.SetNlink(entries)
-	return entries, nil
+	if xattrList = cr.byPath[XattrListPath]; xattrList != nil {
+		delete(cr.byPath, XattrListPath)
+		rootfs.SetNlink([]*rootfs.Entry{xattrList})
+	}
+	if tree, err = sealedEntries(cr.byPath); err != nil {
+		return nil, nil, fmt.Errorf("cpio: %w", err)
+	}
+	return tree, xattrList, nil
 }
 
 type cpioReader struct {

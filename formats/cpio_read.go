@@ -30,23 +30,15 @@ func (cpioImageReader) Read(ctx context.Context, h *Head) (*Image, error) {
 		return nil, err
 	}
 	defer f.Close()
-	entries, err := ReadCpio(ctx, f)
+	tree, list, err := ReadCpio(ctx, f)
 	if err != nil {
 		return nil, err
 	}
-	im := &Image{Path: h.Path, Format: "cpio", Compression: h.Compression, Size: h.Size, Complete: true}
-	// The xattr list is the format's way of carrying xattrs, not part of
-	// the tree: ReadCpio has already put them back on the entries.
-	tree := make([]*rootfs.Entry, 0, len(entries))
-	for _, e := range entries {
-		if e.Path == XattrListPath {
-			im.Extra = append(im.Extra, e)
-		} else {
-			tree = append(tree, e)
-		}
-	}
-	if im.Tree, err = rootfs.SealedOf(tree); err != nil {
-		return nil, fmt.Errorf("cpio: %w", err)
+	im := &Image{Path: h.Path, Format: "cpio", Compression: h.Compression, Size: h.Size, Complete: true, Tree: tree}
+	files := tree.Len()
+	if list != nil {
+		im.Extra = append(im.Extra, list)
+		files++
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return nil, err
@@ -59,7 +51,7 @@ func (cpioImageReader) Read(ctx context.Context, h *Head) (*Image, error) {
 	if err := scanNewc(ctx, rc, im); err != nil {
 		return nil, fmt.Errorf("cpio: %w", err)
 	}
-	im.Filesystems = []Filesystem{{Type: "cpio newc", Files: len(entries), Size: im.regionEnd()}}
+	im.Filesystems = []Filesystem{{Type: "cpio newc", Files: files, Size: im.regionEnd()}}
 	if h.Compression != compress.None {
 		im.Plain = PlainDecompressed
 	}

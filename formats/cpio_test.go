@@ -40,19 +40,6 @@ func writeCpioBytes(t testing.TB, tree *rootfs.Tree, o CpioOptions) []byte {
 	return buf.Bytes()
 }
 
-// cpioSplit separates the xattr list from the rest of what ReadCpio gave.
-func cpioSplit(t *testing.T, got []*rootfs.Entry) (rest []*rootfs.Entry, list *rootfs.Entry) {
-	t.Helper()
-	for _, e := range got {
-		if e.Path == XattrListPath {
-			list = e
-		} else {
-			rest = append(rest, e)
-		}
-	}
-	return rest, list
-}
-
 func TestCpioRoundTrip(t *testing.T) {
 	tree := tarTestTree(t)
 	for _, a := range tarAlgorithms {
@@ -65,11 +52,11 @@ func TestCpioRoundTrip(t *testing.T) {
 			if got, _, _ := compress.Detect(bytes.NewReader(data)); got != a {
 				t.Errorf("stream is %s, want %s", got, a)
 			}
-			got, err := ReadCpio(context.Background(), bytes.NewReader(data))
+			got, list, err := ReadCpio(context.Background(), bytes.NewReader(data))
 			if err != nil {
 				t.Fatal(err)
 			}
-			rest, list := cpioSplit(t, got)
+			rest := got.Entries()
 			// Unlike tar, cpio keeps sockets: the kernel makes them.
 			tarCompareEntries(t, rest, tree.Entries())
 			if list == nil {
@@ -287,17 +274,11 @@ func TestCpioExtra(t *testing.T) {
 	var adds []string
 	data := writeCpioBytes(t, tree, CpioOptions{Compression: compress.Zstd, MTime: tarEpoch, Adds: &adds,
 		Extra: []CpioFile{{Path: "/init", Perm: 0o755, Content: []byte("#!/bin/sh\n")}}})
-	got, err := ReadCpio(context.Background(), bytes.NewReader(data))
+	got, _, err := ReadCpio(context.Background(), bytes.NewReader(data))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var init *rootfs.Entry
-	for _, e := range got {
-		if e.Path == "/init" {
-			init = e
-		}
-	}
-	if init == nil || init.Perm != 0o755 || init.Size != 10 {
+	if init := got.Get("/init"); init == nil || init.Perm != 0o755 || init.Size != 10 {
 		t.Fatalf("/init not in the archive as written: %v", init)
 	}
 	if len(adds) != 2 || !strings.HasPrefix(adds[0], XattrListPath+" ") || !strings.HasPrefix(adds[1], "/init type=file mode=0755 uid=0 gid=0 mtime=1700000000 size=10 sha256=") {
@@ -327,11 +308,11 @@ func TestCpioConcatenated(t *testing.T) {
 			t.Fatal(err)
 		}
 		data := append(append(slices.Clone(first), make([]byte, pad)...), second.Bytes()...)
-		got, err := ReadCpio(context.Background(), bytes.NewReader(data))
+		got, _, err := ReadCpio(context.Background(), bytes.NewReader(data))
 		if err != nil {
 			t.Fatalf("%s pad %d: %v", c.alg, pad, err)
 		}
-		rest, _ := cpioSplit(t, got)
+		rest := got.Entries()
 		if len(rest) != tree.Len() {
 			t.Fatalf("pad %d: %d entries, want %d", pad, len(rest), tree.Len())
 		}
@@ -355,7 +336,7 @@ func TestCpioReadErrors(t *testing.T) {
 		}(),
 		"garbage": append(slices.Clone(data), "junk after the trailer"...),
 	} {
-		if _, err := ReadCpio(context.Background(), bytes.NewReader(in)); err == nil {
+		if _, _, err := ReadCpio(context.Background(), bytes.NewReader(in)); err == nil {
 			t.Errorf("%s: no error", name)
 		}
 	}
@@ -365,7 +346,7 @@ func TestCpioReadErrors(t *testing.T) {
 	if err := writeCpioItems(context.Background(), &bad, compress.None, items); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ReadCpio(context.Background(), &bad); err == nil || !strings.Contains(err.Error(), "..") {
+	if _, _, err := ReadCpio(context.Background(), &bad); err == nil || !strings.Contains(err.Error(), "..") {
 		t.Errorf("err = %v, want one about ..", err)
 	}
 }
@@ -418,7 +399,7 @@ func TestCpioReadHugeName(t *testing.T) {
 	// The second record's name size, in the header after the root's.
 	second := bytes.Index(data[6:], []byte("070701")) + 6
 	copy(data[second+cpioNameSizeAt:], "FFFFFFF0")
-	_, err := ReadCpio(context.Background(), bytes.NewReader(data))
+	_, _, err := ReadCpio(context.Background(), bytes.NewReader(data))
 	if err == nil || !strings.Contains(err.Error(), "PATH_MAX") {
 		t.Fatalf("err = %v, want one about the name size", err)
 	}
@@ -436,10 +417,11 @@ func FuzzReadCpio(f *testing.F) {
 	}
 	f.Add([]byte("070701"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		entries, err := ReadCpio(context.Background(), bytes.NewReader(data))
+		tree, _, err := ReadCpio(context.Background(), bytes.NewReader(data))
 		if err != nil {
 			return
 		}
+		entries := tree.Entries()
 		for i, e := range entries {
 			if !strings.HasPrefix(e.Path, "/") || strings.Contains(e.Path, "/../") || (i > 0 && entries[i-1].Path >= e.Path) {
 				t.Fatalf("bad path order or form: %q", e.Path)

@@ -110,10 +110,11 @@ func TestBootInitramfs(t *testing.T) {
 	if a, _, _ := compress.Detect(bytes.NewReader(buf.Bytes())); a != compress.Zstd {
 		t.Errorf("compression %s, want the zstd default", a)
 	}
-	entries, err := ReadCpio(context.Background(), bytes.NewReader(buf.Bytes()))
+	archive, _, err := ReadCpio(context.Background(), bytes.NewReader(buf.Bytes()))
 	if err != nil {
 		t.Fatal(err)
 	}
+	entries := archive.Entries()
 	kernel := tree.Get("/boot/vmlinuz-" + k.KernelVersion)
 	modDir := "/lib/modules/" + k.KernelVersion
 	byPath := map[string]*rootfs.Entry{}
@@ -279,10 +280,11 @@ func TestBootInitramfsCompressedModule(t *testing.T) {
 	if err := WriteBootInitramfs(context.Background(), tree.View(), &buf, BootInitramfsOptions{Compression: compress.None}); err != nil {
 		t.Fatal(err)
 	}
-	entries, err := ReadCpio(context.Background(), &buf)
+	archive, _, err := ReadCpio(context.Background(), &buf)
 	if err != nil {
 		t.Fatal(err)
 	}
+	entries := archive.Entries()
 	for _, e := range entries {
 		if e.Path == "/lib/modules/"+k.KernelVersion+"/ext4.ko" {
 			if e.Digest != digest {

@@ -74,7 +74,7 @@ func TestPXEBundle(t *testing.T) {
 		t.Errorf("sha256sum --check: %v\n%s", err, out)
 	}
 
-	entries, err := ReadCpio(context.Background(), bytes.NewReader(files[PXEInitrd]))
+	initrd, list, err := ReadCpio(context.Background(), bytes.NewReader(files[PXEInitrd]))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,14 +82,11 @@ func TestPXEBundle(t *testing.T) {
 		t.Errorf("initrd compression %s, want zstd", a)
 	}
 	var rest []*rootfs.Entry
-	var init, list *rootfs.Entry
-	for _, e := range entries {
-		switch e.Path {
-		case "/init":
+	var init *rootfs.Entry
+	for _, e := range initrd.Entries() {
+		if e.Path == "/init" {
 			init = e
-		case XattrListPath:
-			list = e
-		default:
+		} else {
 			rest = append(rest, e)
 		}
 	}
@@ -184,15 +181,18 @@ func TestPXEFromCpio(t *testing.T) {
 				t.Errorf("the initrd does not start with the cpio output")
 			}
 			whole, _ := os.ReadFile(filepath.Join(treeDir, PXEInitrd))
-			ef, err := ReadCpio(context.Background(), bytes.NewReader(from))
+			ef, lf, err := ReadCpio(context.Background(), bytes.NewReader(from))
 			if err != nil {
 				t.Fatal(err)
 			}
-			et, err := ReadCpio(context.Background(), bytes.NewReader(whole))
+			et, lt, err := ReadCpio(context.Background(), bytes.NewReader(whole))
 			if err != nil {
 				t.Fatal(err)
 			}
-			tarCompareEntries(t, ef, et)
+			tarCompareEntries(t, ef.Entries(), et.Entries())
+			if (lf == nil) != (lt == nil) || lf != nil && rootfs.ManifestLine(lf, nil, false) != rootfs.ManifestLine(lt, nil, false) {
+				t.Errorf("xattr lists differ: %v and %v", lf, lt)
+			}
 			if len(fb.Adds) != 4 || !strings.HasPrefix(fb.Adds[0], "/init ") {
 				t.Errorf("adds = %q, want /init and the bundle's files", fb.Adds)
 			}
