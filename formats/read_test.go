@@ -3,8 +3,12 @@ package formats
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -122,4 +126,103 @@ func TestReadRegionsPlaceEveryByte(t *testing.T) {
 			t.Errorf("%s: regions end at %d, beyond the %d bytes", tc.name, end, len(tc.plain))
 		}
 	}
+}
+
+// TestReadBackTreeIsAView holds the tree an archive reads back to, as an
+// fs.FS, to what the built tree's view shows: the same entries, modes,
+// symlink targets, directory listings and sizes, with every FileInfo's Sys
+// the view's own entry. Its content is not unpacked, so opening a file
+// fails with rootfs.ErrNoContent instead of reading.
+func TestReadBackTreeIsAView(t *testing.T) {
+	ctx := context.Background()
+	tree, _ := readTestTree(t)
+	built := tree.View()
+	var cpioBuf bytes.Buffer
+	if err := WriteCpio(ctx, built, &cpioBuf, CpioOptions{MTime: tarEpoch}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		format string
+		data   []byte
+	}{
+		{"tar", writeTarBytes(t, tree, TarOptions{})},
+		{"cpio", cpioBuf.Bytes()},
+	} {
+		im, err := ReadEntries(ctx, writeOutputFile(t, "out", tc.data))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.format, err)
+		}
+		got := im.Tree
+		if got.HasContent() {
+			t.Errorf("%s: the view read back claims content", tc.format)
+		}
+		fsys := got.FS()
+		files := 0
+		err = fs.WalkDir(fsys, ".", func(name string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			p := "/" + name
+			if name == "." {
+				p = "/"
+			}
+			want := built.Get(p)
+			if want == nil {
+				t.Errorf("%s: %s is not in the built tree", tc.format, p)
+				return nil
+			}
+			fi, err := fs.Lstat(fsys, name)
+			if err != nil {
+				return err
+			}
+			if e, ok := fi.Sys().(*rootfs.Entry); !ok || e != got.Get(p) {
+				t.Errorf("%s: %s: Sys is %v, want the view's entry", tc.format, p, fi.Sys())
+			}
+			if wm := rootfs.FileInfo(d.Name(), want).Mode(); fi.Mode() != wm || fi.Size() != want.Size {
+				t.Errorf("%s: %s: mode %v size %d, built %v %d", tc.format, p, fi.Mode(), fi.Size(), wm, want.Size)
+			}
+			switch want.Type {
+			case rootfs.TypeSymlink:
+				if target, err := fs.ReadLink(fsys, name); err != nil || target != want.Target {
+					t.Errorf("%s: %s: ReadLink %q, %v; built %q", tc.format, p, target, err, want.Target)
+				}
+			case rootfs.TypeDir:
+				var names []string
+				for _, n := range built.Children(p) {
+					if tc.format != "tar" || built.Get(path.Join(p, n)).Type != rootfs.TypeSocket {
+						names = append(names, n)
+					}
+				}
+				des, err := fs.ReadDir(fsys, name)
+				var gotNames []string
+				for _, de := range des {
+					gotNames = append(gotNames, de.Name())
+				}
+				if err != nil || !slices.Equal(gotNames, names) {
+					t.Errorf("%s: %s: ReadDir %q, %v; built %q", tc.format, p, gotNames, err, names)
+				}
+			case rootfs.TypeRegular:
+				files++
+				if _, err := fsys.Open(name); !errors.Is(err, rootfs.ErrNoContent) {
+					t.Errorf("%s: %s: Open %v, want rootfs.ErrNoContent", tc.format, p, err)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.format, err)
+		}
+		if files == 0 || got.Digest() != rootfs.Digest(tarWantFor(tc.format, tree)) {
+			t.Errorf("%s: %d files walked; digest %s, built %s", tc.format, files, got.Digest(), rootfs.Digest(tarWantFor(tc.format, tree)))
+		}
+	}
+}
+
+// tarWantFor is what an archive of format holds of tree: a tar cannot hold
+// sockets.
+func tarWantFor(format string, tree *rootfs.Tree) []*rootfs.Entry {
+	if format == "tar" {
+		return tarWant(tree)
+	}
+	return tree.Entries()
 }
