@@ -34,7 +34,7 @@ func TestReadContainerDiskQcow2Fails(t *testing.T) {
 
 	// The sound image is read through the qcow2 down to its partitions, so
 	// the failure below comes from the corruption and nothing else.
-	im, err := ReadEntries(ctx, containerDisk(t, good))
+	im, err := ReadImage(ctx, containerDisk(t, good))
 	if err != nil {
 		t.Fatalf("sound containerDisk: %v", err)
 	}
@@ -60,7 +60,7 @@ func TestReadContainerDiskQcow2Fails(t *testing.T) {
 	if err := os.WriteFile(bad, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	im, err = ReadEntries(ctx, containerDisk(t, bad))
+	im, err = ReadImage(ctx, containerDisk(t, bad))
 	if err == nil {
 		t.Fatalf("a containerDisk whose qcow2 cannot be read was read as %d partitions and %d entries", len(im.Partitions), im.Tree.Len())
 	}

@@ -81,7 +81,7 @@ func TestTableWritesAndReadsEveryFormat(t *testing.T) {
 		if written[spec.Format] == "" {
 			written[spec.Format], adds[spec.Format] = res.Files[0], res.Adds
 		}
-		im, err := ReadEntries(ctx, filepath.Join(dir, res.Files[0]))
+		im, err := ReadImage(ctx, filepath.Join(dir, res.Files[0]))
 		if err != nil {
 			t.Fatalf("%s: reading %s back: %v", spec.Name, res.Files[0], err)
 		}

@@ -206,7 +206,7 @@ func TestOVAManifestChecked(t *testing.T) {
 	if err := os.WriteFile(ova, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ReadEntries(context.Background(), ova); err == nil || !strings.Contains(err.Error(), "member node.ovf: sha256") {
+	if _, err := ReadImage(context.Background(), ova); err == nil || !strings.Contains(err.Error(), "member node.ovf: sha256") {
 		t.Errorf("a changed descriptor: %v", err)
 	}
 }

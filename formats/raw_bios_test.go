@@ -81,7 +81,7 @@ func TestRawBIOS(t *testing.T) {
 		t.Errorf("core.img's second block list entry is not the terminator: % x", tail)
 	}
 
-	im, err := ReadEntries(context.Background(), img)
+	im, err := ReadImage(context.Background(), img)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +237,7 @@ func TestOVABIOS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	im, err := ReadEntries(context.Background(), filepath.Join(dir, res.Files[0]))
+	im, err := ReadImage(context.Background(), filepath.Join(dir, res.Files[0]))
 	if err != nil {
 		t.Fatal(err)
 	}

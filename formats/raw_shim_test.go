@@ -109,7 +109,7 @@ func TestRawShim(t *testing.T) {
 	if back := readAdds(t, img, nil); !slices.Equal(back, res.Adds) {
 		t.Errorf("the adds read back differ from those planned:\n%s\nplanned:\n%s", strings.Join(back, "\n"), strings.Join(res.Adds, "\n"))
 	}
-	im, err := ReadEntries(t.Context(), img)
+	im, err := ReadImage(t.Context(), img)
 	if err != nil {
 		t.Fatal(err)
 	}

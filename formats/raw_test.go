@@ -209,7 +209,7 @@ func TestRawDiskStructure(t *testing.T) {
 // beyond the tree, as manifest lines.
 func readAdds(t testing.TB, img string, _ *rootfs.Tree) []string {
 	t.Helper()
-	im, err := ReadEntries(context.Background(), img)
+	im, err := ReadImage(context.Background(), img)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -157,9 +157,9 @@ func Readers() []Reader {
 	return out
 }
 
-// ReadEntries detects the format of the file or directory at path and reads
+// ReadImage detects the format of the file or directory at path and reads
 // it back: its tree as a read-only view, and the format's structure.
-func ReadEntries(ctx context.Context, path string) (*Image, error) {
+func ReadImage(ctx context.Context, path string) (*Image, error) {
 	h, err := ReadHead(path)
 	if err != nil {
 		return nil, err

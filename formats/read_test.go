@@ -52,7 +52,7 @@ func TestReadEntriesDetectsEveryArchive(t *testing.T) {
 			{"cpio", cpioBuf.Bytes()},
 		} {
 			p := writeOutputFile(t, "out", tc.data)
-			im, err := ReadEntries(ctx, p)
+			im, err := ReadImage(ctx, p)
 			if err != nil {
 				t.Fatalf("%s %s: %v", tc.format, alg, err)
 			}
@@ -75,7 +75,7 @@ func TestReadEntriesDetectsEveryArchive(t *testing.T) {
 			}
 		}
 	}
-	if _, err := ReadEntries(ctx, writeOutputFile(t, "x", []byte("plain text, not an image\n"))); err == nil ||
+	if _, err := ReadImage(ctx, writeOutputFile(t, "x", []byte("plain text, not an image\n"))); err == nil ||
 		!strings.Contains(err.Error(), "not an output format") {
 		t.Errorf("a text file is read as %v", err)
 	}
@@ -100,7 +100,7 @@ func TestReadRegionsPlaceEveryByte(t *testing.T) {
 		{"tar.zst", "tar member ./home/capi/.profile (data)", plain, writeTarBytes(t, tree, TarOptions{Compression: compress.Zstd})},
 		{"cpio", "cpio member home/capi/.profile (data)", cpioBuf.Bytes(), cpioBuf.Bytes()},
 	} {
-		im, err := ReadEntries(ctx, writeOutputFile(t, tc.name, tc.file))
+		im, err := ReadImage(ctx, writeOutputFile(t, tc.name, tc.file))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,7 +148,7 @@ func TestReadBackTreeIsAView(t *testing.T) {
 		{"tar", writeTarBytes(t, tree, TarOptions{})},
 		{"cpio", cpioBuf.Bytes()},
 	} {
-		im, err := ReadEntries(ctx, writeOutputFile(t, "out", tc.data))
+		im, err := ReadImage(ctx, writeOutputFile(t, "out", tc.data))
 		if err != nil {
 			t.Fatalf("%s: %v", tc.format, err)
 		}

@@ -122,7 +122,7 @@ func TestReadDiskMadeByOtherTools(t *testing.T) {
 
 	t.Logf("xattrs checked: %d", len(hostXattrs))
 	for _, p := range []string{raw, qcow} {
-		im, err := ReadEntries(ctx, p)
+		im, err := ReadImage(ctx, p)
 		if err != nil {
 			t.Fatalf("%s: %v", p, err)
 		}

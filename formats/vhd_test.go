@@ -17,7 +17,7 @@ import (
 // manifest lists an image's entries and extras as manifest lines.
 func manifest(t testing.TB, img string) (string, *Image) {
 	t.Helper()
-	im, err := ReadEntries(context.Background(), img)
+	im, err := ReadImage(context.Background(), img)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -216,8 +216,8 @@ func explain(ctx context.Context, c *OutputCheck, a, b string) {
 			return
 		}
 	}
-	ia, errA := formats.ReadEntries(ctx, a)
-	ib, errB := formats.ReadEntries(ctx, b)
+	ia, errA := formats.ReadImage(ctx, a)
+	ib, errB := formats.ReadImage(ctx, b)
 	if errA != nil || errB != nil {
 		c.Format = "file"
 		if h, _ := formats.ReadHead(a); h != nil {

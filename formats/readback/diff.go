@@ -83,11 +83,11 @@ type DiffOptions struct {
 // Diff reads two images, of any formats stamp reads, and compares them entry
 // by entry.
 func Diff(ctx context.Context, a, b string, o DiffOptions) ([]Change, error) {
-	ia, err := formats.ReadEntries(ctx, a)
+	ia, err := formats.ReadImage(ctx, a)
 	if err != nil {
 		return nil, err
 	}
-	ib, err := formats.ReadEntries(ctx, b)
+	ib, err := formats.ReadImage(ctx, b)
 	if err != nil {
 		return nil, err
 	}

@@ -29,7 +29,7 @@ type Inspection struct {
 
 // Inspect reads the output at path, of any format stamp reads.
 func Inspect(ctx context.Context, path string) (*Inspection, error) {
-	im, err := formats.ReadEntries(ctx, path)
+	im, err := formats.ReadImage(ctx, path)
 	if err != nil {
 		return nil, err
 	}

@@ -244,7 +244,7 @@ func keepNodeOutputs(t *testing.T, out, dst, registry, recipeDir string) {
 // lists or caches, no swap, the release file and every pre-seeded image.
 func checkNodeHygiene(t *testing.T, raw string, images []string) {
 	t.Helper()
-	im, err := formats.ReadEntries(context.Background(), raw)
+	im, err := formats.ReadImage(context.Background(), raw)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,7 +65,7 @@ func TestOutputsDoNotLeakIntoEachOther(t *testing.T) {
 
 	ctx := context.Background()
 	for _, name := range []string{"e2e-views-plain.tar", "e2e-views-initrd.cpio"} {
-		im, err := formats.ReadEntries(ctx, filepath.Join(outAll, name))
+		im, err := formats.ReadImage(ctx, filepath.Join(outAll, name))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,7 +75,7 @@ func TestOutputsDoNotLeakIntoEachOther(t *testing.T) {
 			}
 		}
 	}
-	raw, err := formats.ReadEntries(ctx, filepath.Join(outAll, "e2e-views.raw"))
+	raw, err := formats.ReadImage(ctx, filepath.Join(outAll, "e2e-views.raw"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestInspectCountsWhatTheManifestLists(t *testing.T) {
 	adds := regexp.MustCompile(`(?m)^format adds:\s+(\d+) entries`)
 	for file, lines := range sections {
 		t.Run(file, func(t *testing.T) {
-			im, err := formats.ReadEntries(context.Background(), filepath.Join(out, file))
+			im, err := formats.ReadImage(context.Background(), filepath.Join(out, file))
 			if err != nil {
 				t.Fatal(err)
 			}
