@@ -99,15 +99,24 @@ func Diff(ctx context.Context, a, b string, o DiffOptions) ([]Change, error) {
 // same format: a raw disk and a tar of the same tree hold the same entries
 // but a tar has no partition table.
 func DiffImages(a, b *formats.Image, o DiffOptions) []Change {
-	keep := func(e *rootfs.Entry) bool {
-		return o.IncludeRecord || !isRecordPath(e.Path)
-	}
-	changes := diffEntries(a.Tree.Entries(), b.Tree.Entries(), keep)
+	changes := DiffTrees(a.Tree, b.Tree, o)
 	if a.Format == b.Format {
-		changes = append(changes, diffEntries(a.Extra, b.Extra, keep)...)
+		changes = append(changes, diffEntries(a.Extra, b.Extra, o.keep)...)
 		changes = append(changes, diffFacts(a, b)...)
 	}
 	return changes
+}
+
+// DiffTrees compares two trees entry by entry, in byte order of path,
+// whether built (rootfs.Seal's view) or read back (formats.Image.Tree): both
+// are the same read-only view.
+func DiffTrees(a, b *rootfs.Sealed, o DiffOptions) []Change {
+	return diffEntries(a.Entries(), b.Entries(), o.keep)
+}
+
+// keep reports whether the entry e is compared.
+func (o DiffOptions) keep(e *rootfs.Entry) bool {
+	return o.IncludeRecord || !isRecordPath(e.Path)
 }
 
 func isRecordPath(p string) bool {

@@ -1,6 +1,8 @@
 package readback
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -8,6 +10,7 @@ import (
 
 	"github.com/stamp-dev/stamp/formats"
 	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/rootfs/rootfstest"
 )
 
 func diffEntry(p string, typ rootfs.Type, perm uint32, digest string) *rootfs.Entry {
@@ -94,5 +97,46 @@ func TestDiffImagesComparesFactsOnlyWithinOneFormat(t *testing.T) {
 	ib.Format = "tar"
 	if c := DiffImages(ia, ib, DiffOptions{}); c[len(c)-1].Kind != Structure || c[len(c)-1].Path != "k" {
 		t.Errorf("a differing fact is not reported: %v", c)
+	}
+}
+
+// TestDiffTreesComparesABuiltTreeWithItsOutput checks that a tree as built
+// and the same tree read back from a tar are one type to DiffTrees: equal
+// when nothing changed, and naming the path and field when the built one
+// did.
+func TestDiffTreesComparesABuiltTreeWithItsOutput(t *testing.T) {
+	ep := time.Unix(1700000000, 0).UTC()
+	tree := rootfstest.New(t, ep)
+	rootfstest.Dir(t, tree, "/etc", 0o755, ep)
+	rootfstest.File(t, tree, "/etc/hostname", 0o644, ep, "node\n")
+	rootfstest.Symlink(t, tree, "/etc/name", "hostname", ep)
+	if _, err := tree.Link("/etc/hostname.hard", "/etc/hostname", rootfs.Origin{}); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "tree.tar")
+	f, err := os.Create(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := formats.WriteTar(t.Context(), tree.View(), f, formats.TarOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	im, err := formats.ReadImage(t.Context(), out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := DiffTrees(tree.View(), im.Tree, DiffOptions{}); len(c) != 0 {
+		t.Errorf("a tree and its tar differ: %v", c)
+	}
+	if err := tree.Update("/etc/hostname", func(in *rootfs.Inode) { in.Perm = 0o600 }); err != nil {
+		t.Fatal(err)
+	}
+	c := DiffTrees(tree.View(), im.Tree, DiffOptions{})
+	if len(c) != 2 || c[0].Path != "/etc/hostname" || c[1].Path != "/etc/hostname.hard" ||
+		!reflect.DeepEqual(c[0].FieldNames(), []string{FieldMode}) {
+		t.Errorf("a changed mode diffs as %v, want the mode of both links", c)
 	}
 }
