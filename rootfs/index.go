@@ -21,7 +21,9 @@ var ErrNoContent = errors.New("no content: the view holds only the index of an i
 //
 // Each entry needs a clean absolute path of its own; hard links share an
 // *Inode, whose link count SealedOf sets. The view takes the entries over:
-// they must not be changed afterwards.
+// they must not be changed afterwards. An archive need not list its root;
+// the fs.FS then shows "." as a 0755 directory of its own, while Get("/")
+// stays nil and the digest covers only what the archive listed.
 func SealedOf(entries []*Entry) (*Sealed, error) {
 	t := &Tree{entries: make(map[string]*Entry, len(entries))}
 	// Readers hand their entries over already sorted; keeping that order
@@ -48,7 +50,11 @@ func SealedOf(entries []*Entry) (*Sealed, error) {
 		t.sorted = sorted
 	}
 	SetNlink(entries)
-	return &Sealed{t: t}, nil
+	s := &Sealed{t: t}
+	if t.entries["/"] == nil {
+		s.root = &Entry{Path: "/", Inode: &Inode{Type: TypeDir, Perm: 0o755, nlink: 1}}
+	}
+	return s, nil
 }
 
 // cleanAbs reports whether p is an absolute path in the form Tree keeps.

@@ -147,3 +147,19 @@ func TestSealedOfRefusesWhatIsNoTree(t *testing.T) {
 		}
 	}
 }
+
+// TestSealedOfFSWithoutARoot checks that a view of an archive that does
+// not list "/" still walks from "." without making a root up in the index.
+func TestSealedOfFSWithoutARoot(t *testing.T) {
+	dir := func(p string) *Entry { return &Entry{Path: p, Inode: &Inode{Type: TypeDir, Perm: 0o700}} }
+	s, err := SealedOf([]*Entry{dir("/etc"), dir("/etc/kubernetes"), dir("/var")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fstest.TestFS(s.FS(), "etc/kubernetes", "var"); err != nil {
+		t.Fatal(err)
+	}
+	if s.Get("/") != nil || s.Len() != 3 || !slices.Equal(s.Paths(), []string{"/etc", "/etc/kubernetes", "/var"}) {
+		t.Errorf("the index gained a root: %v", s.Paths())
+	}
+}

@@ -18,6 +18,9 @@ import (
 type Sealed struct {
 	t      *Tree
 	digest string
+	// root stands in for "/" in the fs.FS of a view read back from an
+	// archive that does not list its root (see SealedOf); nil otherwise.
+	root *Entry
 }
 
 // View returns a read-only view of t as it stands, with no sealing rules
@@ -195,6 +198,9 @@ var (
 func (f sealedFS) lookup(op, name string, follow bool) (*Entry, error) {
 	if !fs.ValidPath(name) {
 		return nil, &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
+	}
+	if name == "." && f.s.root != nil {
+		return f.s.root, nil
 	}
 	e, err := f.s.t.Lookup("/"+name, follow)
 	if err != nil {
