@@ -33,6 +33,10 @@ const (
 // is where the last console= sends init's output.
 const PXEDefaultCmdline = "console=tty0 console=ttyS0,115200"
 
+// PXEDefaultCmdlineARM64 is the arm64 default: the first serial port of
+// qemu's virt machine and of most arm64 servers is a PL011, ttyAMA0.
+const PXEDefaultCmdlineARM64 = "console=tty0 console=ttyAMA0,115200"
+
 // liveRoot is where the live init mounts the tmpfs it copies the tree into.
 const liveRoot = "/.stamp-live"
 
@@ -52,6 +56,10 @@ type PXEOptions struct {
 	MTime time.Time
 	// Name appears in the comments of the script and config.
 	Name string
+	// Arch is the recipe's architecture: the kernel must be one of it (an
+	// arm64 kernel as an Image, decompressed when the tree's is gzip'd),
+	// and it picks the default command line. Empty checks nothing.
+	Arch string
 }
 
 // PXEBundle says what WritePXE wrote.
@@ -85,6 +93,10 @@ func WritePXE(ctx context.Context, t *rootfs.Sealed, dir string, o PXEOptions) (
 	if err != nil {
 		return nil, fmt.Errorf("pxe: %w", err)
 	}
+	img, err := kernelImage(t, kpath, o.Arch)
+	if err != nil {
+		return nil, fmt.Errorf("pxe: %w", err)
+	}
 	for _, p := range []string{"/init", liveRoot} {
 		if t.Get(p) != nil {
 			return nil, fmt.Errorf("pxe: the tree holds %s, which the live initramfs needs for itself", p)
@@ -97,6 +109,9 @@ func WritePXE(ctx context.Context, t *rootfs.Sealed, dir string, o PXEOptions) (
 	cmdline := o.Cmdline
 	if cmdline == "" {
 		cmdline = PXEDefaultCmdline
+		if o.Arch == "arm64" {
+			cmdline = PXEDefaultCmdlineARM64
+		}
 	}
 	if strings.ContainsAny(cmdline, "\n\r") {
 		return nil, fmt.Errorf("pxe: the kernel command line holds a line break")
@@ -135,6 +150,10 @@ func WritePXE(ctx context.Context, t *rootfs.Sealed, dir string, o PXEOptions) (
 	}
 
 	err = put(PXEKernel, func(w io.Writer) error {
+		if img != nil {
+			_, err := w.Write(img)
+			return err
+		}
 		f, err := t.Open(kpath)
 		if err != nil {
 			return err
@@ -185,6 +204,10 @@ func WritePXE(ctx context.Context, t *rootfs.Sealed, dir string, o PXEOptions) (
 	sort.Strings(b.Files)
 	for _, g := range append(generated, struct{ name, content string }{PXESums, sumText.String()}) {
 		b.Adds = append(b.Adds, manifestFileLine(g.name, 0o644, o.MTime, []byte(g.content)))
+	}
+	if img != nil {
+		// The kernel is not the tree's file: say what it is made from.
+		b.Adds = append(b.Adds, manifestFileLine(PXEKernel, 0o644, o.MTime, img)+" # decompressed from "+kpath)
 	}
 	if len(xfiles) > 0 && setfattr == "" {
 		for _, p := range xfiles {
@@ -314,7 +337,7 @@ func (pxeFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base s
 	if err != nil {
 		return nil, err
 	}
-	o := PXEOptions{Compression: cpioCompression(so.Compression), FromCpio: src.From, MTime: src.Epoch, Name: src.Name, Cmdline: so.Cmdline}
+	o := PXEOptions{Compression: cpioCompression(so.Compression), FromCpio: src.From, MTime: src.Epoch, Name: src.Name, Cmdline: so.Cmdline, Arch: src.Arch}
 	name := base + ".pxe"
 	bdir := filepath.Join(dir, name)
 	if err := os.Mkdir(bdir, 0o755); err != nil {

@@ -437,7 +437,14 @@ func espKernelFiles(ctx context.Context, src *Source, loader string) (kernel, in
 	if err != nil {
 		return kernel, initrd, fmt.Errorf("boot.loader: %s needs a kernel in /boot: %w", loader, err)
 	}
+	img, err := kernelImage(t, kpath, src.Arch)
+	if err != nil {
+		return kernel, initrd, fmt.Errorf("boot.loader: %w", err)
+	}
 	kernel = treeFATFile(espKernel, t, t.Get(kpath))
+	if img != nil {
+		kernel = bytesFATFile(espKernel, img)
+	}
 	if e, err := treeFile(t, "/boot/initrd.img-"+ver); err == nil {
 		return kernel, treeFATFile(espInitrd, t, e), nil
 	}
