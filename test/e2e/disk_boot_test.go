@@ -130,23 +130,29 @@ func diskSums(t *testing.T, dir string) map[string]string {
 // busybox-static, systemd-boot) whose /sbin/init prints marker.
 func bootDiskDir(t *testing.T, recipe, marker string) string {
 	t.Helper()
+	return bootDiskDirFor(t, harness.BootParts(t), recipe, marker)
+}
+
+// bootDiskDirFor is bootDiskDir with the parts of a kit, of any
+// architecture.
+func bootDiskDirFor(t *testing.T, kit *harness.BootKit, recipe, marker string) string {
+	t.Helper()
 	dir := harness.TempDirFor65534(t)
 	writeFiles(t, dir, map[string]string{"recipe.yaml": recipe})
-	writeBaseTar(t, filepath.Join(dir, "base.tar"), bootDiskTree(t, harness.BootTreeOptions{Marker: marker, Modules: harness.BootModuleGlobs}))
+	writeBaseTar(t, filepath.Join(dir, "base.tar"), bootDiskTree(t, kit, harness.BootTreeOptions{Marker: marker, Modules: harness.BootModuleGlobs}))
 	return dir
 }
 
-// bootDiskTree is the boot kit's tree for o with systemd-boot where the raw
-// writer looks for it.
-func bootDiskTree(t *testing.T, o harness.BootTreeOptions) *rootfs.Tree {
+// bootDiskTree is kit's tree for o with systemd-boot where the raw writer
+// looks for it.
+func bootDiskTree(t *testing.T, kit *harness.BootKit, o harness.BootTreeOptions) *rootfs.Tree {
 	t.Helper()
-	kit := harness.BootParts(t)
 	tree := kit.Tree(t, o)
 	efi, err := os.ReadFile(kit.SystemdBoot)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tree.Create("/usr/lib/systemd/boot/efi/systemd-bootx64.efi",
+	if _, err := tree.Create("/usr/lib/systemd/boot/efi/"+filepath.Base(kit.SystemdBoot),
 		rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, MTime: harness.DefaultEpoch}, strings.NewReader(string(efi))); err != nil {
 		t.Fatal(err)
 	}

@@ -83,7 +83,7 @@ func TestDiskBootsSecureBoot(t *testing.T) {
 	signed := harness.SignedBootParts(t)
 	opts := harness.BootTreeOptions{Marker: secureBootMarker, Init: secureBootInit,
 		Modules: append([]string{"kernel/fs/efivarfs"}, harness.BootModuleGlobs...)}
-	tree := bootDiskTree(t, opts)
+	tree := bootDiskTree(t, harness.BootParts(t), opts)
 	signed.AddTo(t, tree)
 	dir := harness.TempDirFor65534(t)
 	writeFiles(t, dir, map[string]string{"recipe.yaml": secureBootRecipe, "unsigned.yaml": secureBootUnsignedRecipe})

@@ -26,6 +26,11 @@ const bootFormat = "stamp-test-boot/1"
 // OVMFPath is the UEFI firmware of Debian's ovmf package.
 const OVMFPath = "/usr/share/ovmf/OVMF.fd"
 
+// AAVMFPath is the arm64 UEFI firmware of Debian's qemu-efi-aarch64
+// package, for qemu-system-aarch64 -M virt: its -bios pads it to the
+// flash size itself.
+const AAVMFPath = "/usr/share/AAVMF/AAVMF_CODE.fd"
+
 // BootKit is what a boot test needs, all from real Debian packages: a
 // kernel and its modules (linux-image-6.1.*-amd64, downloaded and unpacked,
 // never installed), a static busybox, systemd-boot and the OVMF firmware.
@@ -43,32 +48,71 @@ type BootKit struct {
 	// linuxx64.efi.stub, both from systemd-boot-efi.
 	SystemdBoot string
 	LinuxStub   string
-	// OVMF is the UEFI firmware for qemu's -bios.
+	// OVMF is the UEFI firmware for qemu's -bios: OVMF for amd64, AAVMF
+	// for arm64.
 	OVMF string
+	// Arch is the Debian architecture of the parts, Debs the .debs they
+	// were unpacked from.
+	Arch string
+	Debs []string
 }
 
-var kernelDepRE = regexp.MustCompile(`(?m)^\s*Depends:\s*(linux-image-6\.1\.\S+-amd64)\s*$`)
-
 // BootParts downloads (once per machine, into the deb cache) and unpacks
-// the boot parts. It fails, never skips, when they cannot be had: CI runs
-// test/scripts/deps.sh first.
+// the amd64 boot parts. It fails, never skips, when they cannot be had: CI
+// runs test/scripts/deps.sh first.
 func BootParts(t testing.TB) *BootKit {
+	t.Helper()
+	return BootPartsFor(t, "amd64")
+}
+
+// bootArch is what differs between the architectures a boot kit is made
+// for: the file names of systemd-boot and its stub, the firmware, and
+// whether the host's own apt state gives the packages.
+var bootArch = map[string]struct {
+	sdboot, stub, firmware string
+	hostApt                bool
+}{
+	"amd64": {"systemd-bootx64.efi", "linuxx64.efi.stub", OVMFPath, true},
+	"arm64": {"systemd-bootaa64.efi", "linuxaa64.efi.stub", AAVMFPath, false},
+}
+
+// BootPartsFor is BootParts for an architecture, amd64 or arm64. The arm64
+// packages come through a private apt state of their own (ForeignDebs), and
+// the kit's firmware is AAVMF.
+func BootPartsFor(t testing.TB, arch string) *BootKit {
 	t.Helper()
 	RequireTools(t, "apt-get", "apt-cache", "dpkg-deb", "dpkg")
 	const hint = "(needs apt reaching Debian and the packages of test/scripts/deps.sh)"
-	if _, err := os.Stat(OVMFPath); err != nil {
+	ba, ok := bootArch[arch]
+	if !ok {
+		t.Fatalf("boot parts: no boot kit for architecture %q", arch)
+	}
+	if _, err := os.Stat(ba.firmware); err != nil {
 		t.Fatalf("boot parts: %v %s", err, hint)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	// linux-image-amd64 is a metapackage; the kernel is what it depends on.
-	out, err := exec.CommandContext(ctx, "apt-cache", "depends", "linux-image-amd64").CombinedOutput()
-	if err != nil {
-		t.Fatalf("boot parts: apt-cache depends linux-image-amd64: %v\n%s%s", err, out, hint)
+	var apt *ForeignApt
+	if !ba.hostApt {
+		var err error
+		if apt, err = ForeignAptFor(ctx, arch); err != nil {
+			t.Fatalf("boot parts: %v %s", err, hint)
+		}
 	}
+	// linux-image-ARCH is a metapackage; the kernel is what it depends on.
+	meta := "linux-image-" + arch
+	var cacheArgs []string
+	if apt != nil {
+		cacheArgs = apt.Options()
+	}
+	out, err := exec.CommandContext(ctx, "apt-cache", append(cacheArgs, "depends", meta)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("boot parts: apt-cache depends %s: %v\n%s%s", meta, err, out, hint)
+	}
+	kernelDepRE := regexp.MustCompile(`(?m)^\s*Depends:\s*(linux-image-6\.1\.\S+-` + arch + `)\s*$`)
 	m := kernelDepRE.FindSubmatch(out)
 	if m == nil {
-		t.Fatalf("boot parts: apt-cache depends linux-image-amd64 names no linux-image-6.1.*-amd64:\n%s", out)
+		t.Fatalf("boot parts: apt-cache depends %s names no linux-image-6.1.*-%s:\n%s", meta, arch, out)
 	}
 	kpkg := string(m[1])
 
@@ -76,16 +120,22 @@ func BootParts(t testing.TB) *BootKit {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatalf("boot cache: %v", err)
 	}
-	// The deb cache is shared with Base, so its lock is taken too.
-	if err := os.MkdirAll(filepath.Join(cacheRoot(), "base"), 0o755); err != nil {
-		t.Fatalf("boot cache: %v", err)
+	pkgs := []string{kpkg, "busybox-static", "systemd-boot-efi"}
+	var debs []string
+	if apt != nil {
+		debs, err = apt.Debs(ctx, pkgs, t.Logf)
+	} else {
+		// The deb cache is shared with Base, so its lock is taken too.
+		if err := os.MkdirAll(filepath.Join(cacheRoot(), "base"), 0o755); err != nil {
+			t.Fatalf("boot cache: %v", err)
+		}
+		unlockDebs, err := lockFile(filepath.Join(cacheRoot(), "base", ".lock"))
+		if err != nil {
+			t.Fatalf("boot cache lock: %v", err)
+		}
+		debs, err = resolveDebs(ctx, BaseOptions{Packages: pkgs}, t.Logf)
+		unlockDebs()
 	}
-	unlockDebs, err := lockFile(filepath.Join(cacheRoot(), "base", ".lock"))
-	if err != nil {
-		t.Fatalf("boot cache lock: %v", err)
-	}
-	debs, err := resolveDebs(ctx, BaseOptions{Packages: []string{kpkg, "busybox-static", "systemd-boot-efi"}}, t.Logf)
-	unlockDebs()
 	if err != nil {
 		t.Fatalf("boot parts: %v %s", err, hint)
 	}
@@ -119,11 +169,13 @@ func BootParts(t testing.TB) *BootKit {
 	}
 
 	k := &BootKit{
+		Arch:          arch,
 		KernelVersion: strings.TrimPrefix(kpkg, "linux-image-"),
 		Busybox:       filepath.Join(root, "bin/busybox"),
-		SystemdBoot:   filepath.Join(root, "usr/lib/systemd/boot/efi/systemd-bootx64.efi"),
-		LinuxStub:     filepath.Join(root, "usr/lib/systemd/boot/efi/linuxx64.efi.stub"),
-		OVMF:          OVMFPath,
+		SystemdBoot:   filepath.Join(root, "usr/lib/systemd/boot/efi", ba.sdboot),
+		LinuxStub:     filepath.Join(root, "usr/lib/systemd/boot/efi", ba.stub),
+		OVMF:          ba.firmware,
+		Debs:          debs,
 	}
 	k.Vmlinuz = filepath.Join(root, "boot", "vmlinuz-"+k.KernelVersion)
 	k.Modules = filepath.Join(root, "lib/modules", k.KernelVersion)
@@ -218,7 +270,13 @@ func (k *BootKit) Tree(t testing.TB, o BootTreeOptions) *rootfs.Tree {
 	hostFile(bin+"/busybox", 0o755, k.Busybox)
 	// Every applet gets its link in the tree, since a root mounted
 	// read-only leaves no room for busybox --install at boot.
-	applets, err := exec.Command(k.Busybox, "--list").Output()
+	// An arm64 busybox lists its applets under qemu's user emulation,
+	// named on the command line: the host needs no binfmt handler.
+	list := exec.Command(k.Busybox, "--list")
+	if k.Arch == "arm64" {
+		list = exec.Command(Tool(t, "qemu-aarch64-static"), k.Busybox, "--list")
+	}
+	applets, err := list.Output()
 	if err != nil {
 		t.Fatalf("boot tree: busybox --list: %v", err)
 	}
@@ -276,6 +334,15 @@ func shQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) 
 // 0 even after a panic. It returns the log.
 func RunQEMU(t testing.TB, args []string, marker string, timeout time.Duration) string {
 	t.Helper()
+	return RunQEMUFor(t, "amd64", args, marker, timeout)
+}
+
+// RunQEMUFor is RunQEMU for a machine of another architecture: for arm64,
+// qemu-system-aarch64 -M virt with a Cortex-A57 (TCG emulates it faster
+// than -cpu max, whose pointer authentication it computes in software),
+// where the serial console is ttyAMA0.
+func RunQEMUFor(t testing.TB, arch string, args []string, marker string, timeout time.Duration) string {
+	t.Helper()
 	if marker == "" {
 		t.Fatal("RunQEMU: empty marker")
 	}
@@ -284,7 +351,7 @@ func RunQEMU(t testing.TB, args []string, marker string, timeout time.Duration) 
 			t.Fatalf("RunQEMU: the marker %q is in the argument %q, so the kernel would print it itself", marker, a)
 		}
 	}
-	b := BootQEMU(t, args, timeout)
+	b := BootQEMUFor(t, arch, args, timeout)
 	tail := b.Tail(60)
 	switch {
 	case b.TimedOut:
@@ -321,7 +388,23 @@ func (b *Boot) Tail(n int) string {
 // take turns, since each wants a whole core.
 func BootQEMU(t testing.TB, args []string, timeout time.Duration) *Boot {
 	t.Helper()
-	qemu := Tool(t, "qemu-system-x86_64")
+	return BootQEMUFor(t, "amd64", args, timeout)
+}
+
+// qemuMachines are the qemu binary and machine flags per architecture.
+var qemuMachines = map[string][]string{
+	"amd64": {"qemu-system-x86_64"},
+	"arm64": {"qemu-system-aarch64", "-M", "virt", "-cpu", "cortex-a57"},
+}
+
+// BootQEMUFor is BootQEMU for an architecture of qemuMachines.
+func BootQEMUFor(t testing.TB, arch string, args []string, timeout time.Duration) *Boot {
+	t.Helper()
+	machine, ok := qemuMachines[arch]
+	if !ok {
+		t.Fatalf("BootQEMU: no qemu machine for architecture %q", arch)
+	}
+	qemu := Tool(t, machine[0])
 	if err := os.MkdirAll(cacheRoot(), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -331,7 +414,7 @@ func BootQEMU(t testing.TB, args []string, timeout time.Duration) *Boot {
 	}
 	defer unlock()
 
-	full := []string{"-accel", "tcg", "-nographic", "-no-reboot"}
+	full := append(append([]string{}, machine[1:]...), "-accel", "tcg", "-nographic", "-no-reboot")
 	if !hasFlag(args, "-m") {
 		full = append(full, "-m", "512")
 	}

@@ -1,0 +1,153 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// ForeignApt is an apt state of its own for another architecture's
+// packages: the host's sources (and keyrings), read for arm64 instead of
+// the host's architecture, with lists, cache and downloads under the test
+// cache. The host's apt state is never touched, and no mirror is named
+// here: the sources are the host's.
+type ForeignApt struct {
+	Arch string
+	Dir  string // lists/, cache/, status, debs/
+}
+
+// foreignListsMaxAge is how long fetched lists are used before apt-get
+// update runs again: long enough that a day of test runs downloads them once.
+const foreignListsMaxAge = 24 * time.Hour
+
+// ForeignAptFor returns the apt state for arch, running apt-get update
+// when its lists are missing or older than a day.
+func ForeignAptFor(ctx context.Context, arch string) (*ForeignApt, error) {
+	a := &ForeignApt{Arch: arch, Dir: filepath.Join(cacheRoot(), "apt-"+arch)}
+	for _, d := range []string{"lists/partial", "cache/archives/partial", "log", "debs"} {
+		if err := os.MkdirAll(filepath.Join(a.Dir, d), 0o755); err != nil {
+			return nil, fmt.Errorf("apt state for %s: %w", arch, err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(a.Dir, "status"), nil, 0o644); err != nil {
+		return nil, fmt.Errorf("apt state for %s: %w", arch, err)
+	}
+	unlock, err := lockFile(filepath.Join(a.Dir, ".lock"))
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	stamp := filepath.Join(a.Dir, "updated")
+	if fi, err := os.Stat(stamp); err == nil && time.Since(fi.ModTime()) < foreignListsMaxAge {
+		return a, nil
+	}
+	if out, err := exec.CommandContext(ctx, "apt-get", append(a.Options(), "update")...).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("apt-get update for %s: %w\n%s", arch, err, out)
+	}
+	return a, os.WriteFile(stamp, nil, 0o644)
+}
+
+// Options confine apt-get and apt-cache to the state: the host's sources,
+// this architecture only, an empty dpkg status.
+func (a *ForeignApt) Options() []string {
+	return []string{
+		"-q",
+		"-o", "Dir::State::status=" + filepath.Join(a.Dir, "status"),
+		"-o", "Dir::State::Lists=" + filepath.Join(a.Dir, "lists"),
+		"-o", "Dir::State::extended_states=" + filepath.Join(a.Dir, "extended_states"),
+		"-o", "Dir::Cache=" + filepath.Join(a.Dir, "cache"),
+		"-o", "Dir::Log=" + filepath.Join(a.Dir, "log"),
+		"-o", "APT::Architecture=" + a.Arch,
+		"-o", "APT::Architectures=" + a.Arch,
+		"-o", "APT::Sandbox::User=root",
+		"-o", "Debug::NoLocking=true",
+		"-o", "APT::Get::Show-Versions=false",
+	}
+}
+
+// Closure is what installing each request (without Recommends) brings onto
+// an empty system of this architecture, the union sorted.
+func (a *ForeignApt) Closure(ctx context.Context, reqs ...[]string) ([]string, error) {
+	set := map[string]bool{}
+	for _, req := range reqs {
+		args := append(a.Options(), "-s", "install", "--no-install-recommends")
+		out, err := exec.CommandContext(ctx, "apt-get", append(args, req...)...).CombinedOutput()
+		if err != nil {
+			return nil, fmt.Errorf("apt-get -s install %s (%s): %w\n%s", strings.Join(req, " "), a.Arch, err, out)
+		}
+		for _, l := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(l); len(f) >= 2 && f[0] == "Inst" {
+				set[f[1]] = true
+			}
+		}
+	}
+	names := make([]string, 0, len(set))
+	for n := range set {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// Debs returns the .deb of every named package from this state's deb
+// cache, downloading what is missing.
+func (a *ForeignApt) Debs(ctx context.Context, pkgs []string, logf func(string, ...any)) ([]string, error) {
+	cache := filepath.Join(a.Dir, "debs")
+	unlock, err := lockFile(filepath.Join(cache, ".lock"))
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	var missing []string
+	for _, p := range pkgs {
+		f, err := findDeb(ctx, cache, p)
+		if err != nil {
+			return nil, err
+		}
+		if f == "" {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) > 0 {
+		logf("downloading %s (%s) into %s", strings.Join(missing, " "), a.Arch, cache)
+		tmp, err := os.MkdirTemp(cache, ".download-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(tmp)
+		cmd := exec.CommandContext(ctx, "apt-get", append(append(a.Options(), "download"), missing...)...)
+		cmd.Dir = tmp
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			return nil, fmt.Errorf("apt-get download %s (%s): %w\n%s", strings.Join(missing, " "), a.Arch, err, out.String())
+		}
+		got, err := filepath.Glob(filepath.Join(tmp, "*.deb"))
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range got {
+			if err := os.Rename(f, filepath.Join(cache, filepath.Base(f))); err != nil {
+				return nil, err
+			}
+		}
+	}
+	debs := make([]string, 0, len(pkgs))
+	for _, p := range pkgs {
+		f, err := findDeb(ctx, cache, p)
+		if err != nil {
+			return nil, err
+		}
+		if f == "" {
+			return nil, fmt.Errorf("%s: apt-get download left no .deb for %q", cache, p)
+		}
+		debs = append(debs, f)
+	}
+	return debs, nil
+}
