@@ -30,7 +30,10 @@ import (
 // image would. It runs outside the tree, on a scratch copy of the module
 // directory made of hard links, through the image's dynamic loader with the
 // image's libraries, so nothing of the host but the CPU takes part, and the
-// indexes it writes are copied back into the tree.
+// indexes it writes are copied back into the tree. An image of another
+// architecture's depmod runs the same way under the host's
+// qemu-ARCH-static (qemu-user-static), named on the command line; without
+// one, depmod is unhandled.
 func cmdDepmod(r *run, hc interp.HandlerContext, args []string) error {
 	var flags []string
 	var version string
@@ -93,7 +96,9 @@ func (r *run) depmod(ctx context.Context, hc interp.HandlerContext, version stri
 		return fmt.Errorf("depmod: %w", err)
 	}
 	defer os.RemoveAll(scratch)
-	loader, err := r.stageProgram(kmod, filepath.Join(scratch, "prog"))
+	// depmod alone may run under qemu's user emulation when the image is
+	// another architecture's: its indexes cannot be written any other way.
+	loader, err := r.stageProgramEmulated(kmod, filepath.Join(scratch, "prog"))
 	if err != nil {
 		return r.unhandled(fmt.Sprintf("depmod: cannot run the image's depmod here: %v", err))
 	}
@@ -110,7 +115,11 @@ func (r *run) depmod(ctx context.Context, hc interp.HandlerContext, version stri
 	if err := loader.run(ctx, hc, "depmod", append(append([]string{"-b", base, "-C", conf}, flags...), version), scratch, base); err != nil {
 		return err
 	}
-	r.logf("depmod: built the module indexes of %s with the image's depmod", version)
+	if loader.emulator != "" {
+		r.logf("depmod: built the module indexes of %s with the image's depmod under %s", version, filepath.Base(loader.emulator))
+	} else {
+		r.logf("depmod: built the module indexes of %s with the image's depmod", version)
+	}
 	return r.importIndexes(modHost, modDir, staged)
 }
 
@@ -128,6 +137,15 @@ func (r *run) scratchDir(prefix string) (string, error) {
 
 type stagedProgram struct {
 	ldso, libDir, prog string
+	// emulator, when set, is the host's qemu-ARCH-static that runs the
+	// staged loader: named on its command line, so no binfmt handler (which
+	// needs root to register) takes part.
+	emulator string
+}
+
+// qemuUser names qemu's static user-mode emulator for an ELF machine.
+var qemuUser = map[elf.Machine]string{
+	elf.EM_AARCH64: "qemu-aarch64-static", elf.EM_X86_64: "qemu-x86_64-static",
 }
 
 // run runs the staged program as argv0 with args in dir, with an empty
@@ -136,6 +154,9 @@ type stagedProgram struct {
 func (sp *stagedProgram) run(ctx context.Context, hc interp.HandlerContext, argv0 string, args []string, dir, hide string) error {
 	argv := append([]string{"--inhibit-cache", "--library-path", sp.libDir, "--argv0", argv0, sp.prog}, args...)
 	cmd := exec.CommandContext(ctx, sp.ldso, argv...)
+	if sp.emulator != "" {
+		cmd = exec.CommandContext(ctx, sp.emulator, append([]string{sp.ldso}, argv...)...)
+	}
 	cmd.Env = []string{"PATH=/nonexistent", "LC_ALL=C"}
 	cmd.Dir = dir
 	var out bytes.Buffer
@@ -155,6 +176,17 @@ func (sp *stagedProgram) run(ctx context.Context, hc interp.HandlerContext, argv
 // stageProgram hard-links the program at tree path p, its ELF interpreter and
 // every library it needs (resolved inside the tree, by soname) into dir.
 func (r *run) stageProgram(p, dir string) (*stagedProgram, error) {
+	return r.stage(p, dir, false)
+}
+
+// stageProgramEmulated is stageProgram for a program that may be another
+// architecture's: it then runs under the host's qemu user emulator, and
+// cannot be staged when the host has none.
+func (r *run) stageProgramEmulated(p, dir string) (*stagedProgram, error) {
+	return r.stage(p, dir, true)
+}
+
+func (r *run) stage(p, dir string, emulate bool) (*stagedProgram, error) {
 	t := r.env.Tree
 	rp, err := t.Resolve(p, true)
 	if err != nil {
@@ -178,7 +210,13 @@ func (r *run) stageProgram(p, dir string) (*stagedProgram, error) {
 	}
 	defer f.Close()
 	if f.Machine != want {
-		return nil, fmt.Errorf("%s is built for %s, this machine is %s", rp, f.Machine, want)
+		name, known := qemuUser[f.Machine]
+		if !emulate || !known {
+			return nil, fmt.Errorf("%s is built for %s, this machine is %s", rp, f.Machine, want)
+		}
+		if sp.emulator, err = exec.LookPath(name); err != nil {
+			return nil, fmt.Errorf("%s is built for %s, this machine is %s, and it has no %s (package qemu-user-static) to run it", rp, f.Machine, want, name)
+		}
 	}
 	interp := ""
 	for _, prog := range f.Progs {
