@@ -89,12 +89,15 @@ func DebRepoFor(t testing.TB) *DebRepo {
 }
 
 // loadDebRepo reads back what buildDebRepo laid out in dir, flat or not.
-func loadDebRepo(dir string) *DebRepo {
-	r := &DebRepo{Dir: dir, Suite: "stamp", Component: "main", Arch: "amd64",
+func loadDebRepo(dir string) *DebRepo { return loadDebRepoArch(dir, "amd64") }
+
+// loadDebRepoArch is loadDebRepo for a repository of arch.
+func loadDebRepoArch(dir, arch string) *DebRepo {
+	r := &DebRepo{Dir: dir, Suite: "stamp", Component: "main", Arch: arch,
 		Keyring: filepath.Join(dir, "keyring.gpg"), Debs: map[string]string{}}
 	pool := filepath.Join("pool", "main")
 	if _, err := os.Stat(filepath.Join(dir, "InRelease")); err == nil {
-		r.Suite, r.Component, pool = "/", "", "amd64"
+		r.Suite, r.Component, pool = "/", "", arch
 	}
 	found, _ := filepath.Glob(filepath.Join(dir, pool, "*.deb"))
 	for _, f := range found {
@@ -188,7 +191,13 @@ func repoKey(ctx context.Context, dir string) (string, error) {
 // Release, and InRelease and Release.gpg signed with the key in gnupgHome,
 // whose public part is written to dir/keyring.gpg.
 func BuildDebRepo(ctx context.Context, dir string, debs []string, gnupgHome string) (*DebRepo, error) {
-	return buildDebRepo(ctx, dir, debs, gnupgHome, false)
+	return buildDebRepo(ctx, dir, debs, gnupgHome, false, "amd64")
+}
+
+// BuildDebRepoArch is BuildDebRepo for packages of another architecture:
+// dists/stamp/main/binary-ARCH.
+func BuildDebRepoArch(ctx context.Context, dir string, debs []string, gnupgHome, arch string) (*DebRepo, error) {
+	return buildDebRepo(ctx, dir, debs, gnupgHome, false, arch)
 }
 
 // BuildFlatDebRepo lays out a flat repository in dir, as the Kubernetes
@@ -196,13 +205,13 @@ func BuildDebRepo(ctx context.Context, dir string, debs []string, gnupgHome stri
 // Release, InRelease and Release.gpg beside them in dir itself, read by
 // apt as "deb URL /".
 func BuildFlatDebRepo(ctx context.Context, dir string, debs []string, gnupgHome string) (*DebRepo, error) {
-	return buildDebRepo(ctx, dir, debs, gnupgHome, true)
+	return buildDebRepo(ctx, dir, debs, gnupgHome, true, "amd64")
 }
 
-func buildDebRepo(ctx context.Context, dir string, debs []string, gnupgHome string, flat bool) (*DebRepo, error) {
-	poolRel, indexDir, relDir := "pool/main", filepath.Join(dir, "dists", "stamp", "main", "binary-amd64"), "dists/stamp"
+func buildDebRepo(ctx context.Context, dir string, debs []string, gnupgHome string, flat bool, arch string) (*DebRepo, error) {
+	poolRel, indexDir, relDir := "pool/main", filepath.Join(dir, "dists", "stamp", "main", "binary-"+arch), "dists/stamp"
 	if flat {
-		poolRel, indexDir, relDir = "amd64", dir, "."
+		poolRel, indexDir, relDir = arch, dir, "."
 	}
 	pool := filepath.Join(dir, poolRel)
 	for _, d := range []string{pool, indexDir} {
@@ -239,7 +248,7 @@ func buildDebRepo(ctx context.Context, dir string, debs []string, gnupgHome stri
 	}
 	opts := []string{
 		"-o", "APT::FTPArchive::Release::Origin=stamp-test",
-		"-o", "APT::FTPArchive::Release::Architectures=amd64",
+		"-o", "APT::FTPArchive::Release::Architectures=" + arch,
 	}
 	if !flat {
 		opts = append(opts,
@@ -276,7 +285,7 @@ func buildDebRepo(ctx context.Context, dir string, debs []string, gnupgHome stri
 	}); err != nil {
 		return nil, err
 	}
-	return loadDebRepo(dir), nil
+	return loadDebRepoArch(dir, arch), nil
 }
 
 func copyFile(src, dst string) error {
@@ -630,7 +639,7 @@ func relaidDebRepo(t testing.TB, r *DebRepo, extra []string, flat bool) *DebRepo
 	}
 	sort.Strings(debs)
 	debs = append(debs, extra...)
-	out, err := buildDebRepo(ctx, filepath.Join(TempDirFor65534(t), "deb"), debs, gnupg, flat)
+	out, err := buildDebRepo(ctx, filepath.Join(TempDirFor65534(t), "deb"), debs, gnupg, flat, "amd64")
 	if err != nil {
 		t.Fatalf("repository: %v", err)
 	}

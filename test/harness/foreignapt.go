@@ -3,12 +3,15 @@ package harness
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -150,4 +153,61 @@ func (a *ForeignApt) Debs(ctx context.Context, pkgs []string, logf func(string, 
 		debs = append(debs, f)
 	}
 	return debs, nil
+}
+
+// ForeignDebRepoFor returns a signed repository of arch's packages: what
+// the requests bring onto an empty system of that architecture, fetched
+// through ForeignAptFor and built once per machine like DebRepoFor's. It is
+// shared: copy it (CopyDebRepo) before changing it.
+func ForeignDebRepoFor(t testing.TB, arch string, reqs ...[]string) *DebRepo {
+	t.Helper()
+	RequireTools(t, "apt-get", "apt-ftparchive", "gpg", "dpkg-deb", "dpkg")
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	apt, err := ForeignAptFor(ctx, arch)
+	if err != nil {
+		t.Fatalf("debrepo %s: %v", arch, err)
+	}
+	names, err := apt.Closure(ctx, reqs...)
+	if err != nil {
+		t.Fatalf("debrepo %s: %v", arch, err)
+	}
+	debs, err := apt.Debs(ctx, names, t.Logf)
+	if err != nil {
+		t.Fatalf("debrepo %s: %v", arch, err)
+	}
+	root := filepath.Join(cacheRoot(), "debrepo")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := lockFile(filepath.Join(root, ".lock-"+arch))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	h := sha256.New()
+	fmt.Fprint(h, debRepoFormat)
+	for _, d := range debs {
+		fmt.Fprintf(h, "\x00%s", filepath.Base(d))
+	}
+	dir := filepath.Join(root, arch+"-"+hex.EncodeToString(h.Sum(nil)[:8]))
+	if _, err := os.Stat(filepath.Join(dir, "dists", "stamp", "InRelease")); err == nil {
+		return loadDebRepoArch(dir, arch)
+	}
+	gnupg, err := repoKey(ctx, filepath.Join(root, "gnupg"))
+	if err != nil {
+		t.Fatalf("debrepo %s: signing key: %v", arch, err)
+	}
+	tmp := dir + ".tmp"
+	os.RemoveAll(tmp)
+	if _, err := BuildDebRepoArch(ctx, tmp, debs, gnupg, arch); err != nil {
+		os.RemoveAll(tmp)
+		t.Fatalf("debrepo %s: %v", arch, err)
+	}
+	os.RemoveAll(dir)
+	if err := os.Rename(tmp, dir); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("debrepo: built %s with %d %s packages", dir, len(debs), arch)
+	return loadDebRepoArch(dir, arch)
 }
