@@ -129,9 +129,9 @@ func BootPartsFor(t testing.TB, arch string) *BootKit {
 		if err := os.MkdirAll(filepath.Join(cacheRoot(), "base"), 0o755); err != nil {
 			t.Fatalf("boot cache: %v", err)
 		}
-		unlockDebs, err := lockFile(filepath.Join(cacheRoot(), "base", ".lock"))
-		if err != nil {
-			t.Fatalf("boot cache lock: %v", err)
+		unlockDebs, lerr := lockFile(filepath.Join(cacheRoot(), "base", ".lock"))
+		if lerr != nil {
+			t.Fatalf("boot cache lock: %v", lerr)
 		}
 		debs, err = resolveDebs(ctx, BaseOptions{Packages: pkgs}, t.Logf)
 		unlockDebs()
