@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -106,7 +107,8 @@ const arm64BootstrapMarker = "stamp-bootstrap-arm64: multi-user.target reached, 
 // (a local signed repository of them), on this amd64 machine as uid 65534,
 // where no program of the image can run natively: every maintainer script
 // goes through the offline handlers, and depmod, the one that runs the
-// image's own tool, runs it under qemu-aarch64-static. The raw disk boots
+// image's own tool, runs it under qemu-aarch64-static. Built again as root,
+// the disk is the same byte for byte. It boots
 // under AAVMF to multi-user.target, where a unit prints the marker.
 func TestARM64BaseDebsBoots(t *testing.T) {
 	harness.RequireSetpriv(t)
@@ -142,6 +144,11 @@ customize:
 	start := time.Now()
 	stampAs65534(t, dir, nil, "build", "recipe.yaml", "-o", out, "--cache-dir", filepath.Join(dir, "cache"), "--work-dir", dir).mustSucceed(t)
 	t.Logf("arm64 bootstrap and raw disk as uid 65534: %s", time.Since(start).Round(time.Second))
+	asRoot := filepath.Join(dir, "out-root")
+	stamp(t, dir, nil, "build", "recipe.yaml", "-o", asRoot, "--cache-dir", filepath.Join(dir, "cache-root")).mustSucceed(t)
+	if a, b := diskSums(t, out)["e2e-bootstrap.raw"], diskSums(t, asRoot)["e2e-bootstrap.raw"]; a == "" || a != b {
+		t.Errorf("e2e-bootstrap.raw: %q as uid 65534, %q as root", a, b)
+	}
 	manifest, err := os.ReadFile(filepath.Join(out, "manifest.txt"))
 	if err != nil {
 		t.Fatal(err)
@@ -158,5 +165,36 @@ customize:
 	// modprobe finds a module only through the indexes depmod wrote.
 	if !strings.Contains(log, "stamp-modprobe: found vfat") {
 		t.Errorf("the booted image's modprobe does not find vfat through the module indexes")
+	}
+}
+
+// An arm64 recipe that asks for what arm64 does not have, or a tree whose
+// kernel is another architecture's, fails before an output is written,
+// naming the field.
+func TestARM64Refusals(t *testing.T) {
+	harness.RequireSetpriv(t)
+	kit := harness.BootPartsFor(t, "arm64")
+	const head = "apiVersion: stamp.dev/v1alpha1\nkind: Recipe\nname: arm64-refused\narch: %s\nepoch: 1700000000\nbase: {tarball: ./base.tar}\noutputs:\n"
+	cases := []struct {
+		name, arch, outputs string
+		wants               []string
+	}{
+		{"legacy BIOS", "arm64", "  - {format: raw, boot: {loader: systemd-boot, bios: true}}\n", []string{"boot.bios", "amd64"}},
+		{"shim", "arm64", "  - {format: raw, boot: {loader: shim}}\n", []string{"boot.loader", "shim", "amd64"}},
+		{"ova", "arm64", "  - {format: raw, boot: {loader: systemd-boot}}\n  - {format: ova, from: raw}\n", []string{"arch arm64"}},
+		// The tree's kernel is an arm64 Image, the recipe says amd64.
+		{"an arm64 kernel in an amd64 bundle", "amd64", "  - {format: pxe}\n", []string{"pxe: arch: the recipe's arch is amd64", "is an arm64 Image"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := bootDiskDirFor(t, kit, fmt.Sprintf(head, c.arch)+c.outputs, "never printed")
+			out := filepath.Join(dir, "out")
+			res := stampAs65534(t, dir, nil, "build", "recipe.yaml", "-o", out, "--cache-dir", filepath.Join(dir, "cache"), "--work-dir", dir)
+			res.mustFail(t, 1, c.wants...)
+			if files := finalFiles(t, out); len(files) > 0 {
+				t.Errorf("a failed build left %v", files)
+			}
+			t.Logf("%s", strings.TrimSpace(res.stderr[strings.LastIndex(strings.TrimSpace(res.stderr), "\n")+1:]))
+		})
 	}
 }
