@@ -89,7 +89,7 @@ func Apply(ctx context.Context, rec *recipes.Recipe, root string, ao ApplyOption
 	if err != nil {
 		return nil, err
 	}
-	if err := precheck(phases); err != nil {
+	if err := precheck(phases, rec.Arch); err != nil {
 		return nil, err
 	}
 	// The base tarball is not applied, so it is not resolved either.

@@ -114,13 +114,13 @@ func plan(rec *recipes.Recipe) ([]phase, []plannedInput, error) {
 }
 
 // precheck asks every step that needs something of the build machine (a
-// sandbox's namespaces) whether it is there, so that a build which could
+// sandbox's namespaces, a way to run programs of arch) whether it is there, so that a build which could
 // not finish fails before it writes anything, naming the step.
-func precheck(phases []phase) error {
+func precheck(phases []phase, arch string) error {
 	for _, ph := range phases {
 		for _, st := range ph.steps {
 			if pc, ok := st.layer.(layers.Prechecker); ok {
-				if err := pc.Precheck(); err != nil {
+				if err := pc.Precheck(arch); err != nil {
 					return fmt.Errorf("%s: %w", st.label, err)
 				}
 			}

@@ -175,7 +175,7 @@ type prechecked struct {
 	err error
 }
 
-func (p prechecked) Precheck() error { return p.err }
+func (p prechecked) Precheck(string) error { return p.err }
 
 // TestPrecheckNamesTheStep checks that a step that cannot run here stops the
 // build before anything is written, naming the step.
@@ -188,11 +188,11 @@ func TestPrecheckNamesTheStep(t *testing.T) {
 			{label: "provision.layers[1].run", layer: prechecked{err: no}},
 		}},
 	}
-	err := precheck(phases)
+	err := precheck(phases, "amd64")
 	if !errors.Is(err, no) || !strings.HasPrefix(err.Error(), "provision.layers[1].run: ") {
 		t.Errorf("precheck = %v", err)
 	}
-	if err := precheck(phases[:1]); err != nil {
+	if err := precheck(phases[:1], "amd64"); err != nil {
 		t.Errorf("nothing to check: %v", err)
 	}
 }

@@ -147,7 +147,7 @@ func Build(ctx context.Context, rec *recipes.Recipe, o Options) (*Result, error)
 	if err != nil {
 		return nil, err
 	}
-	if err := precheck(phases); err != nil {
+	if err := precheck(phases, rec.Arch); err != nil {
 		return nil, err
 	}
 	c, lk, err := o.openStores(rec)

@@ -102,12 +102,16 @@ func (l *Debs) Inputs() []*Input {
 	return out
 }
 
-// Precheck implements Prechecker: scripts: chroot needs a sandbox.
-func (l *Debs) Precheck() error {
+// Precheck implements Prechecker: scripts: chroot needs a sandbox that can
+// run the image's programs.
+func (l *Debs) Precheck(arch string) error {
 	if !l.Chroot {
 		return nil
 	}
 	if err := sandbox.Check(false); err != nil {
+		return fmt.Errorf("scripts: chroot: %w", err)
+	}
+	if err := sandbox.CheckArch(arch); err != nil {
 		return fmt.Errorf("scripts: chroot: %w", err)
 	}
 	return nil

@@ -21,10 +21,11 @@ type Layer interface {
 }
 
 // Prechecker is a layer that needs something of the build machine, such as
-// namespaces, and can tell before the build starts whether it is there, so
-// a build that could not finish fails before it writes anything.
+// namespaces or a way to run programs of the image's architecture (arch,
+// the recipe's), and can tell before the build starts whether it is there,
+// so a build that could not finish fails before it writes anything.
 type Prechecker interface {
-	Precheck() error
+	Precheck(arch string) error
 }
 
 // Env is what a layer may use while it applies.

@@ -22,8 +22,13 @@ type Run struct {
 // Kind implements Layer.
 func (*Run) Kind() string { return "run" }
 
-// Precheck implements Prechecker.
-func (l *Run) Precheck() error { return sandbox.Check(l.Network) }
+// Precheck implements Prechecker: a run step runs the image's programs.
+func (l *Run) Precheck(arch string) error {
+	if err := sandbox.Check(l.Network); err != nil {
+		return err
+	}
+	return sandbox.CheckArch(arch)
+}
 
 // Apply implements Layer.
 func (l *Run) Apply(ctx context.Context, env *Env) error {

@@ -3,6 +3,7 @@ package layers
 import (
 	"context"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -34,7 +35,7 @@ printf '%s %s\n' "$GREETING" "$SOURCE_DATE_EPOCH" > /opt/app/greeting
 chmod 0640 /opt/app/greeting
 chown ` + owner + ` /opt/app/greeting
 rm /etc/doomed`}, Env: map[string]string{"GREETING": "hello"}}
-	if err := l.Precheck(); err != nil {
+	if err := l.Precheck(runtime.GOARCH); err != nil {
 		t.Fatalf("Precheck on a machine that can run it: %v", err)
 	}
 	if err := l.Apply(context.Background(), env); err != nil {
