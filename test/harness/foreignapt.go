@@ -177,10 +177,14 @@ func ForeignDebRepoFor(t testing.TB, arch string, reqs ...[]string) *DebRepo {
 		t.Fatalf("debrepo %s: %v", arch, err)
 	}
 	root := filepath.Join(cacheRoot(), "debrepo")
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		t.Fatal(err)
+	for _, d := range []string{root, filepath.Join(cacheRoot(), "base")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
-	unlock, err := lockFile(filepath.Join(root, ".lock-"+arch))
+	// debRepoOf's lock: the signing key in root/gnupg is made once, by
+	// whichever repository comes first.
+	unlock, err := lockFile(filepath.Join(cacheRoot(), "base", ".lock"))
 	if err != nil {
 		t.Fatal(err)
 	}
