@@ -118,26 +118,9 @@ func TestARM64BaseDebsBoots(t *testing.T) {
 	harness.RequireTools(t, "qemu-system-aarch64", "qemu-aarch64-static", "sgdisk")
 	pkgs := []string{"systemd-sysv", "linux-image-arm64", "systemd-boot-efi", "busybox-static"}
 	repo := harness.ForeignDebRepoFor(t, "arm64", harness.MinbaseRequest, append(append([]string{}, harness.MinbaseRequest...), pkgs...))
-	extra := `    skip: [update-initramfs]
-    deferScripts: true
-customize:
-  layers:
-    - files:
-        - path: /etc/systemd/system/stamp-marker.service
-          content: |
-            [Unit]
-            Description=Say the image reached multi-user.target
-            After=multi-user.target
-
-            [Service]
-            Type=oneshot
-            ExecStart=/bin/sh -c 'echo "stamp-modprobe: $(modprobe -n -q vfat && echo found vfat)" >/dev/ttyAMA0'
-            ExecStart=/bin/sh -c 'echo "stamp-bootstrap-arm64: multi-user.target reached, PID 1 is $(readlink /proc/1/exe)" >/dev/ttyAMA0'
-            ExecStart=/usr/bin/systemctl --no-block poweroff
-
-            [Install]
-            WantedBy=multi-user.target
-    - systemd: {enable: [stamp-marker.service]}`
+	extra := markerBootLayers("/dev/ttyAMA0",
+		`echo "stamp-modprobe: $(modprobe -n -q vfat && echo found vfat)"`,
+		`echo "stamp-bootstrap-arm64: multi-user.target reached, PID 1 is $(readlink /proc/1/exe)"`)
 	recipe := baseDebsRecipe(repo.FileURL(), "minbase", pkgs, extra)
 	recipe = strings.Replace(recipe, "arch: amd64\n", "arch: arm64\n", 1)
 	recipe = strings.Replace(recipe, "  - {format: tar, name: rootfs}\n",

@@ -313,25 +313,7 @@ func TestBaseDebsBoots(t *testing.T) {
 	harness.RequireSetpriv(t)
 	harness.RequireTools(t, "qemu-system-x86_64", "sgdisk")
 	repo := harness.MinbaseNodeRepoFor(t)
-	extra := `    skip: [update-initramfs]
-    deferScripts: true
-customize:
-  layers:
-    - files:
-        - path: /etc/systemd/system/stamp-marker.service
-          content: |
-            [Unit]
-            Description=Say the image reached multi-user.target
-            After=multi-user.target
-
-            [Service]
-            Type=oneshot
-            ExecStart=/bin/sh -c 'echo "stamp-bootstrap: multi-user.target reached, PID 1 is $(readlink /proc/1/exe)" >/dev/ttyS0'
-            ExecStart=/usr/bin/systemctl --no-block poweroff
-
-            [Install]
-            WantedBy=multi-user.target
-    - systemd: {enable: [stamp-marker.service]}`
+	extra := markerBootLayers("/dev/ttyS0", `echo "stamp-bootstrap: multi-user.target reached, PID 1 is $(readlink /proc/1/exe)"`)
 	recipe := baseDebsRecipe(repo.FileURL(), "minbase", []string{"systemd-sysv", "linux-image-amd64", "systemd-boot-efi", "busybox-static"}, extra)
 	recipe = strings.Replace(recipe, "  - {format: tar, name: rootfs}\n",
 		"  - format: raw\n    boot: {loader: systemd-boot, cmdline: \"rw console=ttyS0 panic=-1\"}\n", 1)
@@ -509,4 +491,33 @@ func TestBaseDebsChroot(t *testing.T) {
 		differ: []string{"/var/cache/debconf/**"}}) {
 		t.Error(d)
 	}
+}
+
+// markerBootLayers is the end of a bootstrap's base (update-initramfs
+// skipped, scripts deferred) and a customize phase whose unit, once
+// multi-user.target is reached, runs each shell command with its output
+// on console, then powers off.
+func markerBootLayers(console string, commands ...string) string {
+	var execs strings.Builder
+	for _, c := range commands {
+		fmt.Fprintf(&execs, "            ExecStart=/bin/sh -c '%s >%s'\n", c, console)
+	}
+	return `    skip: [update-initramfs]
+    deferScripts: true
+customize:
+  layers:
+    - files:
+        - path: /etc/systemd/system/stamp-marker.service
+          content: |
+            [Unit]
+            Description=Say the image reached multi-user.target
+            After=multi-user.target
+
+            [Service]
+            Type=oneshot
+` + execs.String() + `            ExecStart=/usr/bin/systemctl --no-block poweroff
+
+            [Install]
+            WantedBy=multi-user.target
+    - systemd: {enable: [stamp-marker.service]}`
 }
