@@ -174,6 +174,13 @@ func resolveDebs(ctx context.Context, opts BaseOptions, logf func(string, ...any
 	if err := os.MkdirAll(cache, 0o755); err != nil {
 		return nil, fmt.Errorf("deb cache: %w", err)
 	}
+	return debsIn(ctx, cache, pkgs, nil, logf)
+}
+
+// debsIn returns the .deb of every named package from the deb cache dir
+// cache, downloading what is missing with apt-get and the options
+// aptOpts (the host's apt when there are none).
+func debsIn(ctx context.Context, cache string, pkgs, aptOpts []string, logf func(string, ...any)) ([]string, error) {
 	var missing []string
 	for _, p := range pkgs {
 		f, err := findDeb(ctx, cache, p)
@@ -186,7 +193,7 @@ func resolveDebs(ctx context.Context, opts BaseOptions, logf func(string, ...any
 	}
 	if len(missing) > 0 {
 		logf("downloading %s into %s", strings.Join(missing, " "), cache)
-		if err := aptDownload(ctx, cache, missing); err != nil {
+		if err := aptDownload(ctx, cache, missing, aptOpts); err != nil {
 			return nil, err
 		}
 	}
@@ -233,7 +240,7 @@ func findDeb(ctx context.Context, dir, pkg string) (string, error) {
 
 // aptDownload fetches pkgs into cache through a scratch directory, so a
 // failed run never leaves a partial .deb under a name findDeb would take.
-func aptDownload(ctx context.Context, cache string, pkgs []string) error {
+func aptDownload(ctx context.Context, cache string, pkgs, aptOpts []string) error {
 	if _, err := exec.LookPath("apt-get"); err != nil {
 		return fmt.Errorf("apt-get not found: the base fixture needs Debian's apt (run test/scripts/deps.sh): %w", err)
 	}
@@ -242,7 +249,7 @@ func aptDownload(ctx context.Context, cache string, pkgs []string) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	args := []string{"download", "-q"}
+	args := append(append([]string{}, aptOpts...), "download", "-q")
 	if os.Geteuid() == 0 {
 		// As root apt drops to _apt for downloads, which cannot write a
 		// directory that root made 0700; stay root instead.

@@ -141,10 +141,15 @@ func askAptClosure(ctx context.Context, reqs [][]string) ([]string, error) {
 	}
 	empty.Close()
 	defer os.Remove(empty.Name())
+	return aptInstallClosure(ctx, []string{"-q", "-o", "Dir::State::status=" + empty.Name(), "-o", "APT::Get::Show-Versions=false"}, reqs)
+}
+
+// aptInstallClosure is the union, sorted, of what apt-get with the options
+// aptOpts would install (without Recommends) for each request.
+func aptInstallClosure(ctx context.Context, aptOpts []string, reqs [][]string) ([]string, error) {
 	set := map[string]bool{}
 	for _, req := range reqs {
-		args := []string{"-s", "-q", "-o", "Dir::State::status=" + empty.Name(), "-o", "APT::Get::Show-Versions=false",
-			"install", "--no-install-recommends"}
+		args := append(append([]string{}, aptOpts...), "-s", "install", "--no-install-recommends")
 		out, err := exec.CommandContext(ctx, "apt-get", append(args, req...)...).CombinedOutput()
 		if err != nil {
 			return nil, fmt.Errorf("apt-get -s install %s: %w\n%s(hint: apt-get update)", strings.Join(req, " "), err, out)

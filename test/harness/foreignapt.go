@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -9,8 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
-	"strings"
 	"testing"
 	"time"
 )
@@ -77,25 +74,7 @@ func (a *ForeignApt) Options() []string {
 // Closure is what installing each request (without Recommends) brings onto
 // an empty system of this architecture, the union sorted.
 func (a *ForeignApt) Closure(ctx context.Context, reqs ...[]string) ([]string, error) {
-	set := map[string]bool{}
-	for _, req := range reqs {
-		args := append(a.Options(), "-s", "install", "--no-install-recommends")
-		out, err := exec.CommandContext(ctx, "apt-get", append(args, req...)...).CombinedOutput()
-		if err != nil {
-			return nil, fmt.Errorf("apt-get -s install %s (%s): %w\n%s", strings.Join(req, " "), a.Arch, err, out)
-		}
-		for _, l := range strings.Split(string(out), "\n") {
-			if f := strings.Fields(l); len(f) >= 2 && f[0] == "Inst" {
-				set[f[1]] = true
-			}
-		}
-	}
-	names := make([]string, 0, len(set))
-	for n := range set {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names, nil
+	return aptInstallClosure(ctx, a.Options(), reqs)
 }
 
 // Debs returns the .deb of every named package from this state's deb
@@ -107,52 +86,7 @@ func (a *ForeignApt) Debs(ctx context.Context, pkgs []string, logf func(string, 
 		return nil, err
 	}
 	defer unlock()
-	var missing []string
-	for _, p := range pkgs {
-		f, err := findDeb(ctx, cache, p)
-		if err != nil {
-			return nil, err
-		}
-		if f == "" {
-			missing = append(missing, p)
-		}
-	}
-	if len(missing) > 0 {
-		logf("downloading %s (%s) into %s", strings.Join(missing, " "), a.Arch, cache)
-		tmp, err := os.MkdirTemp(cache, ".download-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(tmp)
-		cmd := exec.CommandContext(ctx, "apt-get", append(append(a.Options(), "download"), missing...)...)
-		cmd.Dir = tmp
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			return nil, fmt.Errorf("apt-get download %s (%s): %w\n%s", strings.Join(missing, " "), a.Arch, err, out.String())
-		}
-		got, err := filepath.Glob(filepath.Join(tmp, "*.deb"))
-		if err != nil {
-			return nil, err
-		}
-		for _, f := range got {
-			if err := os.Rename(f, filepath.Join(cache, filepath.Base(f))); err != nil {
-				return nil, err
-			}
-		}
-	}
-	debs := make([]string, 0, len(pkgs))
-	for _, p := range pkgs {
-		f, err := findDeb(ctx, cache, p)
-		if err != nil {
-			return nil, err
-		}
-		if f == "" {
-			return nil, fmt.Errorf("%s: apt-get download left no .deb for %q", cache, p)
-		}
-		debs = append(debs, f)
-	}
-	return debs, nil
+	return debsIn(ctx, cache, pkgs, a.Options(), logf)
 }
 
 // ForeignDebRepoFor returns a signed repository of arch's packages: what
