@@ -114,8 +114,9 @@ func plan(rec *recipes.Recipe) ([]phase, []plannedInput, error) {
 }
 
 // precheck asks every step that needs something of the build machine (a
-// sandbox's namespaces, a way to run programs of arch) whether it is there, so that a build which could
-// not finish fails before it writes anything, naming the step.
+// sandbox's namespaces, a way to run programs of arch) whether it is
+// there, so that a build which could not finish fails before it writes
+// anything, naming the step.
 func precheck(phases []phase, arch string) error {
 	for _, ph := range phases {
 		for _, st := range ph.steps {

@@ -16,10 +16,7 @@ func TestCheckArch(t *testing.T) {
 		t.Fatalf("no other architecture known for %s", runtime.GOARCH)
 	}
 	dir := t.TempDir()
-	old := binfmtDir
-	binfmtDir = dir
-	t.Cleanup(func() { binfmtDir = old })
-	if err := CheckArch(runtime.GOARCH); err != nil {
+	if err := checkArch(runtime.GOARCH, dir); err != nil {
 		t.Errorf("the machine's own architecture: %v", err)
 	}
 	entry := filepath.Join(dir, qemuNames[other])
@@ -38,7 +35,7 @@ func TestCheckArch(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		err := CheckArch(other)
+		err := checkArch(other, dir)
 		if c.ok != (err == nil) {
 			t.Errorf("%s: got %v", c.name, err)
 		}
@@ -46,7 +43,7 @@ func TestCheckArch(t *testing.T) {
 			t.Errorf("%s: the error does not name the architecture: %v", c.name, err)
 		}
 	}
-	if err := CheckArch("s390x"); err == nil {
+	if err := checkArch("s390x", dir); err == nil {
 		t.Error("s390x: want an error")
 	}
 }
