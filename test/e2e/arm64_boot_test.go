@@ -35,12 +35,13 @@ const arm64BootTimeout = 6 * time.Minute
 // TestARM64Boots builds, on this amd64 machine, an arm64 raw disk and PXE
 // bundle from a tree of Debian's arm64 parts (kernel, modules,
 // busybox-static, systemd-bootaa64.efi), as root and as uid 65534, with the
-// same bytes, which stamp verify confirms, and boots both under qemu-system-aarch64 -M virt: the raw
-// through AAVMF → systemd-boot (BOOTAA64.EFI) → the kernel and the raw
-// format's initramfs → the ext4 root (the arm64 root partition type) by
-// PARTUUID → /sbin/init; the bundle's kernel and initramfs as qemu's
-// -kernel and -initrd, the way the amd64 PXE test boots. Each init prints
-// the marker.
+// same bytes, which stamp verify confirms, and boots both under
+// qemu-system-aarch64 -M virt with AAVMF: the raw through systemd-boot
+// (BOOTAA64.EFI) → the kernel and the raw format's initramfs → the ext4
+// root (the arm64 root partition type) by PARTUUID → /sbin/init; the
+// bundle's kernel and initramfs handed to AAVMF as qemu's -kernel and
+// -initrd (AAVMF has no iPXE to fetch them), started through the kernel's
+// EFI stub. Each init prints the marker.
 func TestARM64Boots(t *testing.T) {
 	harness.RequireSetpriv(t)
 	harness.RequireTools(t, "qemu-system-aarch64", "qemu-aarch64-static", "sgdisk")
@@ -94,7 +95,9 @@ func TestARM64Boots(t *testing.T) {
 	harness.RunQEMUFor(t, "arm64", []string{"-bios", kit.OVMF, "-m", "1024",
 		"-drive", "file=" + raw + ",format=raw,if=virtio", "-snapshot"}, marker, arm64BootTimeout)
 	pxe := filepath.Join(out, "arm64-boot.pxe")
-	harness.RunQEMUFor(t, "arm64", []string{"-m", "1024",
+	// AAVMF starts the bundle's kernel through its EFI stub, as firmware
+	// that fetched it over the network would.
+	harness.RunQEMUFor(t, "arm64", []string{"-bios", kit.OVMF, "-m", "1024",
 		"-kernel", filepath.Join(pxe, formats.PXEKernel), "-initrd", filepath.Join(pxe, formats.PXEInitrd),
 		"-append", "console=ttyAMA0 panic=-1"}, marker, arm64BootTimeout)
 }
