@@ -509,12 +509,18 @@ func (c *Cache) put(ctx context.Context, r io.Reader, wantHex, source string, to
 	defer done()
 	h := sha256.New()
 	buf := make([]byte, copyBuffer)
-	if _, err := io.CopyBuffer(io.MultiWriter(f, h), &ctxReader{ctx: ctx, r: r, add: add}, buf); err != nil {
+	// Blobs are written sparsely: an output kept in the cache may be a raw
+	// disk of mostly zeros.
+	sw := &sparseWriter{f: f}
+	if _, err := io.CopyBuffer(io.MultiWriter(sw, h), &ctxReader{ctx: ctx, r: r, add: add}, buf); err != nil {
 		if ctx.Err() != nil {
 			// Transports report cancellation in their own words; give callers
 			// the context's error to test for.
 			return "", fmt.Errorf("store %s: %w", name, ctx.Err())
 		}
+		return "", fmt.Errorf("store %s: %w", name, err)
+	}
+	if err := sw.finish(); err != nil {
 		return "", fmt.Errorf("store %s: %w", name, err)
 	}
 	got := hex.EncodeToString(h.Sum(nil))
