@@ -3,6 +3,7 @@ package stamp
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/stamp-dev/stamp/formats"
 	"github.com/stamp-dev/stamp/formats/attest"
+	"github.com/stamp-dev/stamp/layers/cache"
 	"github.com/stamp-dev/stamp/recipes"
 	"github.com/stamp-dev/stamp/rootfs"
 	"github.com/stamp-dev/stamp/rootfs/compress"
@@ -32,10 +34,69 @@ func outputBase(rec *recipes.Recipe, out *recipes.Output) string {
 	return rec.Name + "-" + out.Name
 }
 
+// errNotRestored is an output the cache named but could not give back; the
+// build then makes it from the tree.
+var errNotRestored = errors.New("output not restored from the cache")
+
+// outputPlan is one output with its cache key, and the record that holds it
+// when the cache does.
+type outputPlan struct {
+	out   *recipes.Output
+	spec  *formats.Spec
+	base  string
+	parts []cache.Part
+	hit   *cache.Record
+	why   string // why a miss missed
+}
+
+func (p *outputPlan) subject(rec *recipes.Recipe) string { return rec.Name + "/" + p.out.Name }
+
+// planOutputs turns the recipe's outputs into specs with their keys, and
+// looks each up in the cache.
+func (bc *buildCache) planOutputs(ctx context.Context, rec *recipes.Recipe, ep time.Time, treeDigest string) ([]*outputPlan, error) {
+	keys := map[string]string{}
+	var plans []*outputPlan
+	for i := range rec.Outputs {
+		out := &rec.Outputs[i]
+		if _, err := formats.Lookup(out.Format); err != nil {
+			return nil, &UsageError{Msg: fmt.Sprintf("%s.format: %v", out.Field, err)}
+		}
+		spec, err := outputSpec(out)
+		if err != nil {
+			return nil, err
+		}
+		p := &outputPlan{out: out, spec: spec, base: outputBase(rec, out)}
+		if p.parts, err = bc.outputParts(rec, spec, p.base, ep, treeDigest, keys[out.From]); err != nil {
+			return nil, err
+		}
+		keys[out.Name] = cache.KeyOf(p.parts)
+		p.hit, p.why = bc.lookup(ctx, recordOutput, p.subject(rec), p.parts)
+		plans = append(plans, p)
+	}
+	return plans, nil
+}
+
+// viewOf is the sealed tree's bookkeeping for the outputs and the cache.
+func viewOf(tree *rootfs.Sealed, rec *recipes.Recipe, ep time.Time, att *attestation) (*sealedView, error) {
+	v := &sealedView{digest: tree.Digest(), entries: tree.Len()}
+	var m bytes.Buffer
+	if err := rootfs.WriteManifest(&m, tree.Entries(), true); err != nil {
+		return nil, err
+	}
+	v.manifestTree = m.Bytes()
+	var err error
+	if v.sbom, err = sbomJSON(tree, rec, ep, v.digest, att.inputs); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
 // writeOutputs writes every output into a staging directory inside the
 // output directory and moves the files to their final names only when all of
-// them, the manifest and the sums are complete.
-func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, work string, tree *rootfs.Sealed, ep time.Time, treeDigest string, att *attestation) (names []string, err error) {
+// them, the manifest and the sums are complete. An output the cache holds is
+// taken from it; tree is nil when every output is, and then a cached output
+// that cannot be restored is errNotRestored.
+func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, work string, tree *rootfs.Sealed, view *sealedView, ep time.Time, att *attestation, bc *buildCache, plans []*outputPlan) (names []string, err error) {
 	log := o.log()
 	if err := os.MkdirAll(o.OutputDir, 0o755); err != nil {
 		return nil, fmt.Errorf("output dir: %w", err)
@@ -47,41 +108,41 @@ func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, work str
 	defer os.RemoveAll(staging)
 
 	var manifest bytes.Buffer
-	fmt.Fprintf(&manifest, "# stamp manifest v1: %s\n# tree %s\n", rec.Name, treeDigest)
-	if err := rootfs.WriteManifest(&manifest, tree.Entries(), true); err != nil {
-		return nil, err
-	}
+	fmt.Fprintf(&manifest, "# stamp manifest v1: %s\n# tree %s\n", rec.Name, view.digest)
+	manifest.Write(view.manifestTree)
 	mainFile := map[string]string{}
 	addsOf := map[string][]string{} // manifest lines of what each output added
-	known := map[string]string{}    // sums the formats computed while writing
+	known := map[string]string{}    // sums of every file, by name
 	var files []string
-	for i := range rec.Outputs {
-		out := &rec.Outputs[i]
-		f, err := formats.Lookup(out.Format)
-		if err != nil {
-			return nil, &UsageError{Msg: fmt.Sprintf("%s.format: %v", out.Field, err)}
-		}
-		// Each output has scratch space of its own in the work directory,
-		// for its own view of the tree, gone once it is written.
-		scratch, err := os.MkdirTemp(work, "output-")
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", out.Field, err)
-		}
-		src := &formats.Source{Tree: tree, Epoch: ep, Name: rec.Name, Arch: rec.Arch, Seed: seed(rec),
-			WorkDir: scratch, Log: log.WithField("output", out.Name), Progress: o.Progress}
-		if out.From != "" {
-			src.From = filepath.Join(staging, mainFile[out.From])
-			src.FromAdds = addsOf[out.From]
-		}
+	for _, p := range plans {
+		out := p.out
 		start := time.Now()
-		spec, err := outputSpec(out)
-		if err != nil {
-			return nil, err
+		var res *formats.Result
+		if p.hit != nil {
+			if res, err = bc.restoreOutput(ctx, p.hit, staging); err != nil {
+				if tree == nil {
+					return nil, fmt.Errorf("%s: %w: %v", out.Field, errNotRestored, err)
+				}
+				log.WithError(err).Warnf("cache: cannot restore output %s; writing it", out.Name)
+				res = nil
+			} else {
+				log.Infof("%s from the cache in %s", res.Files[0], time.Since(start).Round(time.Millisecond))
+			}
 		}
-		res, err := f.Write(ctx, src, spec, staging, outputBase(rec, out))
-		os.RemoveAll(scratch)
-		if err != nil {
-			return nil, fmt.Errorf("%s (%s): %w", out.Field, out.Format, err)
+		if res == nil {
+			if tree == nil {
+				return nil, fmt.Errorf("%s: %w: not in the cache", out.Field, errNotRestored)
+			}
+			if res, err = writeOutput(ctx, rec, o, work, tree, ep, p, staging, mainFile, addsOf); err != nil {
+				return nil, err
+			}
+			sums, err := sumsOf(staging, res)
+			if err != nil {
+				return nil, err
+			}
+			res.Sums = sums
+			bc.fileOutput(ctx, p.subject(rec), p.parts, staging, res, sums)
+			log.Infof("wrote %s in %s", res.Files[0], time.Since(start).Round(time.Millisecond))
 		}
 		addsOf[out.Name] = res.Adds
 		for _, w := range res.Warnings {
@@ -96,7 +157,6 @@ func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, work str
 		for _, a := range res.Adds {
 			manifest.WriteString(a + "\n")
 		}
-		log.Infof("wrote %s in %s", res.Files[0], time.Since(start).Round(time.Millisecond))
 	}
 	sort.Strings(files)
 	var sums bytes.Buffer
@@ -108,19 +168,14 @@ func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, work str
 	for _, name := range sumFiles {
 		h, ok := known[name]
 		if !ok {
-			if h, _, err = hashio.File(filepath.Join(staging, name), false); err != nil {
-				return nil, err
-			}
+			return nil, fmt.Errorf("output file %s has no sum", name)
 		}
 		fmt.Fprintf(&sums, "%s  %s\n", h, name)
 		subjects = append(subjects, attest.Sum{Name: name, SHA256: h})
 	}
-	sbom, err := sbomJSON(tree, rec, ep, treeDigest, att.inputs)
-	if err != nil {
-		return nil, err
-	}
+	sbom := view.sbom
 	byproducts := []attest.Sum{{Name: ManifestFile, SHA256: bytesSHA256(manifest.Bytes())}, {Name: SBOMFile, SHA256: bytesSHA256(sbom)}}
-	prov, err := provenanceJSON(rec, ep, att.recipeDigest, treeDigest, att.deps, subjects, byproducts)
+	prov, err := provenanceJSON(rec, ep, att.recipeDigest, view.digest, att.deps, subjects, byproducts)
 	if err != nil {
 		return nil, err
 	}
@@ -153,6 +208,55 @@ func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, work str
 		}
 	}
 	return all, nil
+}
+
+// writeOutput writes one output from the tree into staging.
+func writeOutput(ctx context.Context, rec *recipes.Recipe, o *Options, work string, tree *rootfs.Sealed, ep time.Time, p *outputPlan, staging string, mainFile map[string]string, addsOf map[string][]string) (*formats.Result, error) {
+	out := p.out
+	f, err := formats.Lookup(out.Format)
+	if err != nil {
+		return nil, &UsageError{Msg: fmt.Sprintf("%s.format: %v", out.Field, err)}
+	}
+	// Each output has scratch space of its own in the work directory, for
+	// its own view of the tree, gone once it is written.
+	scratch, err := os.MkdirTemp(work, "output-")
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", out.Field, err)
+	}
+	defer os.RemoveAll(scratch)
+	src := &formats.Source{Tree: tree, Epoch: ep, Name: rec.Name, Arch: rec.Arch, Seed: seed(rec),
+		WorkDir: scratch, Log: o.log().WithField("output", out.Name), Progress: o.Progress}
+	if out.From != "" {
+		src.From = filepath.Join(staging, mainFile[out.From])
+		src.FromAdds = addsOf[out.From]
+	}
+	res, err := f.Write(ctx, src, p.spec, staging, p.base)
+	if err != nil {
+		return nil, fmt.Errorf("%s (%s): %w", out.Field, out.Format, err)
+	}
+	return res, nil
+}
+
+// sumsOf is the hex sha256 of every file an output wrote, by name relative
+// to staging; the format's own sums spare reading a file again.
+func sumsOf(staging string, res *formats.Result) (map[string]string, error) {
+	names, err := sumNames(staging, res.Files)
+	if err != nil {
+		return nil, err
+	}
+	sums := map[string]string{}
+	for _, n := range names {
+		if h, ok := res.Sums[n]; ok {
+			sums[n] = h
+			continue
+		}
+		h, _, err := hashio.File(filepath.Join(staging, n), false)
+		if err != nil {
+			return nil, err
+		}
+		sums[n] = h
+	}
+	return sums, nil
 }
 
 // outputSpec is an output as the recipe asks for it, in the formats' terms.

@@ -49,6 +49,10 @@ type Options struct {
 	// script left) in reverse byte order; verify's second build sets it so
 	// that a result depending on that order shows as a difference.
 	ReverseReaddir bool
+	// NoCache builds every phase and output even when the cache holds them
+	// from an earlier build with the same inputs; what it makes is still
+	// filed. verify's builds set it, or comparing them would prove nothing.
+	NoCache bool
 
 	Log      logrus.FieldLogger
 	Progress Progress
@@ -143,27 +147,14 @@ func (o *Options) lockPath(rec *recipes.Recipe) string {
 // nothing appears in OutputDir under a final name.
 func Build(ctx context.Context, rec *recipes.Recipe, o Options) (*Result, error) {
 	log := o.log()
-	phases, inputs, err := plan(rec)
+	p, err := prepare(ctx, rec, &o, true)
 	if err != nil {
 		return nil, err
 	}
-	if err := precheck(phases, rec.Arch); err != nil {
-		return nil, err
+	phases, inputs, c, att, ep, bc, sealedKey := p.phases, p.inputs, p.c, p.att, p.ep, p.bc, p.sealedKey
+	if res, err := buildFromCache(ctx, rec, &o, bc, sealedKey, ep, att); res != nil || err != nil {
+		return res, err
 	}
-	c, lk, err := o.openStores(rec)
-	if err != nil {
-		return nil, err
-	}
-	// Every input is resolved and verified before the tree changes.
-	if err := resolveInputs(ctx, c, lk, inputs, &o); err != nil {
-		return nil, err
-	}
-	pinDebs(phases, lk)
-	att, err := newAttestation(rec, phases, inputs)
-	if err != nil {
-		return nil, err
-	}
-	ep := epoch(rec, &o)
 	work, err := o.makeWork("stamp-" + rec.Name + "-")
 	if err != nil {
 		return nil, err
@@ -195,13 +186,109 @@ func Build(ctx context.Context, rec *recipes.Recipe, o Options) (*Result, error)
 	if err != nil {
 		return nil, fmt.Errorf("seal: %w", err)
 	}
-	treeDigest := sealed.Digest()
 	log.WithField("removed", len(rep.Removed)).Infof("sealed %d entries", sealed.Len())
-	outs, err := writeOutputs(ctx, rec, &o, work, sealed, ep, treeDigest, att)
+	view, err := viewOf(sealed, rec, ep, att)
 	if err != nil {
 		return nil, err
 	}
-	return &Result{Outputs: outs, TreeDigest: treeDigest, Entries: sealed.Len()}, nil
+	bc.fileSealed(ctx, rec.Name, sealedKey, view)
+	plans, err := bc.planOutputs(ctx, rec, ep, view.digest)
+	if err != nil {
+		return nil, err
+	}
+	outs, err := writeOutputs(ctx, rec, &o, work, sealed, view, ep, att, bc, plans)
+	if err != nil {
+		return nil, err
+	}
+	return &Result{Outputs: outs, TreeDigest: view.digest, Entries: view.entries}, nil
+}
+
+// prepared is what a build knows before it changes anything: its plan,
+// every input resolved and verified, and the cache key of its sealed tree.
+type prepared struct {
+	phases    []phase
+	inputs    []plannedInput
+	c         *cache.Cache
+	att       *attestation
+	ep        time.Time
+	bc        *buildCache
+	sealedKey []cache.Part
+}
+
+// prepare plans the recipe, checks the build machine, and resolves and
+// pins every input (writing the lock when saveLock is set).
+func prepare(ctx context.Context, rec *recipes.Recipe, o *Options, saveLock bool) (*prepared, error) {
+	phases, inputs, err := plan(rec)
+	if err != nil {
+		return nil, err
+	}
+	if err := precheck(phases, rec.Arch); err != nil {
+		return nil, err
+	}
+	c, lk, err := o.openStores(rec)
+	if err != nil {
+		return nil, err
+	}
+	// Every input is resolved and verified before the tree changes.
+	resolve := resolveAll
+	if saveLock {
+		resolve = resolveInputs
+	}
+	if err := resolve(ctx, c, lk, inputs, o); err != nil {
+		return nil, err
+	}
+	pinDebs(phases, lk)
+	att, err := newAttestation(rec, phases, inputs)
+	if err != nil {
+		return nil, err
+	}
+	ep := epoch(rec, o)
+	bc, err := o.openBuildCache(c)
+	if err != nil {
+		return nil, err
+	}
+	sealedKey, err := bc.sealedParts(rec, phases, ep, att)
+	if err != nil {
+		return nil, err
+	}
+	return &prepared{phases: phases, inputs: inputs, c: c, att: att, ep: ep, bc: bc, sealedKey: sealedKey}, nil
+}
+
+// buildFromCache writes the outputs from the cache when it holds the sealed
+// tree of this key and every output made from it: then no phase runs. It
+// returns nil, nil when the tree must be built.
+func buildFromCache(ctx context.Context, rec *recipes.Recipe, o *Options, bc *buildCache, sealedKey []cache.Part, ep time.Time, att *attestation) (*Result, error) {
+	log := o.log()
+	r, why := bc.lookup(ctx, recordSealed, rec.Name, sealedKey)
+	if r == nil {
+		log.Infof("cache: building the tree: %s", why)
+		return nil, nil
+	}
+	view, err := bc.sealedFrom(r)
+	if err != nil {
+		log.WithError(err).Warn("cache: ignoring the sealed tree's record; building the tree")
+		return nil, nil
+	}
+	plans, err := bc.planOutputs(ctx, rec, ep, view.digest)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range plans {
+		if p.hit == nil {
+			log.Infof("cache: tree %s is in the cache, but output %s is not (%s); building the tree", view.digest, p.out.Name, p.why)
+			return nil, nil
+		}
+	}
+	log.Infof("cache: tree %s and all %d outputs are in the cache (key %s); no phase runs", view.digest, len(plans), r.Key)
+	outs, err := writeOutputs(ctx, rec, o, "", nil, view, ep, att, bc, plans)
+	if errors.Is(err, errNotRestored) {
+		log.WithError(err).Warn("cache: building the tree")
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &Result{Outputs: outs, TreeDigest: view.digest, Entries: view.entries}, nil
 }
 
 // IsUsage reports whether err comes from an invalid recipe or command, the

@@ -259,6 +259,9 @@ func (o *VerifyOptions) build(ctx context.Context, rec *recipes.Recipe, b BuildR
 	bo := o.Options
 	bo.OutputDir, bo.WorkDir, bo.CacheDir, bo.Offline = b.Output, b.Work, cacheDir, offline
 	bo.ReverseReaddir = b.ReverseReaddir
+	// Each build makes everything: one taken from the other's cache
+	// records would prove nothing.
+	bo.NoCache = true
 	bo.Log, bo.Progress = o.log(), nil
 	if bo.LockPath != "" {
 		lp, err := filepath.Abs(bo.LockPath)

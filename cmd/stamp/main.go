@@ -71,6 +71,8 @@ func newApp(getenv func(string) string, code *int) *cli.App {
 		&cli.BoolFlag{Name: "offline", Usage: "use only the cache; fail naming any missing input"},
 		updateLock(), insecure(), set(),
 		&cli.BoolFlag{Name: "keep-work", Usage: "keep the work directory for debugging"},
+		&cli.BoolFlag{Name: "no-cache", Usage: "build every phase and output even when the cache holds them (still files what it makes)"},
+		&cli.BoolFlag{Name: "dry-run", Usage: "print the plan (inputs with their digests, what comes from the cache and why not) and build nothing"},
 		&cli.BoolFlag{Name: "reverse-readdir", Hidden: true, Usage: "read host directories in reverse order (verify's second build)"},
 	}, common...)
 	app := &cli.App{
@@ -86,6 +88,14 @@ func newApp(getenv func(string) string, code *int) *cli.App {
 				Flags:     buildFlags,
 				Action: func(c *cli.Context) error {
 					return act(c, code, getenv, func(rec *recipes.Recipe, o stamp.Options) error {
+						if c.Bool("dry-run") {
+							p, err := stamp.DryRun(c.Context, rec, o)
+							if err != nil {
+								return err
+							}
+							p.Write(c.App.Writer)
+							return nil
+						}
 						res, err := stamp.Build(c.Context, rec, o)
 						if err != nil {
 							return err
@@ -385,6 +395,7 @@ func act(c *cli.Context, code *int, getenv func(string) string, fn func(*recipes
 		InsecureRegistries: c.StringSlice("insecure-registry"),
 		KeepWork:           c.Bool("keep-work"),
 		ReverseReaddir:     c.Bool("reverse-readdir"),
+		NoCache:            c.Bool("no-cache"),
 		Log:                log,
 	}
 	if c.IsSet("epoch") {
@@ -436,7 +447,7 @@ func childBuild(exe string) stamp.BuildFunc {
 		for _, flag := range []struct {
 			name string
 			on   bool
-		}{{"--offline", o.Offline}, {"--update-lock", o.UpdateLock}, {"--keep-work", o.KeepWork}, {"--reverse-readdir", o.ReverseReaddir}} {
+		}{{"--offline", o.Offline}, {"--update-lock", o.UpdateLock}, {"--keep-work", o.KeepWork}, {"--reverse-readdir", o.ReverseReaddir}, {"--no-cache", o.NoCache}} {
 			if flag.on {
 				args = append(args, flag.name)
 			}

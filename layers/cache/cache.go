@@ -433,6 +433,18 @@ func (c *Cache) Import(ctx context.Context, path string) (string, error) {
 	return c.importFile(ctx, path, "")
 }
 
+// ImportAs stores a local file whose sha256 (hex) the caller has just
+// computed; "" is Import. The content is still checked as it is copied.
+func (c *Cache) ImportAs(ctx context.Context, path, sum string) (string, error) {
+	if sum == "" {
+		return c.Import(ctx, path)
+	}
+	if c.Has(sum) {
+		return digestOf(sum), nil
+	}
+	return c.importFile(ctx, path, sum)
+}
+
 func (c *Cache) importFile(ctx context.Context, path, wantHex string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {

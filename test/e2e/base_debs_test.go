@@ -408,7 +408,7 @@ func BenchmarkBootstrapMinbase(b *testing.B) {
 		return time.Since(start), cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss / 1024
 	}
 	stampBuild := func(out string) *exec.Cmd {
-		cmd := exec.Command(stampBin, "build", "recipe.yaml", "-o", out, "--cache-dir", cache, "--work-dir", dir, "--log-level", "error")
+		cmd := exec.Command(stampBin, "build", "recipe.yaml", "-o", out, "--cache-dir", cache, "--work-dir", dir, "--log-level", "error", "--no-cache")
 		cmd.Dir = dir
 		return cmd
 	}

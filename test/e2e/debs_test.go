@@ -367,7 +367,7 @@ func BenchmarkDebsInstall(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		dir := debsDir(b, repo, base, debsRecipe(url, pkgs, ""))
 		// Warm the cache so both sides read the .debs from local disk.
-		warm := exec.Command(stampBin, "build", "recipe.yaml", "-o", filepath.Join(dir, "warm"), "--cache-dir", filepath.Join(dir, "cache"), "--work-dir", dir, "--log-level", "error")
+		warm := exec.Command(stampBin, "build", "recipe.yaml", "-o", filepath.Join(dir, "warm"), "--cache-dir", filepath.Join(dir, "cache"), "--work-dir", dir, "--log-level", "error", "--no-cache")
 		warm.Dir = dir
 		if out, err := warm.CombinedOutput(); err != nil {
 			b.Fatalf("warm build: %v\n%s", err, out)
@@ -375,7 +375,7 @@ func BenchmarkDebsInstall(b *testing.B) {
 		os.RemoveAll(filepath.Join(dir, "warm"))
 		exec.Command("sync").Run()
 		start := time.Now()
-		cmd := exec.Command(stampBin, "build", "recipe.yaml", "-o", filepath.Join(dir, "out"), "--cache-dir", filepath.Join(dir, "cache"), "--work-dir", dir, "--log-level", "error")
+		cmd := exec.Command(stampBin, "build", "recipe.yaml", "-o", filepath.Join(dir, "out"), "--cache-dir", filepath.Join(dir, "cache"), "--work-dir", dir, "--log-level", "error", "--no-cache")
 		cmd.Dir = dir
 		if out, err := cmd.CombinedOutput(); err != nil {
 			b.Fatalf("stamp build: %v\n%s", err, out)

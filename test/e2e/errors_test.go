@@ -193,7 +193,7 @@ func TestInterruptedBuildLeavesNothing(t *testing.T) {
 	out := filepath.Join(dir, "out")
 	work := filepath.Join(dir, "work")
 	os.MkdirAll(work, 0o755)
-	cmd := exec.Command(stampBin, "build", "recipe.yaml", "-o", out, "--cache-dir", filepath.Join(dir, "cache"), "--work-dir", work)
+	cmd := exec.Command(stampBin, "build", "recipe.yaml", "-o", out, "--cache-dir", filepath.Join(dir, "cache"), "--work-dir", work, "--no-cache")
 	cmd.Dir = dir
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

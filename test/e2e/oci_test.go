@@ -539,7 +539,7 @@ func TestOCIKillDuringDownload(t *testing.T) {
 	cacheDir := filepath.Join(dir, "cache")
 	out := filepath.Join(dir, "out")
 
-	cmd := exec.Command(stampBin, "build", "recipe.yaml", "-o", out, "--cache-dir", cacheDir)
+	cmd := exec.Command(stampBin, "build", "recipe.yaml", "-o", out, "--cache-dir", cacheDir, "--no-cache")
 	cmd.Dir = dir
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + dir}
 	var stderr bytes.Buffer
@@ -827,7 +827,7 @@ func BenchmarkOCIPull(b *testing.B) {
 	build := func(out string) time.Duration {
 		start := time.Now()
 		cmd := exec.Command(stampBin, "build", "recipe.yaml", "-o", filepath.Join(dir, out), "--cache-dir", filepath.Join(dir, "cache"),
-			"--work-dir", dir)
+			"--work-dir", dir, "--no-cache")
 		cmd.Dir = dir
 		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + dir}
 		if o, err := cmd.CombinedOutput(); err != nil {

@@ -172,7 +172,7 @@ func TestRunStep(t *testing.T) {
 func stampAs65534WithoutUserns(t *testing.T, dir string, args ...string) result {
 	t.Helper()
 	harness.RequireSetpriv(t)
-	cmd := exec.Command(stampBin, args...)
+	cmd := exec.Command(stampBin, noCache(args)...)
 	cmd.Dir = dir
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + dir}
 	harness.Unprivileged(cmd)

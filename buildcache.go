@@ -1,0 +1,391 @@
+package stamp
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/stamp-dev/stamp/formats"
+	"github.com/stamp-dev/stamp/layers"
+	"github.com/stamp-dev/stamp/layers/cache"
+	"github.com/stamp-dev/stamp/recipes"
+	"github.com/stamp-dev/stamp/rootfs/hashio"
+)
+
+// Kinds of cache records a build files.
+const (
+	// recordSealed is a sealed tree: its digest, entry count, the manifest's
+	// tree section and the SBOM, which is all the outputs' bookkeeping needs
+	// of a tree whose outputs all come from the cache.
+	recordSealed = "sealed"
+	// recordOutput is one output's files, written from a tree with a given
+	// digest and the output's options.
+	recordOutput = "output"
+)
+
+// buildCache is the phase and output cache of one build: it finds what an
+// earlier build with the same inputs made, locally or in a registry, and
+// files what this build makes.
+type buildCache struct {
+	c     *cache.Cache
+	log   logrus.FieldLogger
+	self  string // digest of the running stamp: another stamp may write other bytes
+	read  bool   // false with --no-cache
+	write bool
+}
+
+// sealedView is what the outputs' bookkeeping needs of the sealed tree,
+// with or without the tree itself.
+type sealedView struct {
+	digest       string
+	entries      int
+	manifestTree []byte // the manifest's tree section
+	sbom         []byte
+}
+
+type sealedData struct {
+	TreeDigest string `json:"treeDigest"`
+	Entries    int    `json:"entries"`
+}
+
+type outputData struct {
+	Files    []string `json:"files"`
+	Adds     []string `json:"adds,omitempty"`
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+const (
+	blobManifest = "manifest"
+	blobSBOM     = "sbom"
+)
+
+func (o *Options) openBuildCache(c *cache.Cache) (*buildCache, error) {
+	self, err := selfDigest()
+	if err != nil {
+		return nil, err
+	}
+	bc := &buildCache{c: c, log: o.log(), self: self, read: !o.NoCache,
+		// verify's second build reads directories backwards to shake out
+		// order dependence; what it makes is not filed for others.
+		write: c.Writable() && !o.ReverseReaddir}
+	return bc, nil
+}
+
+// selfDigest is the sha256 of the running executable: a stamp built from
+// other sources may make other bytes from the same tree.
+func selfDigest() (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("cache key: %w", err)
+	}
+	sum, _, err := hashio.File(exe, false)
+	if err != nil {
+		return "", fmt.Errorf("cache key: %w", err)
+	}
+	return "sha256:" + sum, nil
+}
+
+func textDigest(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+func jsonDigest(v any) (string, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	return textDigest(string(b)), nil
+}
+
+// sealedParts is what the sealed tree depends on: stamp itself, the recipe
+// as decoded (its outputs aside), the build's epoch and every input and host
+// file a layer reads, each by digest. What a hook reads beyond its own
+// script, and the host tools the layers run, are not in it: a recipe whose
+// hooks read more wants --no-cache when those change.
+func (bc *buildCache) sealedParts(rec *recipes.Recipe, phases []phase, ep time.Time, att *attestation) ([]cache.Part, error) {
+	params, err := jsonDigest(rec.ParamValues())
+	if err != nil {
+		return nil, err
+	}
+	parts := []cache.Part{
+		{Name: "stamp", Digest: bc.self},
+		{Name: "recipe", Digest: rec.TreeDigest},
+		{Name: "recipe file name", Digest: filepath.Base(rec.Path)},
+		{Name: "params", Digest: params},
+		{Name: "arch", Digest: rec.Arch},
+		{Name: "epoch", Digest: strconv.FormatInt(ep.Unix(), 10)},
+	}
+	// Per-phase digests of the recipe add nothing to the key that "recipe"
+	// lacks; they let a miss say which phase changed.
+	for _, p := range []struct {
+		name string
+		v    any
+	}{{"recipe base", rec.Base}, {"recipe customize", rec.Customize}, {"recipe provision", rec.Provision}, {"recipe seal", rec.Seal}} {
+		d, err := jsonDigest(p.v)
+		if err != nil {
+			return nil, fmt.Errorf("cache key: %s: %w", p.name, err)
+		}
+		parts = append(parts, cache.Part{Name: p.name, Digest: d})
+	}
+	for _, d := range att.deps {
+		parts = append(parts, cache.Part{Name: fmt.Sprintf("%s %s %s", d.Kind, d.Field, d.URI), Digest: d.Digest})
+	}
+	for _, ph := range phases {
+		for _, st := range ph.steps {
+			f, ok := st.layer.(*layers.Files)
+			if !ok {
+				continue
+			}
+			for i, it := range f.Items {
+				if it.From == "" {
+					continue
+				}
+				d, err := hostTreeDigest(it.From)
+				if err != nil {
+					return nil, fmt.Errorf("%s[%d].from: %w", st.label, i, err)
+				}
+				parts = append(parts, cache.Part{Name: fmt.Sprintf("files %s %s", st.label, lockKey(rec.Dir, it.From)), Digest: d})
+			}
+		}
+	}
+	return parts, nil
+}
+
+// outputParts is what an output depends on: stamp, the tree, the output's
+// options and names, the output it is made from, and the host's GRUB for a
+// BIOS disk, whose core.img grub-mkimage makes.
+func (bc *buildCache) outputParts(rec *recipes.Recipe, spec *formats.Spec, base string, ep time.Time, treeDigest, fromKey string) ([]cache.Part, error) {
+	opts, err := jsonDigest(spec)
+	if err != nil {
+		return nil, fmt.Errorf("cache key of output %s: %w", spec.Name, err)
+	}
+	parts := []cache.Part{
+		{Name: "stamp", Digest: bc.self},
+		{Name: "tree", Digest: treeDigest},
+		{Name: "options", Digest: opts},
+		{Name: "file name", Digest: base},
+		{Name: "name", Digest: rec.Name},
+		{Name: "seed", Digest: seed(rec)},
+		{Name: "arch", Digest: rec.Arch},
+		{Name: "epoch", Digest: strconv.FormatInt(ep.Unix(), 10)},
+	}
+	if fromKey != "" {
+		parts = append(parts, cache.Part{Name: "from " + spec.From, Digest: fromKey})
+	}
+	if rs, ok := spec.Options.(*formats.RawSpec); ok && rs.Boot != nil && rs.Boot.BIOS {
+		for _, p := range []string{"grub-mkimage", formats.GrubPCDir} {
+			if p == "grub-mkimage" {
+				lp, err := exec.LookPath(p)
+				if err != nil {
+					continue // the writer says why it needs it
+				}
+				p = lp
+			}
+			d, err := hostTreeDigest(p)
+			if err != nil {
+				continue
+			}
+			parts = append(parts, cache.Part{Name: "host " + p, Digest: d})
+		}
+	}
+	return parts, nil
+}
+
+// hostTreeDigest is the digest of a host file, or of a directory's names,
+// types, modes, link targets and contents.
+func hostTreeDigest(root string) (string, error) {
+	h := sha256.New()
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		fmt.Fprintf(h, "%q %o", rel, fi.Mode())
+		switch {
+		case fi.Mode()&fs.ModeSymlink != 0:
+			t, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(h, " -> %q", t)
+		case fi.Mode().IsRegular():
+			sum, _, err := hashio.File(p, false)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(h, " %s", sum)
+		}
+		h.Write([]byte{'\n'})
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// lookup finds the record of kind under the key of parts, in this cache or
+// the shared one. A miss is logged with what changed since the subject's
+// last record; a bad record is a warning and a miss.
+func (bc *buildCache) lookup(ctx context.Context, kind, subject string, parts []cache.Part) (*cache.Record, string) {
+	key := cache.KeyOf(parts)
+	if !bc.read {
+		return nil, "--no-cache"
+	}
+	r, err := bc.c.Record(kind, key)
+	if err != nil {
+		bc.log.WithError(err).Warnf("cache: ignoring the %s record of %s; building it again", kind, subject)
+		r = nil
+	}
+	if r != nil {
+		return r, ""
+	}
+	why := "no earlier build of " + subject + " in the cache"
+	if last := bc.c.LastRecord(kind, subject); last != nil {
+		if ch := cache.Changed(last, parts); len(ch) > 0 {
+			why = "since the last build of " + subject + ": " + strings.Join(ch, "; ")
+		}
+	}
+	return nil, why
+}
+
+// file stores a record whose blobs are already in the cache, and shares it.
+func (bc *buildCache) file(ctx context.Context, r *cache.Record) {
+	if !bc.write {
+		return
+	}
+	if err := bc.c.PutRecord(r); err != nil {
+		bc.log.WithError(err).Warnf("cache: cannot file the %s record of %s", r.Kind, r.Subject)
+		return
+	}
+}
+
+// fileSealed stores the sealed tree's bookkeeping under its key.
+func (bc *buildCache) fileSealed(ctx context.Context, subject string, parts []cache.Part, v *sealedView) {
+	if !bc.write {
+		return
+	}
+	r := &cache.Record{Kind: recordSealed, Key: cache.KeyOf(parts), Subject: subject, Parts: parts}
+	for _, b := range []struct {
+		name string
+		data []byte
+	}{{blobManifest, v.manifestTree}, {blobSBOM, v.sbom}} {
+		d, err := bc.c.Put(ctx, strings.NewReader(string(b.data)), "")
+		if err != nil {
+			bc.log.WithError(err).Warn("cache: cannot store the sealed tree's record")
+			return
+		}
+		r.Blobs = append(r.Blobs, cache.RecordBlob{Name: b.name, Digest: d, Size: int64(len(b.data))})
+	}
+	data, _ := json.Marshal(sealedData{TreeDigest: v.digest, Entries: v.entries})
+	r.Data = data
+	bc.file(ctx, r)
+}
+
+// sealedFrom reads a sealed record back into a view without a tree. Its
+// blobs are re-hashed as they are read.
+func (bc *buildCache) sealedFrom(r *cache.Record) (*sealedView, error) {
+	var d sealedData
+	if err := json.Unmarshal(r.Data, &d); err != nil || d.TreeDigest == "" {
+		return nil, fmt.Errorf("%w: sealed record %s has no tree digest", cache.ErrBadRecord, r.Key)
+	}
+	v := &sealedView{digest: d.TreeDigest, entries: d.Entries}
+	for _, b := range r.Blobs {
+		data, err := bc.readBlob(b.Digest)
+		if err != nil {
+			return nil, err
+		}
+		switch b.Name {
+		case blobManifest:
+			v.manifestTree = data
+		case blobSBOM:
+			v.sbom = data
+		}
+	}
+	if v.manifestTree == nil || v.sbom == nil {
+		return nil, fmt.Errorf("%w: sealed record %s lacks its manifest or SBOM", cache.ErrBadRecord, r.Key)
+	}
+	return v, nil
+}
+
+func (bc *buildCache) readBlob(digest string) ([]byte, error) {
+	rc, err := bc.c.Open(digest)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	// The reader ends in io.EOF only when the content hashed to its name.
+	return io.ReadAll(rc)
+}
+
+// fileOutput stores an output's files, staged under staging, with their
+// sums, and files its record.
+func (bc *buildCache) fileOutput(ctx context.Context, subject string, parts []cache.Part, staging string, res *formats.Result, sums map[string]string) {
+	if !bc.write {
+		return
+	}
+	r := &cache.Record{Kind: recordOutput, Key: cache.KeyOf(parts), Subject: subject, Parts: parts}
+	names, err := sumNames(staging, res.Files)
+	if err != nil {
+		bc.log.WithError(err).Warnf("cache: cannot store output %s", subject)
+		return
+	}
+	for _, n := range names {
+		d, err := bc.c.ImportAs(ctx, filepath.Join(staging, n), sums[n])
+		if err != nil {
+			bc.log.WithError(err).Warnf("cache: cannot store output %s", subject)
+			return
+		}
+		fi, err := os.Stat(filepath.Join(staging, n))
+		if err != nil {
+			return
+		}
+		r.Blobs = append(r.Blobs, cache.RecordBlob{Name: n, Digest: d, Size: fi.Size()})
+	}
+	data, _ := json.Marshal(outputData{Files: res.Files, Adds: res.Adds, Warnings: res.Warnings})
+	r.Data = data
+	bc.file(ctx, r)
+}
+
+// restoreOutput writes a cached output's files into staging, each re-hashed
+// on the way, and returns the result its writer had returned. A blob that
+// fails its hash is removed from the cache and reported.
+func (bc *buildCache) restoreOutput(ctx context.Context, r *cache.Record, staging string) (*formats.Result, error) {
+	var d outputData
+	if err := json.Unmarshal(r.Data, &d); err != nil || len(d.Files) == 0 {
+		return nil, fmt.Errorf("%w: output record %s names no files", cache.ErrBadRecord, r.Key)
+	}
+	res := &formats.Result{Files: d.Files, Adds: d.Adds, Warnings: d.Warnings, Sums: map[string]string{}}
+	for _, b := range r.Blobs {
+		if !filepath.IsLocal(b.Name) {
+			return nil, fmt.Errorf("%w: output record %s names file %q", cache.ErrBadRecord, r.Key, b.Name)
+		}
+		dst := filepath.Join(staging, b.Name)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return nil, err
+		}
+		if err := bc.c.Extract(ctx, b.Digest, dst); err != nil {
+			return nil, err
+		}
+		h, _ := cache.ParseDigest(b.Digest)
+		res.Sums[b.Name] = h
+	}
+	return res, nil
+}
