@@ -1,0 +1,356 @@
+// Package share keeps cache records in an OCI registry, so that CI runners
+// that start with an empty disk can take each other's build results
+// (stamp build --cache-to/--cache-from), in the spirit of BuildKit's
+// registry cache.
+//
+// An entry is one OCI artifact tagged Tag(kind, key): an image manifest whose
+// config is the record's JSON and whose layers are the record's blobs, in
+// record order and uncompressed, so a layer's digest is the blob's cache
+// digest. Nothing a registry serves is trusted: a pulled entry becomes a
+// record only once it names what was asked for and every blob has been
+// re-hashed into the cache.
+package share
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/partial"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/sirupsen/logrus"
+
+	"github.com/stamp-dev/stamp/layers/cache"
+)
+
+// Media types of an entry. The config's type doubles as the artifactType,
+// so a registry that lists artifacts shows what they are.
+const (
+	RecordType types.MediaType = "application/vnd.stamp.cache.record.v1+json"
+	BlobType   types.MediaType = "application/vnd.stamp.cache.blob.v1"
+)
+
+// A record is a few parts and blob names; anything much bigger is not one of
+// ours and is not read into memory.
+const maxRecord = 16 << 20
+
+// Options configure Pull and Push.
+type Options struct {
+	// Insecure allows plain HTTP, and TLS without certificate checks, to a
+	// registry that is not on the loopback interface. localhost and
+	// 127.0.0.1 are spoken to in plain HTTP without it.
+	Insecure bool
+	// Keychain supplies credentials; nil means the docker config chain
+	// (authn.DefaultKeychain), as for stamp push.
+	Keychain authn.Keychain
+	// Log is told what was pulled, pushed or skipped; nil discards it.
+	Log logrus.FieldLogger
+}
+
+func (o Options) log() logrus.FieldLogger {
+	if o.Log != nil {
+		return o.Log
+	}
+	l := logrus.New()
+	l.Out = io.Discard
+	return l
+}
+
+func (o Options) remote(ctx context.Context) []remote.Option {
+	kc := o.Keychain
+	if kc == nil {
+		kc = authn.DefaultKeychain
+	}
+	opts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(kc), remote.WithUserAgent("stamp")}
+	if o.Insecure {
+		tr := remote.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: true}
+		opts = append(opts, remote.WithTransport(tr))
+	}
+	return opts
+}
+
+// Tag is the tag an entry lives under: kind, "-" and the key's hex, which
+// fits the OCI tag grammar for any kind of up to 63 letters, digits, "_"
+// and "-". A key that is not a digest is used as it is, and the reference
+// made of it is then refused.
+func Tag(kind, key string) string {
+	if h, err := cache.ParseDigest(key); err == nil {
+		key = h
+	}
+	return kind + "-" + key
+}
+
+func reference(repo, kind, key string, o Options) (name.Tag, error) {
+	if _, err := cache.ParseDigest(key); err != nil {
+		return name.Tag{}, fmt.Errorf("cache entry %s %s in %s: %w", kind, key, repo, err)
+	}
+	var nameOpts []name.Option
+	if o.Insecure {
+		nameOpts = append(nameOpts, name.Insecure)
+	}
+	r, err := name.NewRepository(repo, nameOpts...)
+	if err != nil {
+		return name.Tag{}, fmt.Errorf("cache repository %q: %w", repo, err)
+	}
+	t, err := name.NewTag(r.Name()+":"+Tag(kind, key), nameOpts...)
+	if err != nil {
+		return name.Tag{}, fmt.Errorf("cache entry %s %s in %s: %w", kind, key, repo, err)
+	}
+	return t, nil
+}
+
+func notFound(err error) bool {
+	var te *transport.Error
+	// A repository nobody pushed to yet is NAME_UNKNOWN, also a 404: a miss
+	// all the same.
+	return errors.As(err, &te) && te.StatusCode == http.StatusNotFound
+}
+
+// Pull fetches the record kind/key from repo into c. It reports found=false
+// and no error when the registry has no entry for the key. Anything else
+// that goes wrong, including an entry that is not the record asked for or a
+// blob that does not hash to its name, is an error naming the reference;
+// the caller builds instead. Blobs are verified into c as they stream in,
+// and the record is filed only once all of them are there, so a failed pull
+// leaves no record behind.
+func Pull(ctx context.Context, c *cache.Cache, repo, kind, key string, o Options) (found bool, err error) {
+	ref, err := reference(repo, kind, key, o)
+	if err != nil {
+		return false, err
+	}
+	ropts := o.remote(ctx)
+	desc, err := remote.Get(ref, ropts...)
+	if notFound(err) {
+		o.log().WithField("ref", ref.Name()).Debug("no shared cache entry")
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("pull %s: %w", ref.Name(), err)
+	}
+	r, m, err := readEntry(desc, ref, kind, key, c, ropts)
+	if err != nil {
+		return false, fmt.Errorf("pull %s: %w", ref.Name(), err)
+	}
+	for i, b := range r.Blobs {
+		if c.Has(b.Digest) {
+			// Re-hashed whenever it is read, like any blob; not worth fetching.
+			continue
+		}
+		if err := pullBlob(ctx, c, ref, m.Layers[i].Digest, ropts); err != nil {
+			return false, fmt.Errorf("pull %s: blob %s (%s): %w", ref.Name(), b.Digest, b.Name, err)
+		}
+	}
+	if err := c.PutRecord(r); err != nil {
+		return false, fmt.Errorf("pull %s: %w", ref.Name(), err)
+	}
+	o.log().WithField("ref", ref.Name()).WithField("blobs", len(r.Blobs)).Info("pulled shared cache entry")
+	return true, nil
+}
+
+// readEntry checks that desc is one of our artifacts holding the record
+// kind/key and that its layers are that record's blobs, before any blob is
+// fetched: a foreign entry costs one small download, not gigabytes.
+func readEntry(desc *remote.Descriptor, ref name.Tag, kind, key string, c *cache.Cache, ropts []remote.Option) (*cache.Record, *v1.Manifest, error) {
+	if desc.MediaType != types.OCIManifestSchema1 {
+		return nil, nil, fmt.Errorf("%w: manifest is %s, not %s", cache.ErrBadRecord, desc.MediaType, types.OCIManifestSchema1)
+	}
+	m, err := v1.ParseManifest(bytes.NewReader(desc.Manifest))
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: manifest: %v", cache.ErrBadRecord, err)
+	}
+	if m.Config.MediaType != RecordType || (m.ArtifactType != "" && m.ArtifactType != string(RecordType)) {
+		return nil, nil, fmt.Errorf("%w: config is %s (artifact type %q), not %s", cache.ErrBadRecord, m.Config.MediaType, m.ArtifactType, RecordType)
+	}
+	if m.Config.Size < 0 || m.Config.Size > maxRecord {
+		return nil, nil, fmt.Errorf("%w: record of %d bytes", cache.ErrBadRecord, m.Config.Size)
+	}
+	l, err := remote.Layer(ref.Context().Digest(m.Config.Digest.String()), ropts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("record %s: %w", m.Config.Digest, err)
+	}
+	rc, err := l.Compressed()
+	if err != nil {
+		return nil, nil, fmt.Errorf("record %s: %w", m.Config.Digest, err)
+	}
+	b, err := io.ReadAll(io.LimitReader(rc, m.Config.Size+1))
+	rc.Close()
+	if err != nil {
+		return nil, nil, fmt.Errorf("record %s: %w", m.Config.Digest, err)
+	}
+	// ggcr checks the digest only when the body is read to its end; the limit
+	// may stop short of that, so check here whatever it did.
+	if sum := sha256.Sum256(b); int64(len(b)) != m.Config.Size || "sha256:"+hex.EncodeToString(sum[:]) != m.Config.Digest.String() {
+		return nil, nil, fmt.Errorf("%w: record blob is not %s (%d bytes)", cache.ErrBadRecord, m.Config.Digest, m.Config.Size)
+	}
+	var r cache.Record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, nil, fmt.Errorf("%w: record %s: %v", cache.ErrBadRecord, m.Config.Digest, err)
+	}
+	// Kind, key and parts, as Check sees them; the blobs are not here yet.
+	head := r
+	head.Blobs = nil
+	if err := c.Check(&head, kind, key); err != nil {
+		return nil, nil, err
+	}
+	if len(m.Layers) != len(r.Blobs) {
+		return nil, nil, fmt.Errorf("%w: %d layers for %d blobs", cache.ErrBadRecord, len(m.Layers), len(r.Blobs))
+	}
+	for i, b := range r.Blobs {
+		d := m.Layers[i]
+		h, err := cache.ParseDigest(b.Digest)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: blob %s: %v", cache.ErrBadRecord, b.Name, err)
+		}
+		if d.Digest.String() != "sha256:"+h || d.Size != b.Size || d.MediaType != BlobType {
+			return nil, nil, fmt.Errorf("%w: layer %d is %s %s (%d bytes), but blob %s is %s (%d bytes)",
+				cache.ErrBadRecord, i, d.MediaType, d.Digest, d.Size, b.Name, b.Digest, b.Size)
+		}
+	}
+	return &r, m, nil
+}
+
+func pullBlob(ctx context.Context, c *cache.Cache, ref name.Tag, d v1.Hash, ropts []remote.Option) error {
+	l, err := remote.Layer(ref.Context().Digest(d.String()), ropts...)
+	if err != nil {
+		return err
+	}
+	rc, err := l.Compressed()
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	// Put stores nothing unless the stream hashes to d.
+	_, err = c.Put(ctx, rc, d.String())
+	return err
+}
+
+// Push uploads r and its blobs to repo as the entry for r's kind and key,
+// unless the registry has that entry already: the key names the inputs, so
+// an entry under it is as good as ours. Blobs are streamed from c and
+// re-hashed on the way; blobs the registry has already are not sent again.
+func Push(ctx context.Context, c *cache.Cache, repo string, r *cache.Record, o Options) error {
+	if r == nil {
+		return errors.New("push: no record")
+	}
+	ref, err := reference(repo, r.Kind, r.Key, o)
+	if err != nil {
+		return err
+	}
+	if err := c.Check(r, r.Kind, r.Key); err != nil {
+		return fmt.Errorf("push %s: %w", ref.Name(), err)
+	}
+	ropts := o.remote(ctx)
+	if _, err := remote.Head(ref, ropts...); err == nil {
+		o.log().WithField("ref", ref.Name()).Info("shared cache already has this entry")
+		return nil
+	} else if !notFound(err) {
+		return fmt.Errorf("push %s: %w", ref.Name(), err)
+	}
+	a, err := newArtifact(c, r)
+	if err != nil {
+		return fmt.Errorf("push %s: %w", ref.Name(), err)
+	}
+	img, err := partial.CompressedToImage(a)
+	if err != nil {
+		return fmt.Errorf("push %s: %w", ref.Name(), err)
+	}
+	if err := remote.Write(ref, img, ropts...); err != nil {
+		return fmt.Errorf("push %s: %w", ref.Name(), err)
+	}
+	o.log().WithField("ref", ref.Name()).WithField("blobs", len(r.Blobs)).Info("pushed shared cache entry")
+	return nil
+}
+
+// artifact is an entry as go-containerregistry uploads it. Its manifest is
+// written here rather than by mutate, which has no way to set raw config
+// bytes or artifactType.
+type artifact struct {
+	c        *cache.Cache
+	config   []byte
+	manifest []byte
+	sizes    map[string]int64
+}
+
+func newArtifact(c *cache.Cache, r *cache.Record) (*artifact, error) {
+	cfg, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	cfgDigest, cfgSize, err := v1.SHA256(bytes.NewReader(cfg))
+	if err != nil {
+		return nil, err
+	}
+	m := v1.Manifest{
+		SchemaVersion: 2,
+		MediaType:     types.OCIManifestSchema1,
+		ArtifactType:  string(RecordType),
+		Config:        v1.Descriptor{MediaType: RecordType, Size: cfgSize, Digest: cfgDigest},
+		Layers:        []v1.Descriptor{},
+	}
+	a := &artifact{c: c, config: cfg, sizes: map[string]int64{}}
+	for _, b := range r.Blobs {
+		h, err := v1.NewHash(b.Digest)
+		if err != nil {
+			return nil, fmt.Errorf("blob %s: %w", b.Name, err)
+		}
+		// The size goes into the manifest and the upload's Content-Length; a
+		// record that disagrees with its blob is not pushed.
+		p, err := c.Path(b.Digest)
+		if err != nil {
+			return nil, err
+		}
+		fi, err := os.Stat(p)
+		if err != nil {
+			return nil, err
+		}
+		if fi.Size() != b.Size {
+			return nil, fmt.Errorf("%w: blob %s (%s) is %d bytes, the record says %d", cache.ErrBadRecord, b.Digest, b.Name, fi.Size(), b.Size)
+		}
+		a.sizes[h.String()] = b.Size
+		m.Layers = append(m.Layers, v1.Descriptor{MediaType: BlobType, Size: b.Size, Digest: h})
+	}
+	if a.manifest, err = json.Marshal(m); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+func (a *artifact) RawConfigFile() ([]byte, error)      { return a.config, nil }
+func (a *artifact) MediaType() (types.MediaType, error) { return types.OCIManifestSchema1, nil }
+func (a *artifact) RawManifest() ([]byte, error)        { return a.manifest, nil }
+
+func (a *artifact) LayerByDigest(h v1.Hash) (partial.CompressedLayer, error) {
+	size, ok := a.sizes[h.String()]
+	if !ok {
+		return nil, fmt.Errorf("blob %s is not in the record", h)
+	}
+	return &blobLayer{c: a.c, digest: h, size: size}, nil
+}
+
+// blobLayer streams a cache blob, so a multi-gigabyte output is never held in
+// memory. Each Compressed re-reads and re-hashes it, so ggcr's retries get a
+// fresh, checked stream, and a blob damaged on disk fails the upload.
+type blobLayer struct {
+	c      *cache.Cache
+	digest v1.Hash
+	size   int64
+}
+
+func (l *blobLayer) Digest() (v1.Hash, error)            { return l.digest, nil }
+func (l *blobLayer) Size() (int64, error)                { return l.size, nil }
+func (l *blobLayer) MediaType() (types.MediaType, error) { return BlobType, nil }
+func (l *blobLayer) Compressed() (io.ReadCloser, error)  { return l.c.Open(l.digest.String()) }
