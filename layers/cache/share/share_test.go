@@ -356,3 +356,26 @@ func TestForeignEntry(t *testing.T) {
 		})
 	}
 }
+
+func TestPushCorruptLocalBlob(t *testing.T) {
+	reg := harness.StartRegistry(t)
+	repo := reg.Addr + "/stamp-cache"
+	ctx := context.Background()
+	a := newCache(t)
+	r := fixture(t, a, "one")
+	p, err := a.Path(r.Blobs[1].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, make([]byte, r.Blobs[1].Size), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := Push(ctx, a, repo, r, Options{}); err == nil {
+		t.Fatal("Push of a record whose blob is damaged on disk succeeded")
+	} else {
+		t.Log(err)
+	}
+	if _, err := remote.Head(mustTag(t, repo+":"+Tag(kind, r.Key))); err == nil {
+		t.Error("the registry has an entry for a failed push")
+	}
+}
