@@ -44,6 +44,9 @@ type buildCache struct {
 	self  string // digest of the running stamp: another stamp may write other bytes
 	read  bool   // false with --no-cache
 	write bool
+	// shared is the registry the cache is shared through; nil without
+	// --cache-from and --cache-to.
+	shared *sharedCache
 }
 
 // sealedView is what the outputs' bookkeeping needs of the sealed tree,
@@ -80,6 +83,9 @@ func (o *Options) openBuildCache(c *cache.Cache) (*buildCache, error) {
 		// verify's second build reads directories backwards to shake out
 		// order dependence; what it makes is not filed for others.
 		write: c.Writable() && !o.ReverseReaddir}
+	if o.CacheFrom != "" || o.CacheTo != "" {
+		bc.shared = newSharedCache(o, c)
+	}
 	return bc, nil
 }
 
@@ -254,7 +260,14 @@ func (bc *buildCache) lookup(ctx context.Context, kind, subject string, parts []
 		bc.log.WithError(err).Warnf("cache: ignoring the %s record of %s; building it again", kind, subject)
 		r = nil
 	}
+	if r == nil && bc.shared != nil {
+		r = bc.shared.pull(ctx, kind, subject, key)
+	}
 	if r != nil {
+		if bc.shared != nil {
+			// A runner whose own disk had it still shares it.
+			bc.shared.push(ctx, r)
+		}
 		return r, ""
 	}
 	why := "no earlier build of " + subject + " in the cache"
@@ -274,6 +287,9 @@ func (bc *buildCache) file(ctx context.Context, r *cache.Record) {
 	if err := bc.c.PutRecord(r); err != nil {
 		bc.log.WithError(err).Warnf("cache: cannot file the %s record of %s", r.Kind, r.Subject)
 		return
+	}
+	if bc.shared != nil {
+		bc.shared.push(ctx, r)
 	}
 }
 

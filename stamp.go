@@ -53,6 +53,10 @@ type Options struct {
 	// from an earlier build with the same inputs; what it makes is still
 	// filed. verify's builds set it, or comparing them would prove nothing.
 	NoCache bool
+	// CacheFrom and CacheTo are registry repositories ("host/name") the
+	// cache's records are read from and written to, so that runners with
+	// empty disks share builds. Credentials come from the docker config.
+	CacheFrom, CacheTo string
 
 	Log      logrus.FieldLogger
 	Progress Progress

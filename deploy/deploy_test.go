@@ -130,6 +130,16 @@ func checkJob(t *testing.T, j *batchv1.Job, configMaps map[string]*corev1.Config
 			}
 			mounted[m.MountPath] = m.Name
 		}
+		// Pods start with empty disks: the build cache is shared through a
+		// registry, read and written under one reference.
+		cmd := strings.Join(append(append([]string{}, c.Command...), c.Args...), " ")
+		if strings.Contains(cmd, "stamp build") &&
+			(!strings.Contains(cmd, `--cache-from "$CACHE_REF"`) || !strings.Contains(cmd, `--cache-to "$CACHE_REF"`) || !hasEnv(c, "CACHE_REF")) {
+			t.Errorf("%s/%s: the build must read and write the shared cache (--cache-from and --cache-to $CACHE_REF): %s", j.Name, c.Name, cmd)
+		}
+		if j.Spec.CompletionMode != nil && *j.Spec.CompletionMode == batchv1.IndexedCompletion {
+			checkMatrix(t, j, cmd, pod.Volumes, configMaps)
+		}
 		for _, p := range []string{"/work", "/cache"} {
 			if v, ok := volumes[mounted[p]]; !ok || v.EmptyDir == nil {
 				t.Errorf("%s/%s: %s must be an emptyDir volume", j.Name, c.Name, p)
@@ -173,4 +183,42 @@ func placeholders(recipe string, set map[string]string) map[string]string {
 		}
 	}
 	return set
+}
+
+func hasEnv(c corev1.Container, name string) bool {
+	for _, e := range c.Env {
+		if e.Name == name && e.Value != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// checkMatrix holds an Indexed Job to building one recipe per index: its
+// command names recipe-$JOB_COMPLETION_INDEX.yaml, and its ConfigMap holds
+// exactly recipe-0.yaml up to the last index.
+func checkMatrix(t *testing.T, j *batchv1.Job, cmd string, volumes []corev1.Volume, configMaps map[string]*corev1.ConfigMap) {
+	t.Helper()
+	if !strings.Contains(cmd, "recipe-$JOB_COMPLETION_INDEX.yaml") {
+		t.Errorf("%s: an Indexed Job builds recipe-$JOB_COMPLETION_INDEX.yaml: %s", j.Name, cmd)
+	}
+	if j.Spec.Completions == nil || *j.Spec.Completions < 2 {
+		t.Fatalf("%s: a matrix of fewer than two recipes", j.Name)
+	}
+	n := int(*j.Spec.Completions)
+	for _, v := range volumes {
+		if v.ConfigMap == nil {
+			continue
+		}
+		cm := configMaps[v.ConfigMap.Name]
+		if cm == nil || len(cm.Data) != n {
+			t.Errorf("%s: %d completions, but ConfigMap %s holds %d recipes", j.Name, n, v.ConfigMap.Name, len(cm.Data))
+			continue
+		}
+		for i := 0; i < n; i++ {
+			if _, ok := cm.Data[fmt.Sprintf("recipe-%d.yaml", i)]; !ok {
+				t.Errorf("%s: ConfigMap %s has no recipe-%d.yaml", j.Name, cm.Name, i)
+			}
+		}
+	}
 }

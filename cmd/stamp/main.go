@@ -72,6 +72,8 @@ func newApp(getenv func(string) string, code *int) *cli.App {
 		updateLock(), insecure(), set(),
 		&cli.BoolFlag{Name: "keep-work", Usage: "keep the work directory for debugging"},
 		&cli.BoolFlag{Name: "no-cache", Usage: "build every phase and output even when the cache holds them (still files what it makes)"},
+		&cli.StringFlag{Name: "cache-from", Usage: "read cache records from registry repository REF (HOST/NAME), as OCI artifacts"},
+		&cli.StringFlag{Name: "cache-to", Usage: "write cache records to registry repository REF (HOST/NAME), with the docker config's credentials"},
 		&cli.BoolFlag{Name: "dry-run", Usage: "print the plan (inputs with their digests, what comes from the cache and why not) and build nothing"},
 		&cli.BoolFlag{Name: "reverse-readdir", Hidden: true, Usage: "read host directories in reverse order (verify's second build)"},
 	}, common...)
@@ -281,6 +283,8 @@ func newApp(getenv func(string) string, code *int) *cli.App {
 					&cli.StringFlag{Name: "root", Required: true, Usage: "the root directory to change"},
 					&cli.Int64Flag{Name: "epoch", Usage: "SOURCE_DATE_EPOCH (overrides the environment and the recipe)"},
 					&cli.BoolFlag{Name: "offline", Usage: "use only the cache"},
+					&cli.StringFlag{Name: "cache-from", Usage: "read cache records from registry repository REF (HOST/NAME), as OCI artifacts"},
+					&cli.StringFlag{Name: "cache-to", Usage: "write cache records to registry repository REF (HOST/NAME), with the docker config's credentials"},
 					&cli.BoolFlag{Name: "dry-run", Usage: "print every change apply would make and change nothing"},
 					&cli.BoolFlag{Name: "json", Usage: "print the changes as JSON (the default with --log-format json)"},
 					&cli.BoolFlag{Name: "undo", Usage: "put the root back as it was before the last apply (takes no RECIPE)"},
@@ -396,6 +400,8 @@ func act(c *cli.Context, code *int, getenv func(string) string, fn func(*recipes
 		KeepWork:           c.Bool("keep-work"),
 		ReverseReaddir:     c.Bool("reverse-readdir"),
 		NoCache:            c.Bool("no-cache"),
+		CacheFrom:          c.String("cache-from"),
+		CacheTo:            c.String("cache-to"),
 		Log:                log,
 	}
 	if c.IsSet("epoch") {

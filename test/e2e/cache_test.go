@@ -7,11 +7,13 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/stamp-dev/stamp/test/harness"
 )
 
 // sameOutputDirs fails unless dirs a and b hold the same files with the same
 // bytes, the manifest, SBOM, provenance and sums included.
-func sameOutputDirs(t *testing.T, a, b string) {
+func sameOutputDirs(t testing.TB, a, b string) {
 	t.Helper()
 	list := func(root string) map[string][]byte {
 		out := map[string][]byte{}
@@ -47,7 +49,7 @@ func sameOutputDirs(t *testing.T, a, b string) {
 
 // phaseWork tells whether a build's log shows a phase running.
 func phaseWork(log string) bool {
-	return strings.Contains(log, "phase base") || strings.Contains(log, "sealed ")
+	return strings.Contains(log, `msg="phase base"`) || strings.Contains(log, `msg="sealed `)
 }
 
 // TestBuildCache builds every format, then again with the same inputs: the
@@ -118,5 +120,54 @@ func TestBuildCache(t *testing.T) {
 	}
 	if fileSHA256(t, filepath.Join(dir, "edited", "e2e-cache.raw")) == raw {
 		t.Fatal("an edited input gave the cached disk")
+	}
+}
+
+// TestSharedCache stands two CI runners with empty disks beside a local
+// registry: the first builds and shares its cache there, the second builds
+// the same recipe in a cache directory of its own, runs no phase and writes
+// the same bytes. A blob damaged in the registry is found, reported and
+// built again by a third runner, whose bytes are still the same.
+func TestSharedCache(t *testing.T) {
+	reg := harness.StartRegistry(t)
+	ref := reg.Addr + "/stamp-cache"
+	dir := proofDir(t, map[string]string{"recipe.yaml": proofRecipe("e2e-shared", "", nil, everyFormat)})
+	runner := func(name string, extra ...string) result {
+		t.Helper()
+		args := append([]string{"build", "recipe.yaml", "-o", filepath.Join(dir, name), "--cache-dir", filepath.Join(dir, name+"-cache"),
+			"--work-dir", dir}, extra...)
+		return stampCached(t, dir, nil, args...).mustSucceed(t)
+	}
+
+	first := runner("first", "--cache-to", ref)
+	if !phaseWork(first.stderr) || !strings.Contains(first.stderr, "pushed shared cache entry") {
+		t.Fatalf("first runner:\n%s", lastLines(first.stderr, 30))
+	}
+	second := runner("second", "--cache-from", ref, "--cache-to", ref)
+	if phaseWork(second.stderr) || !strings.Contains(second.stderr, "no phase runs") || !strings.Contains(second.stderr, "from "+ref) {
+		t.Fatalf("second runner did phase work or did not use the shared cache:\n%s", second.stderr)
+	}
+	sameOutputDirs(t, filepath.Join(dir, "first"), filepath.Join(dir, "second"))
+
+	// Damage the raw disk's blob where the registry keeps it, keeping its
+	// length: only its hash can tell.
+	raw := fileSHA256(t, filepath.Join(dir, "first", "e2e-shared.raw"))
+	blob := reg.BlobPath(raw)
+	f, err := os.OpenFile(blob, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatalf("the raw disk is not in the registry: %v", err)
+	}
+	if _, err := f.WriteAt([]byte("damaged"), 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	third := runner("third", "--cache-from", ref)
+	if !phaseWork(third.stderr) || !strings.Contains(third.stderr, "ignoring the shared output record of e2e-shared/raw") ||
+		!strings.Contains(third.stderr, ref) {
+		t.Fatalf("third runner took a damaged shared entry or did not say so:\n%s", lastLines(third.stderr, 30))
+	}
+	sameOutputDirs(t, filepath.Join(dir, "first"), filepath.Join(dir, "third"))
+	if c := filepath.Join(dir, "third-cache", "blobs", "sha256", raw); fileSHA256(t, c) != raw {
+		t.Fatalf("the third runner's cache holds a damaged raw disk")
 	}
 }
