@@ -21,7 +21,6 @@ import (
 	"github.com/stamp-dev/stamp/layers"
 	"github.com/stamp-dev/stamp/layers/cache"
 	"github.com/stamp-dev/stamp/recipes"
-	"github.com/stamp-dev/stamp/rootfs/hashio"
 )
 
 // Kinds of cache records a build files.
@@ -75,7 +74,7 @@ const (
 )
 
 func (o *Options) openBuildCache(c *cache.Cache) (*buildCache, error) {
-	self, err := selfDigest()
+	self, err := selfDigest(c)
 	if err != nil {
 		return nil, err
 	}
@@ -91,12 +90,12 @@ func (o *Options) openBuildCache(c *cache.Cache) (*buildCache, error) {
 
 // selfDigest is the sha256 of the running executable: a stamp built from
 // other sources may make other bytes from the same tree.
-func selfDigest() (string, error) {
+func selfDigest(c *cache.Cache) (string, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return "", fmt.Errorf("cache key: %w", err)
 	}
-	sum, _, err := hashio.File(exe, false)
+	sum, err := c.HashFile(exe)
 	if err != nil {
 		return "", fmt.Errorf("cache key: %w", err)
 	}
@@ -159,7 +158,7 @@ func (bc *buildCache) sealedParts(rec *recipes.Recipe, phases []phase, ep time.T
 				if it.From == "" {
 					continue
 				}
-				d, err := hostTreeDigest(it.From)
+				d, err := hostTreeDigest(bc.c, it.From)
 				if err != nil {
 					return nil, fmt.Errorf("%s[%d].from: %w", st.label, i, err)
 				}
@@ -200,7 +199,7 @@ func (bc *buildCache) outputParts(rec *recipes.Recipe, spec *formats.Spec, base 
 				}
 				p = lp
 			}
-			d, err := hostTreeDigest(p)
+			d, err := hostTreeDigest(bc.c, p)
 			if err != nil {
 				continue
 			}
@@ -212,7 +211,7 @@ func (bc *buildCache) outputParts(rec *recipes.Recipe, spec *formats.Spec, base 
 
 // hostTreeDigest is the digest of a host file, or of a directory's names,
 // types, modes, link targets and contents.
-func hostTreeDigest(root string) (string, error) {
+func hostTreeDigest(c *cache.Cache, root string) (string, error) {
 	h := sha256.New()
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -232,7 +231,7 @@ func hostTreeDigest(root string) (string, error) {
 			}
 			fmt.Fprintf(h, " -> %q", t)
 		case fi.Mode().IsRegular():
-			sum, _, err := hashio.File(p, false)
+			sum, err := c.HashFile(p)
 			if err != nil {
 				return err
 			}
@@ -364,7 +363,7 @@ func (bc *buildCache) fileOutput(ctx context.Context, subject string, parts []ca
 		return
 	}
 	for _, n := range names {
-		d, err := bc.c.ImportAs(ctx, filepath.Join(staging, n), sums[n])
+		d, err := bc.c.Adopt(ctx, filepath.Join(staging, n), sums[n])
 		if err != nil {
 			bc.log.WithError(err).Warnf("cache: cannot store output %s", subject)
 			return
@@ -397,7 +396,7 @@ func (bc *buildCache) restoreOutput(ctx context.Context, r *cache.Record, stagin
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			return nil, err
 		}
-		if err := bc.c.Extract(ctx, b.Digest, dst); err != nil {
+		if err := bc.c.Restore(ctx, b.Digest, dst); err != nil {
 			return nil, err
 		}
 		h, _ := cache.ParseDigest(b.Digest)

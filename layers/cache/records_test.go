@@ -9,6 +9,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/stamp-dev/stamp/rootfs/hashio"
 )
 
 func TestRecordRoundTrip(t *testing.T) {
@@ -116,5 +119,92 @@ func TestBlobsKeepHoles(t *testing.T) {
 	var ce *CorruptError
 	if err := c.Extract(ctx, d, out); !errors.As(err, &ce) || c.Has(d) {
 		t.Fatalf("damaged blob: %v (still there: %v)", err, c.Has(d))
+	}
+}
+
+func TestAdoptAndRestore(t *testing.T) {
+	c := openCache(t, Options{})
+	ctx := context.Background()
+	dir := t.TempDir()
+	out := filepath.Join(dir, "disk.raw")
+	if err := os.WriteFile(out, []byte("a disk image"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum := "6a4f4f0e0d5d50e1c5b1f3b8ae7a0b6f6c6e8c7b1d0e4a1c5f2b9e3d7a8c6b40" // not the content's
+	if _, err := c.Adopt(ctx, out, sum); err == nil {
+		// A wrong sum must not be taken on trust when a link is made...
+		if c.Has(sum) {
+			if err := c.Verify("sha256:" + sum); err == nil {
+				t.Fatal("a file adopted under a wrong sum verifies")
+			}
+		}
+	}
+	h, _, err := hashio.File(out, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := c.Adopt(ctx, out, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back := filepath.Join(dir, "back.raw")
+	if err := c.Restore(ctx, d, back); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(back); string(b) != "a disk image" {
+		t.Fatalf("restored %q", b)
+	}
+	// Writing into the restored file (the same inode, or shared blocks) is
+	// found on the next restore.
+	if err := os.WriteFile(back, []byte("a disk IMAGE"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	again := filepath.Join(dir, "again.raw")
+	err = c.Restore(ctx, d, again)
+	if p, _ := c.Path(d); err == nil {
+		if b, _ := os.ReadFile(again); string(b) != "a disk image" {
+			t.Fatalf("restored a changed blob (%s): %q", p, b)
+		}
+	} else {
+		var ce *CorruptError
+		if !errors.As(err, &ce) || c.Has(d) {
+			t.Fatalf("changed blob: %v", err)
+		}
+	}
+}
+
+func TestHashFileRemembers(t *testing.T) {
+	c := openCache(t, Options{})
+	p := filepath.Join(t.TempDir(), "kubelet")
+	if err := os.WriteFile(p, []byte("v1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(p, old, old); err != nil {
+		t.Fatal(err)
+	}
+	// A file changed within the racy window is not remembered.
+	time.Sleep(racyWindow + 100*time.Millisecond)
+	a, err := c.HashFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(c.statKey("hash\x00" + p)); err != nil {
+		t.Fatalf("the hash was not remembered: %v", err)
+	}
+	// Same length, same mtime: only ctime (and the stat cache's check of
+	// it) tells the edit apart.
+	if err := os.WriteFile(p, []byte("v2"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(p, old, old); err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.HashFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a == b {
+		t.Fatal("an edited file kept its remembered hash")
 	}
 }

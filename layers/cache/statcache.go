@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/stamp-dev/stamp/rootfs/hashio"
 )
 
 // A local input is hashed on every build so an edit is caught. The stat
@@ -56,14 +58,96 @@ const racyWindow = 2 * time.Second
 // statRemember records the digest of an unchanged file; failures only cost
 // a hash next time.
 func (c *Cache) statRemember(path string, fi os.FileInfo, hexSum string) {
-	id, ok := statIdentity(fi)
-	if !ok || !c.writable {
+	if id, ok := statIdentity(fi); ok {
+		c.remember(c.statKey(path), fi, id, hexSum)
+	}
+}
+
+// HashFile is the hex sha256 of a local file, taken from the stat cache when
+// the file is unchanged since it was last hashed: a recipe's host files (a
+// Kubernetes binary of 80 MB) are part of every build's cache key.
+func (c *Cache) HashFile(path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	fi, err := os.Stat(abs)
+	if err != nil {
+		return "", err
+	}
+	key := c.statKey("hash\x00" + abs)
+	if id, ok := statIdentity(fi); ok {
+		if b, err := os.ReadFile(key); err == nil {
+			if rec, sum, ok := strings.Cut(strings.TrimSpace(string(b)), "\t"); ok && rec == id && len(sum) == hexLen {
+				return sum, nil
+			}
+		}
+	}
+	sum, _, err := hashio.File(abs, false)
+	if err != nil {
+		return "", err
+	}
+	if now, err := os.Stat(abs); err == nil {
+		if a, ok1 := statIdentity(now); ok1 {
+			if b, ok2 := statIdentity(fi); ok2 && a == b {
+				c.remember(key, now, a, sum)
+			}
+		}
+	}
+	return sum, nil
+}
+
+// blobIdentity is what says a blob is unchanged since it was last hashed:
+// device, inode, size and mtime. Unlike a host file's, it leaves ctime out,
+// because the blob is hard-linked into output directories, which changes
+// ctime and nothing else; a write into it through any name changes mtime.
+func blobIdentity(fi os.FileInfo) (string, bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return "", false
+	}
+	return fmt.Sprintf("blob %d %d %d %d", st.Dev, st.Ino, st.Size, st.Mtim.Nano()), true
+}
+
+// blobVerified tells whether the blob is unchanged since it last hashed to
+// its name.
+func (c *Cache) blobVerified(hexSum string) bool {
+	fi, err := os.Stat(c.blobPath(hexSum))
+	if err != nil {
+		return false
+	}
+	id, ok := blobIdentity(fi)
+	if !ok {
+		return false
+	}
+	b, err := os.ReadFile(c.statKey(c.blobPath(hexSum)))
+	if err != nil {
+		return false
+	}
+	rec, sum, ok := strings.Cut(strings.TrimSpace(string(b)), "\t")
+	return ok && rec == id && sum == hexSum
+}
+
+// rememberBlob records that the blob hashed to its name just now.
+func (c *Cache) rememberBlob(hexSum string) {
+	p := c.blobPath(hexSum)
+	if fi, err := os.Stat(p); err == nil {
+		if id, ok := blobIdentity(fi); ok {
+			c.remember(c.statKey(p), fi, id, hexSum)
+		}
+	}
+}
+
+// remember writes a stat cache record; failures only cost a hash next time.
+func (c *Cache) remember(key string, fi os.FileInfo, id, hexSum string) {
+	if !c.writable {
 		return
 	}
-	if st := fi.Sys().(*syscall.Stat_t); time.Since(time.Unix(0, st.Ctim.Nano())) < racyWindow {
+	st := fi.Sys().(*syscall.Stat_t)
+	if time.Since(time.Unix(0, st.Ctim.Nano())) < racyWindow || time.Since(time.Unix(0, st.Mtim.Nano())) < racyWindow {
 		return
 	}
-	dir := filepath.Join(c.dir, "stat")
+	dir := filepath.Dir(key)
 	if err := mkdirAll(dir); err != nil {
 		return
 	}
@@ -79,7 +163,7 @@ func (c *Cache) statRemember(path string, fi os.FileInfo, hexSum string) {
 		err = os.Chmod(f.Name(), 0o644)
 	}
 	if err == nil {
-		err = os.Rename(f.Name(), c.statKey(path))
+		err = os.Rename(f.Name(), key)
 	}
 	if err != nil {
 		os.Remove(f.Name())

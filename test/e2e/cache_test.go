@@ -87,25 +87,40 @@ func TestBuildCache(t *testing.T) {
 	}
 	sameOutputDirs(t, filepath.Join(dir, "cold"), filepath.Join(dir, "forced"))
 
-	// A cached output damaged on disk is found when it is read, removed
-	// and written again; the build's bytes do not change.
-	raw := fileSHA256(t, filepath.Join(dir, "cold", "e2e-cache.raw"))
-	blob := filepath.Join(cache, "blobs", "sha256", raw)
-	f, err := os.OpenFile(blob, os.O_WRONLY, 0)
+	// Outputs taken from the cache share its blocks or its inode. An output
+	// edited in place (a disk booted read-write) is a changed blob: the next
+	// build finds it when it reads the blob, removes it from the cache,
+	// says so, and builds the disk again with the same bytes as before.
+	sums, err := os.ReadFile(filepath.Join(dir, "cold", "SHA256SUMS"))
 	if err != nil {
-		t.Fatalf("the raw disk is not in the cache as a blob: %v", err)
+		t.Fatal(err)
 	}
-	if _, err := f.WriteAt([]byte("damaged"), 1<<20); err != nil {
+	raw := fileSHA256(t, filepath.Join(dir, "warm", "e2e-cache.raw"))
+	f, err := os.OpenFile(filepath.Join(dir, "warm", "e2e-cache.raw"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("booted"), 1<<20); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
 	healed := build("healed")
 	if !strings.Contains(healed.stderr, "corrupt blob in cache") || !phaseWork(healed.stderr) {
-		t.Fatalf("damaged cache blob:\n%s", lastLines(healed.stderr, 30))
+		t.Fatalf("an output edited in place:\n%s", lastLines(healed.stderr, 30))
 	}
-	sameOutputDirs(t, filepath.Join(dir, "cold"), filepath.Join(dir, "healed"))
-	if got := fileSHA256(t, blob); got != raw {
+	if got, _ := os.ReadFile(filepath.Join(dir, "healed", "SHA256SUMS")); !bytes.Equal(got, sums) {
+		t.Fatalf("healed build's sums differ:\n%s\nwant\n%s", got, sums)
+	}
+	if got := fileSHA256(t, filepath.Join(dir, "healed", "e2e-cache.raw")); got != raw {
+		t.Fatalf("healed build's disk is %s, not %s", got, raw)
+	}
+	if got := fileSHA256(t, filepath.Join(cache, "blobs", "sha256", raw)); got != raw {
 		t.Fatalf("the damaged blob was not replaced: %s", got)
+	}
+	// A second warm build takes the healed blob.
+	again := build("again")
+	if phaseWork(again.stderr) {
+		t.Fatalf("build after healing ran phases:\n%s", lastLines(again.stderr, 20))
 	}
 
 	// A changed host file misses, and the miss says which file.

@@ -156,7 +156,7 @@ func copyBase(t *testing.T, dir string) {
 }
 
 // writeFiles writes name -> content under dir; names ending in ".sh" are executable.
-func writeFiles(t *testing.T, dir string, files map[string]string) {
+func writeFiles(t testing.TB, dir string, files map[string]string) {
 	t.Helper()
 	for name, content := range files {
 		p := filepath.Join(dir, name)

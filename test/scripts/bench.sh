@@ -3,8 +3,8 @@
 # prints wall time and peak RSS side by side. Speed and memory are judged here,
 # never by timed unit tests.
 set -euo pipefail
-# Usage: bench.sh [tar|ext4|qcow2|vhd|vmdk|cpio|codecs|oci|debs|bootstrap|node]...; all of them
-# by default. node needs the Kubernetes inputs (make k8s-inputs; it builds
+# Usage: bench.sh [tar|ext4|qcow2|vhd|vmdk|cpio|codecs|oci|debs|bootstrap|disk|node]...; all of them
+# by default. disk and node need the Kubernetes inputs (make k8s-inputs; it builds
 # them first, which takes about 50 minutes on a machine that has none).
 cd "$(dirname "$0")/../.."
 STAMP=${STAMP:-bin/stamp}
@@ -117,6 +117,14 @@ bench_bootstrap() {
 		grep -E '^Benchmark' || true
 }
 
+bench_disk() {
+	echo
+	echo "== disk: real Debian base + kubelet, kubeadm, kubectl, crictl into raw (ESP + ext4) and qcow2; stamp as uid 65534 cold and warm beside the peer pipeline as root (targets: cold <= 0.40x peer, warm <= 0.05x cold, RSS <= 256 MiB)"
+	go run ./test/cmd/k8sinputs -stamp "$STAMP" >/dev/null
+	go test -tags node -run '^$' -bench '^BenchmarkDiskWorkload$' -benchtime 1x -timeout 60m ./test/e2e |
+		grep -E '^(Benchmark|---|\s+disk_bench_test)' || true
+}
+
 bench_node() {
 	echo
 	echo "== node: recipes/k8s-node.yaml cold and warm, beside mmdebstrap --variant=minbase of the same packages"
@@ -125,7 +133,7 @@ bench_node() {
 		grep -E '^(Benchmark|---|\s+node_bench_test)' || true
 }
 
-for b in "${@:-tar ext4 qcow2 vhd vmdk cpio codecs oci debs bootstrap node}"; do
+for b in "${@:-tar ext4 qcow2 vhd vmdk cpio codecs oci debs bootstrap disk node}"; do
 	for one in $b; do
 		declare -F "bench_$one" >/dev/null || { echo "bench: no benchmark named $one" >&2; exit 2; }
 		"bench_$one"
