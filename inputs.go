@@ -79,9 +79,22 @@ func resolveInputs(ctx context.Context, c *cache.Cache, lk *lock.Lock, inputs []
 
 // resolveAll is resolveInputs without touching the lock file.
 func resolveAll(ctx context.Context, c *cache.Cache, lk *lock.Lock, inputs []plannedInput, o *Options) error {
+	fetch, err := resolvePins(ctx, c, lk, inputs, o)
+	if err != nil {
+		return err
+	}
+	return fetch(ctx)
+}
+
+// resolvePins fills every input's digest and checks it against the recipe
+// and the lock. Local files are hashed and OCI references resolved to their
+// manifests now; what only needs downloading under a digest already pinned
+// (an OCI input's blobs, a remote file the cache lacks) is left to fetch,
+// so that a build the cache holds whole downloads nothing.
+func resolvePins(ctx context.Context, c *cache.Cache, lk *lock.Lock, inputs []plannedInput, o *Options) (fetch func(context.Context) error, err error) {
 	lockDir := filepath.Dir(o.LockPath)
 	var reg *ociremote.Client
-	var pulls []plannedInput
+	var pulls, downloads []plannedInput
 	for _, pi := range inputs {
 		in := pi.in
 		if pi.oci != nil {
@@ -90,7 +103,7 @@ func resolveAll(ctx context.Context, c *cache.Cache, lk *lock.Lock, inputs []pla
 					UserAgent: "stamp"})
 			}
 			if err := resolveOCI(ctx, reg, lk, pi, o); err != nil {
-				return &InputError{Field: pi.field, URI: in.URI, Err: err}
+				return nil, &InputError{Field: pi.field, URI: in.URI, Err: err}
 			}
 			pulls = append(pulls, pi)
 			continue
@@ -105,6 +118,13 @@ func resolveAll(ctx context.Context, c *cache.Cache, lk *lock.Lock, inputs []pla
 		}
 		var got string
 		var err error
+		if !isLocal(in.URI) && want != "" && !c.Has(want) {
+			if _, err := cache.ParseDigest(want); err == nil {
+				in.Digest = want
+				downloads = append(downloads, pi)
+				continue
+			}
+		}
 		if isLocal(in.URI) {
 			got, err = c.Fetch(ctx, in.URI, "")
 			if err == nil && want != "" && got != want && !(o.UpdateLock && source == "stamp.lock") {
@@ -114,23 +134,30 @@ func resolveAll(ctx context.Context, c *cache.Cache, lk *lock.Lock, inputs []pla
 			got, err = c.Fetch(ctx, in.URI, want)
 		}
 		if err != nil {
-			return &InputError{Field: pi.field, URI: in.URI, Err: err}
+			return nil, &InputError{Field: pi.field, URI: in.URI, Err: err}
 		}
 		in.Digest = got
 	}
 	// Every reference is resolved (and checked against the lock) before any
 	// blob moves; then all blobs come down together, as many at once as the
 	// client allows.
-	g, gctx := errgroup.WithContext(ctx)
-	for _, pi := range pulls {
-		g.Go(func() error {
-			if err := reg.Pull(gctx, pi.in.URI, pi.oci.manifest); err != nil {
+	return func(ctx context.Context) error {
+		for _, pi := range downloads {
+			if _, err := c.Fetch(ctx, pi.in.URI, pi.in.Digest); err != nil {
 				return &InputError{Field: pi.field, URI: pi.in.URI, Err: err}
 			}
-			return nil
-		})
-	}
-	return g.Wait()
+		}
+		g, gctx := errgroup.WithContext(ctx)
+		for _, pi := range pulls {
+			g.Go(func() error {
+				if err := reg.Pull(gctx, pi.in.URI, pi.oci.manifest); err != nil {
+					return &InputError{Field: pi.field, URI: pi.in.URI, Err: err}
+				}
+				return nil
+			})
+		}
+		return g.Wait()
+	}, nil
 }
 
 // Lock resolves every input of the recipe and writes the lock file.

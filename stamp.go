@@ -159,6 +159,9 @@ func Build(ctx context.Context, rec *recipes.Recipe, o Options) (*Result, error)
 	if res, err := buildFromCache(ctx, rec, &o, bc, sealedKey, ep, att); res != nil || err != nil {
 		return res, err
 	}
+	if err := p.fetch(ctx); err != nil {
+		return nil, err
+	}
 	work, err := o.makeWork("stamp-" + rec.Name + "-")
 	if err != nil {
 		return nil, err
@@ -217,6 +220,9 @@ type prepared struct {
 	ep        time.Time
 	bc        *buildCache
 	sealedKey []cache.Part
+	// fetch downloads what resolving left for later: a build the cache
+	// holds whole needs none of it.
+	fetch func(context.Context) error
 }
 
 // prepare plans the recipe, checks the build machine, and resolves and
@@ -233,13 +239,17 @@ func prepare(ctx context.Context, rec *recipes.Recipe, o *Options, saveLock bool
 	if err != nil {
 		return nil, err
 	}
-	// Every input is resolved and verified before the tree changes.
-	resolve := resolveAll
-	if saveLock {
-		resolve = resolveInputs
-	}
-	if err := resolve(ctx, c, lk, inputs, o); err != nil {
+	// Every input is pinned now; what is only a download under a pinned
+	// digest waits until the cache has missed, and is verified before the
+	// tree changes.
+	fetch, err := resolvePins(ctx, c, lk, inputs, o)
+	if err != nil {
 		return nil, err
+	}
+	if saveLock {
+		if err := savePins(lk, inputs, o); err != nil {
+			return nil, err
+		}
 	}
 	pinDebs(phases, lk)
 	att, err := newAttestation(rec, phases, inputs)
@@ -255,7 +265,7 @@ func prepare(ctx context.Context, rec *recipes.Recipe, o *Options, saveLock bool
 	if err != nil {
 		return nil, err
 	}
-	return &prepared{phases: phases, inputs: inputs, c: c, att: att, ep: ep, bc: bc, sealedKey: sealedKey}, nil
+	return &prepared{phases: phases, inputs: inputs, c: c, att: att, ep: ep, bc: bc, sealedKey: sealedKey, fetch: fetch}, nil
 }
 
 // buildFromCache writes the outputs from the cache when it holds the sealed

@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -146,7 +149,16 @@ func TestBuildCache(t *testing.T) {
 func TestSharedCache(t *testing.T) {
 	reg := harness.StartRegistry(t)
 	ref := reg.Addr + "/stamp-cache"
-	dir := proofDir(t, map[string]string{"recipe.yaml": proofRecipe("e2e-shared", "", nil, everyFormat)})
+	// An input pulled by digest: a runner that finds the build in the
+	// shared cache needs none of it.
+	kubelet := []byte("a kubelet, pulled only by a runner that builds\n")
+	tool := harness.Push(t, reg.Addr+"/k8s/tool:v1", harness.Artifact(t, harness.TitledFile{Title: "kubelet", Data: kubelet}))
+	pull := fmt.Sprintf("    - oci: {ref: \"%s/k8s/tool@%s\", dest: /usr/local/bin/, mode: \"0755\"}\n", reg.Addr, tool)
+	dir := proofDir(t, map[string]string{"recipe.yaml": proofRecipe("e2e-shared", pull, nil, everyFormat)})
+	layerBlob := func(runner string) string {
+		sum := sha256.Sum256(kubelet)
+		return filepath.Join(dir, runner+"-cache", "blobs", "sha256", hex.EncodeToString(sum[:]))
+	}
 	runner := func(name string, extra ...string) result {
 		t.Helper()
 		args := append([]string{"build", "recipe.yaml", "-o", filepath.Join(dir, name), "--cache-dir", filepath.Join(dir, name+"-cache"),
@@ -163,6 +175,12 @@ func TestSharedCache(t *testing.T) {
 		t.Fatalf("second runner did phase work or did not use the shared cache:\n%s", second.stderr)
 	}
 	sameOutputDirs(t, filepath.Join(dir, "first"), filepath.Join(dir, "second"))
+	if _, err := os.Stat(layerBlob("first")); err != nil {
+		t.Fatalf("the first runner did not pull the oci input: %v", err)
+	}
+	if _, err := os.Stat(layerBlob("second")); err == nil {
+		t.Fatal("the second runner pulled an input although the shared cache held the whole build")
+	}
 
 	// Damage the raw disk's blob where the registry keeps it, keeping its
 	// length: only its hash can tell.
