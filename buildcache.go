@@ -83,7 +83,9 @@ func (o *Options) openBuildCache(c *cache.Cache) (*buildCache, error) {
 		// order dependence; what it makes is not filed for others.
 		write: c.Writable() && !o.ReverseReaddir}
 	if o.CacheFrom != "" || o.CacheTo != "" {
-		bc.shared = newSharedCache(o, c)
+		if bc.shared, err = newSharedCache(o, c); err != nil {
+			return nil, err
+		}
 	}
 	return bc, nil
 }

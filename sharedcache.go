@@ -2,8 +2,10 @@ package stamp
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/sirupsen/logrus"
 
 	"github.com/stamp-dev/stamp/layers/cache"
@@ -20,9 +22,17 @@ type sharedCache struct {
 	log      logrus.FieldLogger
 }
 
-func newSharedCache(o *Options, c *cache.Cache) *sharedCache {
+func newSharedCache(o *Options, c *cache.Cache) (*sharedCache, error) {
+	for _, f := range []struct{ flag, ref string }{{"--cache-from", o.CacheFrom}, {"--cache-to", o.CacheTo}} {
+		if f.ref == "" {
+			continue
+		}
+		if _, err := name.NewRepository(f.ref); err != nil {
+			return nil, &UsageError{Msg: fmt.Sprintf("%s %q: a registry repository (HOST/NAME) without tag or digest: %v", f.flag, f.ref, err)}
+		}
+	}
 	return &sharedCache{c: c, from: o.CacheFrom, to: o.CacheTo, log: o.log(),
-		opts: share.Options{Insecure: o.insecureRegistry(o.CacheFrom) || o.insecureRegistry(o.CacheTo), Log: o.log()}}
+		opts: share.Options{Insecure: o.insecureRegistry(o.CacheFrom) || o.insecureRegistry(o.CacheTo), Log: o.log()}}, nil
 }
 
 // pull brings the record into the local cache. Anything wrong with the
