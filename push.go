@@ -2,9 +2,7 @@ package stamp
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
-	"net/http"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -13,6 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/stamp-dev/stamp/formats"
+	"github.com/stamp-dev/stamp/layers/ociremote"
 )
 
 // PushOptions configure Push.
@@ -56,16 +55,7 @@ func Push(ctx context.Context, path, ref string, o PushOptions) (string, error) 
 	if err != nil {
 		return "", err
 	}
-	kc := o.Keychain
-	if kc == nil {
-		kc = authn.DefaultKeychain
-	}
-	opts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(kc), remote.WithUserAgent("stamp")}
-	if o.Insecure {
-		tr := remote.DefaultTransport.(*http.Transport).Clone()
-		tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: true}
-		opts = append(opts, remote.WithTransport(tr))
-	}
+	opts := ociremote.WriteOptions(ctx, o.Keychain, o.Insecure)
 	writeOpts := append([]remote.Option{}, opts...)
 	done := make(chan struct{})
 	if size, err := pushSize(img); err == nil && o.Progress != nil {

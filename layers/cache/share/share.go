@@ -15,7 +15,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -34,6 +33,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/stamp-dev/stamp/layers/cache"
+	"github.com/stamp-dev/stamp/layers/ociremote"
 )
 
 // Media types of an entry. The config's type doubles as the artifactType,
@@ -70,17 +70,7 @@ func (o Options) log() logrus.FieldLogger {
 }
 
 func (o Options) remote(ctx context.Context) []remote.Option {
-	kc := o.Keychain
-	if kc == nil {
-		kc = authn.DefaultKeychain
-	}
-	opts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(kc), remote.WithUserAgent("stamp")}
-	if o.Insecure {
-		tr := remote.DefaultTransport.(*http.Transport).Clone()
-		tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: true}
-		opts = append(opts, remote.WithTransport(tr))
-	}
-	return opts
+	return ociremote.WriteOptions(ctx, o.Keychain, o.Insecure)
 }
 
 // Tag is the tag an entry lives under: kind, "-" and the key's hex, which
