@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -388,6 +389,16 @@ func (bc *buildCache) restoreOutput(ctx context.Context, r *cache.Record, stagin
 	var d outputData
 	if err := json.Unmarshal(r.Data, &d); err != nil || len(d.Files) == 0 {
 		return nil, fmt.Errorf("%w: output record %s names no files", cache.ErrBadRecord, r.Key)
+	}
+	// A record may come from a shared registry: every name it gives must
+	// stay inside the staging directory, and each output file must be one
+	// of its blobs or a directory of them.
+	for _, f := range d.Files {
+		if !filepath.IsLocal(f) || strings.ContainsRune(f, filepath.Separator) || !slices.ContainsFunc(r.Blobs, func(b cache.RecordBlob) bool {
+			return b.Name == f || strings.HasPrefix(b.Name, f+string(filepath.Separator))
+		}) {
+			return nil, fmt.Errorf("%w: output record %s names output file %q", cache.ErrBadRecord, r.Key, f)
+		}
 	}
 	res := &formats.Result{Files: d.Files, Adds: d.Adds, Warnings: d.Warnings, Sums: map[string]string{}}
 	for _, b := range r.Blobs {
