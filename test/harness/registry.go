@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"golang.org/x/crypto/bcrypt"
 )
 
 // Registry is a real CNCF distribution registry (Debian's docker-registry)
@@ -22,6 +24,9 @@ type Registry struct {
 	Storage string
 	cmd     *exec.Cmd
 	config  string
+	// htpasswd, when set, is the bcrypt password file the registry asks
+	// every client to log in against.
+	htpasswd string
 }
 
 // StartRegistry starts a registry for the test.
@@ -30,6 +35,30 @@ func StartRegistry(t testing.TB) *Registry {
 	bin := Tool(t, "docker-registry")
 	dir := t.TempDir()
 	r := &Registry{Storage: filepath.Join(dir, "storage"), config: filepath.Join(dir, "config.yml")}
+	if err := os.MkdirAll(r.Storage, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.start(bin); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	return r
+}
+
+// StartRegistryWithAuth starts a registry that answers only user with
+// password, through HTTP basic auth, as a registry behind a login does.
+func StartRegistryWithAuth(t testing.TB, user, password string) *Registry {
+	t.Helper()
+	bin := Tool(t, "docker-registry")
+	dir := t.TempDir()
+	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Registry{Storage: filepath.Join(dir, "storage"), config: filepath.Join(dir, "config.yml"), htpasswd: filepath.Join(dir, "htpasswd")}
+	if err := os.WriteFile(r.htpasswd, []byte(user+":"+string(hash)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.MkdirAll(r.Storage, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -56,6 +85,9 @@ log: {level: error, accesslog: {disabled: true}}
 storage: {filesystem: {rootdirectory: %s}, delete: {enabled: true}}
 http: {addr: %s}
 `, r.Storage, r.Addr)
+	if r.htpasswd != "" {
+		cfg += fmt.Sprintf("auth: {htpasswd: {realm: stamp-test, path: %s}}\n", r.htpasswd)
+	}
 	if err := os.WriteFile(r.config, []byte(cfg), 0o644); err != nil {
 		return err
 	}
@@ -69,7 +101,7 @@ http: {addr: %s}
 		resp, err := http.Get("http://" + r.Addr + "/v2/")
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			if resp.StatusCode == http.StatusOK || (r.htpasswd != "" && resp.StatusCode == http.StatusUnauthorized) {
 				return nil
 			}
 		}

@@ -3,11 +3,13 @@ package share
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
 	"math/rand"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -377,5 +379,37 @@ func TestPushCorruptLocalBlob(t *testing.T) {
 	}
 	if _, err := remote.Head(mustTag(t, repo+":"+Tag(kind, r.Key))); err == nil {
 		t.Error("the registry has an entry for a failed push")
+	}
+}
+
+// TestLoginFromDockerConfig shares through a registry that wants a login:
+// the credentials come from the docker config chain ($DOCKER_CONFIG), as
+// pulls and stamp push take them, and without them both ways fail, naming
+// the reference.
+func TestLoginFromDockerConfig(t *testing.T) {
+	reg := harness.StartRegistryWithAuth(t, "ci", "s3cret")
+	repo := reg.Addr + "/stamp-cache"
+	a := newCache(t)
+	r := fixture(t, a, "login")
+
+	t.Setenv("DOCKER_CONFIG", t.TempDir())
+	if err := Push(context.Background(), a, repo, r, Options{}); err == nil || !strings.Contains(err.Error(), repo) {
+		t.Fatalf("push without credentials: %v", err)
+	}
+	cfg := `{"auths": {"` + reg.Addr + `": {"auth": "` + base64.StdEncoding.EncodeToString([]byte("ci:s3cret")) + `"}}}`
+	if err := os.WriteFile(filepath.Join(os.Getenv("DOCKER_CONFIG"), "config.json"), []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := Push(context.Background(), a, repo, r, Options{}); err != nil {
+		t.Fatalf("push with the docker config's credentials: %v", err)
+	}
+	b := newCache(t)
+	found, err := Pull(context.Background(), b, repo, r.Kind, r.Key, Options{})
+	if err != nil || !found {
+		t.Fatalf("pull with credentials: %v, %v", found, err)
+	}
+	t.Setenv("DOCKER_CONFIG", t.TempDir())
+	if found, err := Pull(context.Background(), newCache(t), repo, r.Kind, r.Key, Options{}); err == nil || found {
+		t.Fatalf("pull without credentials: %v, %v", found, err)
 	}
 }
