@@ -19,7 +19,12 @@ measure() {
 	"$TIME" -f '%e %M' -o "$WORK/time" "$@" >/dev/null 2>"$WORK/err" || { cat "$WORK/err" >&2; return 1; }
 	read -r wall rss <"$WORK/time"
 	printf '%-44s %8.2f s %8.1f MiB\n' "$label" "$wall" "$(echo "$rss / 1024" | bc -l)"
+	echo "$wall" >>"$WORK/walls-${label%%,*}"
 }
+
+# median LABEL: the median wall time of the rounds measured under LABEL
+# (the part of the label before its first comma).
+median() { sort -n "$WORK/walls-$1" | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 
 bench_tar() {
 	echo "== tar to tar: generated ~300 MB / ~10,000-entry tree"
@@ -56,6 +61,10 @@ bench_tar() {
 		rm -rf "$WORK/x" "$WORK/gnu.tar"
 	done
 	rm -rf "$WORK/x" "$WORK/gnu.tar" "$WORK/o1"
+	local st gt
+	st=$(median "stamp build (extract + seal + tar)")
+	gt=$(median "GNU tar -x + tar -c")
+	printf 'tar to tar, medians of 3: stamp %.2f s, GNU tar %.2f s: %.2fx (target <= 1.0x)\n' "$st" "$gt" "$(echo "$st / $gt" | bc -l)"
 }
 
 bench_ext4() {
