@@ -219,7 +219,7 @@ func applyOnScratch(ctx context.Context, rec *recipes.Recipe, phases []phase, c 
 	}
 	defer tree.Close()
 	// The base is the root that is there.
-	if err := runPhases(ctx, rec, phases[1:], tree, c, ep, o); err != nil {
+	if err := runPhases(ctx, rec, phases[1:], tree, c, ep, o, nil); err != nil {
 		return nil, err
 	}
 	rep, err := tree.WriteBack(ctx)

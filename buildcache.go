@@ -82,7 +82,7 @@ func (o *Options) openBuildCache(c *cache.Cache) (*buildCache, error) {
 	bc := &buildCache{c: c, log: o.log(), self: self, read: !o.NoCache,
 		// verify's second build reads directories backwards to shake out
 		// order dependence; what it makes is not filed for others.
-		write: c.Writable() && !o.ReverseReaddir}
+		write: c.Writable() && !o.ReverseReaddir && !o.NoCache}
 	if o.CacheFrom != "" || o.CacheTo != "" {
 		if bc.shared, err = newSharedCache(o, c); err != nil {
 			return nil, err
@@ -148,28 +148,83 @@ func (bc *buildCache) sealedParts(rec *recipes.Recipe, phases []phase, ep time.T
 		}
 		parts = append(parts, cache.Part{Name: p.name, Digest: d})
 	}
-	for _, d := range att.deps {
-		parts = append(parts, cache.Part{Name: fmt.Sprintf("%s %s %s", d.Kind, d.Field, d.URI), Digest: d.Digest})
-	}
 	for _, ph := range phases {
-		for _, st := range ph.steps {
-			f, ok := st.layer.(*layers.Files)
-			if !ok {
+		in, err := bc.phaseInputs(rec, ph, att)
+		if err != nil {
+			return nil, err
+		}
+		parts = append(parts, in...)
+	}
+	return parts, nil
+}
+
+// phaseOf is the phase a recipe field belongs to: "customize" for
+// "customize.layers[2].oci".
+func phaseOf(field string) string {
+	if i := strings.IndexAny(field, ".["); i >= 0 {
+		return field[:i]
+	}
+	return field
+}
+
+// phaseInputs is every input, hook script and files.from host file of one
+// phase, by digest.
+func (bc *buildCache) phaseInputs(rec *recipes.Recipe, ph phase, att *attestation) ([]cache.Part, error) {
+	var parts []cache.Part
+	for _, d := range att.deps {
+		if phaseOf(d.Field) == ph.name {
+			parts = append(parts, cache.Part{Name: fmt.Sprintf("%s %s %s", d.Kind, d.Field, d.URI), Digest: d.Digest})
+		}
+	}
+	for _, st := range ph.steps {
+		f, ok := st.layer.(*layers.Files)
+		if !ok {
+			continue
+		}
+		for i, it := range f.Items {
+			if it.From == "" {
 				continue
 			}
-			for i, it := range f.Items {
-				if it.From == "" {
-					continue
-				}
-				d, err := hostTreeDigest(bc.c, it.From)
-				if err != nil {
-					return nil, fmt.Errorf("%s[%d].from: %w", st.label, i, err)
-				}
-				parts = append(parts, cache.Part{Name: fmt.Sprintf("files %s %s", st.label, lockKey(rec.Dir, it.From)), Digest: d})
+			d, err := hostTreeDigest(bc.c, it.From)
+			if err != nil {
+				return nil, fmt.Errorf("%s[%d].from: %w", st.label, i, err)
 			}
+			parts = append(parts, cache.Part{Name: fmt.Sprintf("files %s %s", st.label, lockKey(rec.Dir, it.From)), Digest: d})
 		}
 	}
 	return parts, nil
+}
+
+// phaseParts is each phase's key: what its tree depends on, the key of the
+// phase before it included.
+func (bc *buildCache) phaseParts(rec *recipes.Recipe, phases []phase, ep time.Time, att *attestation) ([][]cache.Part, error) {
+	sections := map[string]any{"base": rec.Base, "customize": rec.Customize, "provision": rec.Provision}
+	var out [][]cache.Part
+	prev := ""
+	for _, ph := range phases {
+		d, err := jsonDigest(sections[ph.name])
+		if err != nil {
+			return nil, fmt.Errorf("cache key: recipe %s: %w", ph.name, err)
+		}
+		parts := []cache.Part{
+			{Name: "stamp", Digest: bc.self},
+			{Name: "name", Digest: rec.Name},
+			{Name: "arch", Digest: rec.Arch},
+			{Name: "epoch", Digest: strconv.FormatInt(ep.Unix(), 10)},
+			{Name: "recipe " + ph.name, Digest: d},
+		}
+		if prev != "" {
+			parts = append(parts, cache.Part{Name: "phase before", Digest: prev})
+		}
+		in, err := bc.phaseInputs(rec, ph, att)
+		if err != nil {
+			return nil, err
+		}
+		parts = append(parts, in...)
+		out = append(out, parts)
+		prev = cache.KeyOf(parts)
+	}
+	return out, nil
 }
 
 // outputParts is what an output depends on: stamp, the tree, the output's

@@ -25,7 +25,7 @@ func TestCacheRefsAreCheckedBeforeTheBuild(t *testing.T) {
 	}
 	o := Options{CacheFrom: "reg.invalid/stamp-cache", CacheTo: "reg.invalid/stamp-cache", NoCache: true}
 	bc, err := o.openBuildCache(c)
-	if err != nil || bc.shared == nil || bc.read {
+	if err != nil || bc.shared == nil || bc.read || bc.write {
 		t.Fatalf("%+v, %v", bc, err)
 	}
 }

@@ -13,9 +13,10 @@ import (
 // runPhases applies the layers of phases, in order, to tree. Build runs
 // every phase on a new tree; Apply runs customize and provision on an
 // adopted one.
-func runPhases(ctx context.Context, rec *recipes.Recipe, phases []phase, tree *rootfs.Tree, c *cache.Cache, ep time.Time, o *Options) error {
+// after, when set, is called with each phase's index once it is done.
+func runPhases(ctx context.Context, rec *recipes.Recipe, phases []phase, tree *rootfs.Tree, c *cache.Cache, ep time.Time, o *Options, after func(int)) error {
 	log := o.log()
-	for _, ph := range phases {
+	for i, ph := range phases {
 		log.Infof("phase %s", ph.name)
 		for _, st := range ph.steps {
 			if err := ctx.Err(); err != nil {
@@ -28,6 +29,9 @@ func runPhases(ctx context.Context, rec *recipes.Recipe, phases []phase, tree *r
 				return err
 			}
 			log.WithField("entries", tree.Len()).Debugf("%s done in %s", st.label, time.Since(start).Round(time.Millisecond))
+		}
+		if after != nil {
+			after(i)
 		}
 	}
 	return nil

@@ -50,8 +50,9 @@ type Options struct {
 	// that a result depending on that order shows as a difference.
 	ReverseReaddir bool
 	// NoCache builds every phase and output even when the cache holds them
-	// from an earlier build with the same inputs; what it makes is still
-	// filed. verify's builds set it, or comparing them would prove nothing.
+	// from an earlier build with the same inputs, and files nothing there:
+	// verify's builds and tests that compare builds set it, or comparing
+	// them would prove nothing, and keeping each build's tree costs a copy.
 	NoCache bool
 	// CacheFrom and CacheTo are registry repositories ("host/name") the
 	// cache's records are read from and written to, so that runners with
@@ -171,12 +172,19 @@ func Build(ctx context.Context, rec *recipes.Recipe, o Options) (*Result, error)
 	} else {
 		log.Infof("keeping work directory %s", work)
 	}
-	tree, err := rootfs.New(filepath.Join(work, "tree"), rootfs.Options{DefaultMTime: ep, ReverseReaddir: o.ReverseReaddir})
+	phaseKeys, err := bc.phaseParts(rec, phases, ep, att)
+	if err != nil {
+		return nil, err
+	}
+	tree, done, err := bc.restorePhases(ctx, rec, phases, phaseKeys, filepath.Join(work, "tree"),
+		rootfs.Options{DefaultMTime: ep, ReverseReaddir: o.ReverseReaddir})
 	if err != nil {
 		return nil, err
 	}
 	defer tree.Close()
-	if err := runPhases(ctx, rec, phases, tree, c, ep, &o); err != nil {
+	if err := runPhases(ctx, rec, phases[done:], tree, c, ep, &o, func(i int) {
+		bc.filePhase(ctx, rec, phases[done+i], phaseKeys[done+i], tree)
+	}); err != nil {
 		return nil, err
 	}
 	if err := writeRelease(tree, rec, ep); err != nil {

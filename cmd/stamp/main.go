@@ -71,7 +71,7 @@ func newApp(getenv func(string) string, code *int) *cli.App {
 		&cli.BoolFlag{Name: "offline", Usage: "use only the cache; fail naming any missing input"},
 		updateLock(), insecure(), set(),
 		&cli.BoolFlag{Name: "keep-work", Usage: "keep the work directory for debugging"},
-		&cli.BoolFlag{Name: "no-cache", Usage: "build every phase and output even when the cache holds them (still files what it makes)"},
+		&cli.BoolFlag{Name: "no-cache", Usage: "build every phase and output, neither reading nor writing the build cache (inputs are still cached)"},
 		&cli.StringFlag{Name: "cache-from", Usage: "read cache records from registry repository REF (HOST/NAME), as OCI artifacts"},
 		&cli.StringFlag{Name: "cache-to", Usage: "write cache records to registry repository REF (HOST/NAME), with the docker config's credentials"},
 		&cli.BoolFlag{Name: "dry-run", Usage: "print the plan (inputs with their digests, what comes from the cache and why not) and build nothing"},

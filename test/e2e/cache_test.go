@@ -204,3 +204,72 @@ func TestSharedCache(t *testing.T) {
 		t.Fatalf("the third runner's cache holds a damaged raw disk")
 	}
 }
+
+// TestPhaseCache changes only the provision phase of a recipe whose
+// customize phase installs packages: the rebuild restores the tree as it was
+// after customize from the cache, runs provision alone, and writes what a
+// build without the cache writes.
+func TestPhaseCache(t *testing.T) {
+	harness.RequireTools(t, "dpkg", "tar")
+	repo := harness.DebRepoFor(t)
+	base := harness.DpkgBaseFor(t)
+	recipe := func(motd string) string {
+		return fmt.Sprintf(`apiVersion: stamp.dev/v1alpha1
+kind: Recipe
+name: e2e-phases
+epoch: 1700000000
+base:
+  tarball: ./base.tar.zst
+customize:
+  layers:
+    - tarball: {path: ./dpkgdb.tar}
+    - debs:
+        repo: %q
+        suite: stamp
+        components: [main]
+        keyring: ./keyring.gpg
+        packages: [netcat-openbsd, logrotate]
+provision:
+  layers:
+    - files:
+        - {path: /etc/motd, content: %q}
+outputs:
+  - {format: tar, name: rootfs}
+  - format: raw
+    partitions:
+      - {name: root, type: root, size: auto, filesystem: ext4}
+`, repo.FileURL(), motd)
+	}
+	dir := debsDir(t, repo, base, recipe("one\n"))
+	cache := filepath.Join(dir, "cache")
+	build := func(out string, extra ...string) result {
+		t.Helper()
+		args := append([]string{"build", "recipe.yaml", "-o", filepath.Join(dir, out), "--cache-dir", cache, "--work-dir", dir}, extra...)
+		return stampCached(t, dir, nil, args...).mustSucceed(t)
+	}
+	first := build("first")
+	if !strings.Contains(first.stderr, `msg="phase customize"`) {
+		t.Fatalf("first build:\n%s", lastLines(first.stderr, 20))
+	}
+	writeFiles(t, dir, map[string]string{"recipe.yaml": recipe("two\n")})
+	second := build("second")
+	if !strings.Contains(second.stderr, "the tree after phase customize is in the cache") ||
+		strings.Contains(second.stderr, `msg="phase base"`) || strings.Contains(second.stderr, `msg="phase customize"`) ||
+		!strings.Contains(second.stderr, `msg="phase provision"`) {
+		t.Fatalf("a change in provision did not start from the cached customize phase:\n%s", lastLines(second.stderr, 30))
+	}
+	build("full", "--no-cache")
+	sameOutputDirs(t, filepath.Join(dir, "full"), filepath.Join(dir, "second"))
+	if bytes.Equal(readFile(t, filepath.Join(dir, "first", "SHA256SUMS")), readFile(t, filepath.Join(dir, "second", "SHA256SUMS"))) {
+		t.Fatal("the change in provision changed nothing: the test proves nothing")
+	}
+}
+
+func readFile(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

@@ -1,0 +1,138 @@
+package stamp
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/stamp-dev/stamp/layers"
+	"github.com/stamp-dev/stamp/layers/cache"
+	"github.com/stamp-dev/stamp/recipes"
+	"github.com/stamp-dev/stamp/rootfs"
+)
+
+// recordPhase is a phase's tree: its manifest (with origins) and one blob of
+// its file contents, so that a build whose later phases changed starts
+// after it.
+const recordPhase = "phase"
+
+const blobContent = "content"
+
+// worthKeeping tells whether a phase's tree is kept in the cache: a phase
+// that installs packages takes far longer than writing its tree again,
+// while one of files and tarballs is about as quick to redo as to restore.
+func worthKeeping(ph phase) bool {
+	for _, st := range ph.steps {
+		if _, ok := st.layer.(*layers.Debs); ok {
+			return true
+		}
+	}
+	return false
+}
+
+func phaseSubject(rec *recipes.Recipe, ph phase) string { return rec.Name + "/" + ph.name }
+
+// filePhase keeps the tree as it is after phase ph under the phase's key.
+func (bc *buildCache) filePhase(ctx context.Context, rec *recipes.Recipe, ph phase, parts []cache.Part, tree *rootfs.Tree) {
+	if !bc.write || !worthKeeping(ph) {
+		return
+	}
+	// Origins name host files relative to the recipe, as the sealed tree's
+	// do, so that a runner in another directory restores the same tree.
+	relativeOrigins(tree, rec.Dir)
+	var m bytes.Buffer
+	if err := rootfs.WriteManifest(&m, tree.Entries(), true); err != nil {
+		bc.log.WithError(err).Warnf("cache: cannot keep phase %s", ph.name)
+		return
+	}
+	md, err := bc.c.Put(ctx, bytes.NewReader(m.Bytes()), "")
+	if err != nil {
+		bc.log.WithError(err).Warnf("cache: cannot keep phase %s", ph.name)
+		return
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(tree.WriteContent(ctx, pw)) }()
+	cd, err := bc.c.Put(ctx, pr, "")
+	pr.CloseWithError(err)
+	if err != nil {
+		bc.log.WithError(err).Warnf("cache: cannot keep phase %s", ph.name)
+		return
+	}
+	size := int64(0)
+	if p, err := bc.c.Path(cd); err == nil {
+		if fi, err := os.Stat(p); err == nil {
+			size = fi.Size()
+		}
+	}
+	bc.file(ctx, &cache.Record{Kind: recordPhase, Key: cache.KeyOf(parts), Subject: phaseSubject(rec, ph), Parts: parts,
+		Blobs: []cache.RecordBlob{{Name: blobManifest, Digest: md, Size: int64(m.Len())}, {Name: blobContent, Digest: cd, Size: size}}})
+}
+
+// restorePhases finds the last phase the cache keeps and restores the tree
+// as it was after it into a new tree in dir. It returns the tree and how
+// many phases it stands for; with none, a new empty tree.
+func (bc *buildCache) restorePhases(ctx context.Context, rec *recipes.Recipe, phases []phase, keys [][]cache.Part, dir string, opts rootfs.Options) (*rootfs.Tree, int, error) {
+	for i := len(phases) - 1; i >= 0 && bc.read; i-- {
+		if !worthKeeping(phases[i]) {
+			continue
+		}
+		r, _ := bc.lookup(ctx, recordPhase, phaseSubject(rec, phases[i]), keys[i])
+		if r == nil {
+			continue
+		}
+		tree, err := rootfs.New(dir, opts)
+		if err != nil {
+			return nil, 0, err
+		}
+		if err := bc.restorePhase(ctx, r, tree); err != nil {
+			bc.log.WithError(err).Warnf("cache: cannot restore phase %s; building it", phases[i].name)
+			tree.Close()
+			if err := os.RemoveAll(dir); err != nil {
+				return nil, 0, err
+			}
+			continue
+		}
+		bc.log.Infof("cache: the tree after phase %s is in the cache (key %s): %d entries restored", phases[i].name, r.Key, tree.Len())
+		return tree, i + 1, nil
+	}
+	tree, err := rootfs.New(dir, opts)
+	return tree, 0, err
+}
+
+func (bc *buildCache) restorePhase(ctx context.Context, r *cache.Record, tree *rootfs.Tree) error {
+	var manifest, content string
+	for _, b := range r.Blobs {
+		switch b.Name {
+		case blobManifest:
+			manifest = b.Digest
+		case blobContent:
+			content = b.Digest
+		}
+	}
+	if manifest == "" || content == "" {
+		return fmt.Errorf("%w: phase record %s lacks its manifest or content", cache.ErrBadRecord, r.Key)
+	}
+	m, err := bc.readBlob(manifest)
+	if err != nil {
+		return err
+	}
+	entries, err := rootfs.ParseManifest(bytes.NewReader(m))
+	if err != nil {
+		return fmt.Errorf("phase record %s: %w", r.Key, err)
+	}
+	rc, err := bc.c.Open(content)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	if err := tree.Restore(ctx, entries, rc); err != nil {
+		return err
+	}
+	// Read to the end, where the reader checks the whole blob's hash.
+	if n, err := io.Copy(io.Discard, rc); err != nil || n != 0 {
+		return fmt.Errorf("phase record %s: %d bytes of content left over (%v)", r.Key, n, err)
+	}
+	return nil
+}
