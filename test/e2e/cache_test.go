@@ -63,11 +63,7 @@ func phaseWork(log string) bool {
 func TestBuildCache(t *testing.T) {
 	dir := proofDir(t, map[string]string{"recipe.yaml": proofRecipe("e2e-cache", "", nil, everyFormat)})
 	cache := filepath.Join(dir, "cache")
-	build := func(out string, extra ...string) result {
-		t.Helper()
-		args := append([]string{"build", "recipe.yaml", "-o", filepath.Join(dir, out), "--cache-dir", cache, "--work-dir", dir}, extra...)
-		return stampCached(t, dir, nil, args...).mustSucceed(t)
-	}
+	build := cachedBuilder(t, dir, cache)
 
 	cold := build("cold")
 	if !phaseWork(cold.stderr) || !strings.Contains(cold.stderr, "no earlier build of e2e-cache in the cache") {
@@ -242,11 +238,7 @@ outputs:
 	}
 	dir := debsDir(t, repo, base, recipe("one\n"))
 	cache := filepath.Join(dir, "cache")
-	build := func(out string, extra ...string) result {
-		t.Helper()
-		args := append([]string{"build", "recipe.yaml", "-o", filepath.Join(dir, out), "--cache-dir", cache, "--work-dir", dir}, extra...)
-		return stampCached(t, dir, nil, args...).mustSucceed(t)
-	}
+	build := cachedBuilder(t, dir, cache)
 	first := build("first")
 	if !strings.Contains(first.stderr, `msg="phase customize"`) {
 		t.Fatalf("first build:\n%s", lastLines(first.stderr, 20))
@@ -272,4 +264,14 @@ func readFile(t *testing.T, p string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// cachedBuilder builds recipe.yaml in dir into dir/OUT with the build cache
+// in cache, and fails the test unless the build succeeds.
+func cachedBuilder(t *testing.T, dir, cache string) func(out string, extra ...string) result {
+	return func(out string, extra ...string) result {
+		t.Helper()
+		args := append([]string{"build", "recipe.yaml", "-o", filepath.Join(dir, out), "--cache-dir", cache, "--work-dir", dir}, extra...)
+		return stampCached(t, dir, nil, args...).mustSucceed(t)
+	}
 }

@@ -32,32 +32,32 @@ type Registry struct {
 // StartRegistry starts a registry for the test.
 func StartRegistry(t testing.TB) *Registry {
 	t.Helper()
-	bin := Tool(t, "docker-registry")
-	dir := t.TempDir()
-	r := &Registry{Storage: filepath.Join(dir, "storage"), config: filepath.Join(dir, "config.yml")}
-	if err := os.MkdirAll(r.Storage, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.start(bin); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Stop)
-	return r
+	return startRegistry(t, "")
 }
 
 // StartRegistryWithAuth starts a registry that answers only user with
 // password, through HTTP basic auth, as a registry behind a login does.
 func StartRegistryWithAuth(t testing.TB, user, password string) *Registry {
 	t.Helper()
-	bin := Tool(t, "docker-registry")
-	dir := t.TempDir()
 	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &Registry{Storage: filepath.Join(dir, "storage"), config: filepath.Join(dir, "config.yml"), htpasswd: filepath.Join(dir, "htpasswd")}
-	if err := os.WriteFile(r.htpasswd, []byte(user+":"+string(hash)+"\n"), 0o600); err != nil {
-		t.Fatal(err)
+	return startRegistry(t, user+":"+string(hash)+"\n")
+}
+
+// startRegistry starts a registry, behind a login when htpasswd (the
+// password file's content) is not empty.
+func startRegistry(t testing.TB, htpasswd string) *Registry {
+	t.Helper()
+	bin := Tool(t, "docker-registry")
+	dir := t.TempDir()
+	r := &Registry{Storage: filepath.Join(dir, "storage"), config: filepath.Join(dir, "config.yml")}
+	if htpasswd != "" {
+		r.htpasswd = filepath.Join(dir, "htpasswd")
+		if err := os.WriteFile(r.htpasswd, []byte(htpasswd), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := os.MkdirAll(r.Storage, 0o755); err != nil {
 		t.Fatal(err)
