@@ -13,10 +13,14 @@ import (
 // BuildPlan is what a build would do: every input with its digest, and for
 // the tree and each output whether it comes from the cache, and why not.
 type BuildPlan struct {
-	Name    string
-	Inputs  []PlanInput
-	Phases  []string
-	Tree    PlanStep
+	Name   string
+	Inputs []PlanInput
+	Phases []string
+	Tree   PlanStep
+	// Kept are the phases whose tree the cache keeps (those that install
+	// packages), from the last back to the first the cache holds, when the
+	// tree is built.
+	Kept    []PlanStep
 	Outputs []PlanStep
 }
 
@@ -65,6 +69,22 @@ func DryRun(ctx context.Context, rec *recipes.Recipe, o Options) (*BuildPlan, er
 			return bp, nil
 		}
 	}
+	// The tree is built: from the last phase the cache keeps, if any.
+	keys, err := p.bc.phaseParts(rec, p.phases, p.ep, p.att)
+	if err != nil {
+		return nil, err
+	}
+	for i := len(p.phases) - 1; i >= 0; i-- {
+		if !worthKeeping(p.phases[i]) {
+			continue
+		}
+		ph := p.phases[i]
+		r, why := p.bc.lookup(ctx, recordPhase, phaseSubject(rec, ph), keys[i])
+		bp.Kept = append(bp.Kept, PlanStep{Name: ph.name, Key: cache.KeyOf(keys[i]), Cached: r != nil, Why: why})
+		if r != nil {
+			break
+		}
+	}
 	for i := range rec.Outputs {
 		bp.Outputs = append(bp.Outputs, PlanStep{Name: rec.Outputs[i].Name, Why: "the tree is built"})
 	}
@@ -100,6 +120,13 @@ func (p *BuildPlan) Write(w io.Writer) {
 	fmt.Fprintf(w, "tree (phases %s): %s\n", phases, step(p.Tree))
 	if p.Tree.Key != "" {
 		fmt.Fprintf(w, "  key %s\n", p.Tree.Key)
+	}
+	for _, k := range p.Kept {
+		if k.Cached {
+			fmt.Fprintf(w, "  the tree after phase %s: from the cache; the phases after it run\n", k.Name)
+		} else {
+			fmt.Fprintf(w, "  the tree after phase %s: built: %s\n", k.Name, k.Why)
+		}
 	}
 	fmt.Fprintln(w, "outputs:")
 	for _, o := range p.Outputs {

@@ -244,6 +244,11 @@ outputs:
 		t.Fatalf("first build:\n%s", lastLines(first.stderr, 20))
 	}
 	writeFiles(t, dir, map[string]string{"recipe.yaml": recipe("two\n")})
+	plan := stampCached(t, dir, nil, "build", "recipe.yaml", "--cache-dir", cache, "--dry-run").mustSucceed(t)
+	if !strings.Contains(plan.stdout, "the tree after phase customize: from the cache") ||
+		!strings.Contains(plan.stdout, "recipe provision changed") {
+		t.Fatalf("dry run after a change in provision:\n%s", plan.stdout)
+	}
 	second := build("second")
 	if !strings.Contains(second.stderr, "the tree after phase customize is in the cache") ||
 		strings.Contains(second.stderr, `msg="phase base"`) || strings.Contains(second.stderr, `msg="phase customize"`) ||
