@@ -257,18 +257,9 @@ outputs:
 	}
 	build("full", "--no-cache")
 	sameOutputDirs(t, filepath.Join(dir, "full"), filepath.Join(dir, "second"))
-	if bytes.Equal(readFile(t, filepath.Join(dir, "first", "SHA256SUMS")), readFile(t, filepath.Join(dir, "second", "SHA256SUMS"))) {
+	if bytes.Equal(mustReadFile(t, filepath.Join(dir, "first", "SHA256SUMS")), mustReadFile(t, filepath.Join(dir, "second", "SHA256SUMS"))) {
 		t.Fatal("the change in provision changed nothing: the test proves nothing")
 	}
-}
-
-func readFile(t *testing.T, p string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
 
 // cachedBuilder builds recipe.yaml in dir into dir/OUT with the build cache

@@ -56,10 +56,16 @@ func BenchmarkDiskWorkload(b *testing.B) {
 	var bins []string
 	for _, n := range []string{"kubelet", "kubeadm", "kubectl", "crictl"} {
 		p := filepath.Join(dir, "bin", n)
-		copyFileTo(b, in.Bins.Path(n), p, 0o755)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		copyFile(b, in.Bins.Path(n), p)
+		if err := os.Chmod(p, 0o755); err != nil {
+			b.Fatal(err)
+		}
 		bins = append(bins, p)
 	}
-	copyFileTo(b, base, filepath.Join(dir, "base.tar.zst"), 0o644)
+	copyFile(b, base, filepath.Join(dir, "base.tar.zst"))
 	recipe := `apiVersion: stamp.dev/v1alpha1
 kind: Recipe
 name: bench-disk
@@ -155,23 +161,6 @@ func median(ds []time.Duration) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)
 	return s[len(s)/2]
-}
-
-func copyFileTo(tb testing.TB, src, dst string, mode os.FileMode) {
-	tb.Helper()
-	data, err := os.ReadFile(src)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		tb.Fatal(err)
-	}
-	if err := os.WriteFile(dst, data, mode); err != nil {
-		tb.Fatal(err)
-	}
-	if err := os.Chmod(dst, mode); err != nil {
-		tb.Fatal(err)
-	}
 }
 
 // manifestSize counts a build manifest's tree entries and the bytes of its
