@@ -177,7 +177,7 @@ func Build(ctx context.Context, rec *recipes.Recipe, o Options) (*Result, error)
 		return nil, err
 	}
 	tree, done, err := bc.restorePhases(ctx, rec, phases, phaseKeys, filepath.Join(work, "tree"),
-		rootfs.Options{DefaultMTime: ep, ReverseReaddir: o.ReverseReaddir})
+		rootfs.Options{DefaultMTime: ep, ReverseReaddir: o.ReverseReaddir, ContentDir: filepath.Join(work, "content")})
 	if err != nil {
 		return nil, err
 	}

@@ -142,6 +142,11 @@ func (l *Debs) Apply(ctx context.Context, env *Env) error {
 }
 
 func (l *Debs) apply(ctx context.Context, env *Env) error {
+	// Maintainer scripts, their handlers and the chroot read the
+	// directory, so every file must be in it.
+	if err := env.Tree.Materialize(ctx); err != nil {
+		return err
+	}
 	for _, pat := range l.Exclude {
 		if !rootfs.ValidPattern(pat) {
 			return fmt.Errorf("exclude %q: not an absolute glob", pat)

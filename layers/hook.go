@@ -36,6 +36,10 @@ func (l *Hook) Apply(ctx context.Context, env *Env) error {
 		return fmt.Errorf("%s: hook %s: %w", env.Label, l.Run, err)
 	}
 	digest := "sha256:" + sum
+	// The hook sees the directory, so every file must be in it.
+	if err := env.Tree.Materialize(ctx); err != nil {
+		return fmt.Errorf("%s: %w", env.Label, err)
+	}
 	// umask is set by a shell so the program's own files get the same
 	// permission bits whoever runs the build.
 	args := append([]string{"-c", `umask 022; exec "$0" "$@"`, l.Run}, l.Args...)

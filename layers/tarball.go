@@ -48,6 +48,9 @@ func (l *Tarball) Apply(ctx context.Context, env *Env) error {
 	opts := rootfs.ExtractOptions{
 		Origin:          env.Origin(l.Input.Digest, ""),
 		KeepDirSymlinks: l.KeepDirSymlinks,
+		// A base is read by the output writers, seldom by a host
+		// process: its files need not be written one by one.
+		ByReference: true,
 	}
 	if dest := path.Clean("/" + l.Dest); dest != "/" {
 		opts.Map = func(p string) (string, bool) { return path.Join(dest, p), true }

@@ -98,6 +98,9 @@ type Inode struct {
 
 	nlink int
 	disk  diskState
+	// ref, when set, is where the content is instead of the tree's
+	// directory (see content.go).
+	ref *contentRef
 }
 
 // Nlink is the number of paths in the tree that share this inode.

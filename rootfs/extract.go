@@ -28,6 +28,13 @@ type ExtractOptions struct {
 	// MaxSize, when set, bounds the bytes the archive may expand to (a
 	// sparse member can declare terabytes in a few bytes).
 	MaxSize int64
+	// ByReference keeps the uncompressed archive in the tree's content
+	// directory and lets regular files point into it, instead of writing
+	// them to the tree's directory (see Tree.Materialize). Without a
+	// content directory (Options.ContentDir) it does nothing.
+	ByReference bool
+
+	archive *archiveWriter
 }
 
 // EntryError names the archive entry an extraction failed on.
@@ -82,6 +89,23 @@ func Extract(ctx context.Context, t *Tree, r io.Reader, o ExtractOptions) (n int
 			err = werr
 		}
 	}()
+	if o.ByReference && t.opts.ContentDir != "" && t.lower == nil {
+		aw, err := t.newArchive(r)
+		if err != nil {
+			return 0, err
+		}
+		defer func() {
+			// Read to the end: the caller may verify what follows the
+			// archive's last entry, and a reference may not be cut short.
+			if err == nil {
+				_, err = io.Copy(io.Discard, aw)
+			}
+			if ferr := aw.finish(); err == nil {
+				err = ferr
+			}
+		}()
+		o.archive, r = aw, aw
+	}
 	tr := tar.NewReader(r)
 	var created map[string]bool
 	if o.Whiteouts {
@@ -205,7 +229,18 @@ func extractOne(t *Tree, tr *tar.Reader, hdr *tar.Header, o *ExtractOptions, cre
 		return fmt.Errorf("unsupported tar entry type %q", hdr.Typeflag)
 	}
 	var e *Entry
-	if h.Type == TypeRegular && t.writes != nil && hdr.Size >= 0 && hdr.Size <= asyncMax {
+	if h.Type == TypeRegular && o.archive != nil && contiguous(hdr) {
+		// archive/tar reads nothing ahead: the entry's data starts where
+		// the archive has been read to.
+		aw := o.archive
+		off := aw.n
+		if e, err = t.createRef(p, h, content, aw.a, off, hdr.Size); err != nil {
+			return err
+		}
+		if aw.n != off+hdr.Size {
+			return fmt.Errorf("content at %d..%d of the archive, but %d bytes were read", off, off+hdr.Size, aw.n-off)
+		}
+	} else if h.Type == TypeRegular && t.writes != nil && hdr.Size >= 0 && hdr.Size <= asyncMax {
 		e, err = t.createQueued(p, h, content, hdr.Size, hdr.Name)
 	} else {
 		e, err = t.Create(p, h, content)
@@ -220,6 +255,20 @@ func extractOne(t *Tree, tr *tar.Reader, hdr *tar.Header, o *ExtractOptions, cre
 		created[e.Path] = true
 	}
 	return nil
+}
+
+// contiguous reports whether a regular member's content is its data as it
+// lies in the archive: not a sparse member, whose data is a map of runs.
+func contiguous(hdr *tar.Header) bool {
+	if hdr.Typeflag != tar.TypeReg || hdr.Size < 0 {
+		return false
+	}
+	for k := range hdr.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return false
+		}
+	}
+	return true
 }
 
 // isDirSymlink reports whether p is a symlink that resolves to a directory.

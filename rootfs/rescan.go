@@ -2,6 +2,7 @@ package rootfs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -58,6 +59,11 @@ func (t *Tree) RescanAsRoot(ctx context.Context, origin Origin, rootUID, rootGID
 }
 
 func (t *Tree) rescan(ctx context.Context, origin Origin, owners *diskOwners) (*Changes, error) {
+	if t.referenced {
+		// The process ran on a directory without the referenced files,
+		// and their absence would read as removals.
+		return nil, errors.New("rescan of a tree that was not materialized before a host process ran on it")
+	}
 	ch := &Changes{}
 	seen := map[string]bool{}
 	byIno := map[uint64]*Entry{}

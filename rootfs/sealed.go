@@ -98,18 +98,21 @@ func (s *Sealed) open(p string, e *Entry, name string) (*File, error) {
 		return nil, err
 	}
 	// A file changed behind the index would make an output disagree with
-	// the manifest.
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, &fs.PathError{Op: "open", Path: p, Err: err}
+	// the manifest. A reference into an archive is the index's own size.
+	if f.f != nil {
+		fi, err := f.f.Stat()
+		if err != nil {
+			f.Close()
+			return nil, &fs.PathError{Op: "open", Path: p, Err: err}
+		}
+		if fi.Size() != e.Size {
+			f.Close()
+			return nil, &fs.PathError{Op: "open", Path: p,
+				Err: fmt.Errorf("the index says %d bytes, the file has %d: changed after sealing", e.Size, fi.Size())}
+		}
 	}
-	if fi.Size() != e.Size {
-		f.Close()
-		return nil, &fs.PathError{Op: "open", Path: p,
-			Err: fmt.Errorf("the index says %d bytes, the file has %d: changed after sealing", e.Size, fi.Size())}
-	}
-	return &File{f: f, info: FileInfo(name, e)}, nil
+	f.info = FileInfo(name, e)
+	return f, nil
 }
 
 // FS returns the view as an fs.FS, whose names are the tree's paths without
@@ -118,29 +121,70 @@ func (s *Sealed) open(p string, e *Entry, name string) (*File, error) {
 // FileInfo's Sys is the *Entry.
 func (s *Sealed) FS() fs.FS { return sealedFS{s} }
 
-// File is the content of a regular file of a sealed tree, open for
-// reading. It reads; it is not a handle through which the tree could be
-// changed. Seek takes the host's whence values, SEEK_DATA and SEEK_HOLE
-// included, so a writer can skip holes.
+// File is the content of a regular file of a tree, open for reading. It
+// reads; it is not a handle through which the tree could be changed. Seek
+// takes the host's whence values, SEEK_DATA and SEEK_HOLE included, so a
+// writer can skip holes. The content is a file of the tree's directory, or
+// a section of an archive the tree points into.
 type File struct {
-	f    *os.File
-	info fs.FileInfo
+	f       *os.File
+	section *io.SectionReader
+	info    fs.FileInfo
 }
 
 // Read reads the content.
-func (f *File) Read(b []byte) (int, error) { return f.f.Read(b) }
+func (f *File) Read(b []byte) (int, error) {
+	if f.section != nil {
+		return f.section.Read(b)
+	}
+	return f.f.Read(b)
+}
 
 // ReadAt reads the content at off.
-func (f *File) ReadAt(b []byte, off int64) (int, error) { return f.f.ReadAt(b, off) }
+func (f *File) ReadAt(b []byte, off int64) (int, error) {
+	if f.section != nil {
+		return f.section.ReadAt(b, off)
+	}
+	return f.f.ReadAt(b, off)
+}
+
+// Whence values of lseek(2) beyond io's.
+const (
+	seekData = 3
+	seekHole = 4
+)
 
 // Seek sets the offset of the next Read.
-func (f *File) Seek(off int64, whence int) (int64, error) { return f.f.Seek(off, whence) }
+func (f *File) Seek(off int64, whence int) (int64, error) {
+	if f.section == nil {
+		return f.f.Seek(off, whence)
+	}
+	// An archive is written whole: a section is data to its end, and the
+	// end is the one hole, as lseek(2) reports for a file without holes.
+	switch whence {
+	case seekData, seekHole:
+		if off < 0 || off >= f.section.Size() {
+			return 0, syscall.ENXIO
+		}
+		if whence == seekHole {
+			off = f.section.Size()
+		}
+		return f.section.Seek(off, io.SeekStart)
+	}
+	return f.section.Seek(off, whence)
+}
 
 // Stat describes the file as the index does; Sys is the *Entry.
 func (f *File) Stat() (fs.FileInfo, error) { return f.info, nil }
 
 // Close releases the file.
-func (f *File) Close() error { return f.f.Close() }
+func (f *File) Close() error {
+	if f.section != nil {
+		f.section = nil
+		return nil
+	}
+	return f.f.Close()
+}
 
 // FileInfo is the entry e, named name, seen as an fs.FileInfo whose Sys is
 // e.

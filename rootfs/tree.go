@@ -44,6 +44,10 @@ type Options struct {
 	// depending on the order a directory is read in shows up as a
 	// difference.
 	ReverseReaddir bool
+	// ContentDir, when set, is where archives extracted by reference are
+	// kept (see ExtractOptions.ByReference). It must not be inside the
+	// tree's directory.
+	ContentDir string
 }
 
 // Tree is a root filesystem under construction. It is not safe for concurrent
@@ -66,6 +70,10 @@ type Tree struct {
 	// says where in it the content of an inode the overlay kept lives.
 	lower     *Tree
 	lowerPath map[*Inode]string
+	// archives hold the content of referenced files; referenced says some
+	// file may still be one (see content.go).
+	archives   []*archive
+	referenced bool
 }
 
 // New opens dir (created if missing, and expected empty) as a new tree holding
@@ -94,7 +102,11 @@ func (t *Tree) Close() error {
 		t.hasher.Close()
 		t.hasher = nil
 	}
-	return t.root.Close()
+	aerr := t.closeArchives()
+	if err := t.root.Close(); err != nil {
+		return err
+	}
+	return aerr
 }
 
 // Dir is the directory that holds the tree's contents.
@@ -145,7 +157,7 @@ func (t *Tree) Walk(fn func(*Entry) error) error {
 }
 
 // Open opens the content of the regular file at the exact path p.
-func (t *Tree) Open(p string) (*os.File, error) {
+func (t *Tree) Open(p string) (*File, error) {
 	if err := t.settleWrites(); err != nil {
 		return nil, err
 	}
@@ -159,19 +171,30 @@ func (t *Tree) Open(p string) (*os.File, error) {
 	if lp, ok := t.inLower(e.Inode); ok {
 		return t.lower.Open(lp)
 	}
+	if e.ref != nil {
+		return openRef(e.Inode), nil
+	}
 	if t.root == nil {
 		return nil, &fs.PathError{Op: "open", Path: p, Err: ErrNoContent}
 	}
-	return t.root.OpenFile(rel(p), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	f, err := t.root.OpenFile(rel(p), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	return &File{f: f, info: FileInfo(path.Base(p), e)}, nil
 }
 
 // DiskPath is where the content of the entry at the exact path p lives on the
 // host. Only for tools that need a host path (hooks, external validators).
-// It is "" when no directory holds the content (see SealedOf).
+// It is "" when no directory holds the content (see SealedOf), and for a
+// file whose content is a reference until the tree is materialized.
 func (t *Tree) DiskPath(p string) string {
 	if e := t.entries[p]; e != nil {
 		if lp, ok := t.inLower(e.Inode); ok {
 			return t.lower.DiskPath(lp)
+		}
+		if e.ref != nil {
+			return ""
 		}
 	}
 	if t.root == nil {
@@ -287,7 +310,7 @@ func (t *Tree) Link(p, target string, origin Origin) (*Entry, error) {
 	}
 	// An overlay's link to content it kept from the lower tree shares the
 	// inode, and with it the lower path the content is read from.
-	if _, lower := t.inLower(te.Inode); !lower {
+	if _, lower := t.inLower(te.Inode); !lower && te.ref == nil {
 		if err := t.mkdirUpper(rel(full)); err != nil {
 			return nil, &fs.PathError{Op: "link", Path: full, Err: err}
 		}
@@ -549,8 +572,8 @@ func finishFile(f *os.File, in *Inode, err error) (os.FileInfo, error) {
 
 // syncDisk sets the on-disk mode of a non-symlink and records its state.
 func (t *Tree) syncDisk(full string, in *Inode) error {
-	if _, lower := t.inLower(in); lower {
-		return nil // the overlay's index alone holds what changed
+	if _, lower := t.inLower(in); lower || in.ref != nil {
+		return nil // the index alone holds what changed
 	}
 	if in.Type != TypeSymlink {
 		if err := t.root.Chmod(rel(full), diskMode(in)); err != nil {
@@ -598,6 +621,7 @@ func (t *Tree) writeContent(f *os.File, r io.Reader) (int64, string, error) {
 }
 
 // writeRuns hashes each chunk on the hasher's goroutine while writing it here.
+// With f nil it only hashes.
 func (t *Tree) writeRuns(f *os.File, r io.Reader, h *hashio.Hasher) (int64, error) {
 	var size int64
 	hole := false
@@ -608,11 +632,13 @@ func (t *Tree) writeRuns(f *os.File, r io.Reader, h *hashio.Hasher) (int64, erro
 		if n > 0 {
 			chunk := t.bufs[i][:n]
 			h.Write(chunk)
-			endsInHole, werr := writeChunk(f, chunk)
-			if werr != nil {
-				return 0, werr
+			if f != nil {
+				endsInHole, werr := writeChunk(f, chunk)
+				if werr != nil {
+					return 0, werr
+				}
+				hole = endsInHole
 			}
-			hole = endsInHole
 			size += int64(n)
 		}
 		if err == io.EOF || err == io.ErrUnexpectedEOF {

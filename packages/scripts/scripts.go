@@ -399,7 +399,7 @@ func (r *run) open(ctx context.Context, name string, flag int, perm os.FileMode)
 		if err != nil {
 			return nil, err
 		}
-		return f, nil
+		return readOnlyFile{f}, nil
 	}
 	w := &treeWriter{r: r, path: p, perm: uint32(perm) &^ r.umask}
 	if flag&os.O_APPEND != 0 || flag&os.O_TRUNC == 0 {
@@ -521,6 +521,11 @@ func (r *run) readDir(ctx context.Context, name string) ([]fs.DirEntry, error) {
 }
 
 type nopCloser struct{ *strings.Reader }
+
+// readOnlyFile is a tree's file opened for reading, as the shell sees it.
+type readOnlyFile struct{ *rootfs.File }
+
+func (readOnlyFile) Write([]byte) (int, error) { return 0, os.ErrPermission }
 
 func (nopCloser) Write([]byte) (int, error) { return 0, os.ErrPermission }
 func (nopCloser) Close() error              { return nil }

@@ -30,10 +30,12 @@ func New(t testing.TB, epoch time.Time) *rootfs.Tree {
 }
 
 // NewIn is New with the tree's directory under parent, for tests that need
-// it somewhere particular (one another user can enter, say).
+// it somewhere particular (one another user can enter, say). As in a build,
+// an extraction by reference keeps its archive beside the tree, so the
+// layers' tests run their host processes on materialized trees.
 func NewIn(t testing.TB, parent string, epoch time.Time) *rootfs.Tree {
 	t.Helper()
-	tr, err := rootfs.New(filepath.Join(parent, "tree"), rootfs.Options{DefaultMTime: epoch})
+	tr, err := rootfs.New(filepath.Join(parent, "tree"), rootfs.Options{DefaultMTime: epoch, ContentDir: filepath.Join(parent, "content")})
 	if err != nil {
 		t.Fatal(err)
 	}

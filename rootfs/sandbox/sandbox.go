@@ -215,6 +215,9 @@ func (s *Sandbox) Run(ctx context.Context, name string, env []string, argv ...st
 	if err := s.Available(); err != nil {
 		return err
 	}
+	if err := s.Tree.Materialize(ctx); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
 	if !s.userns {
 		if err := s.showOwners(ctx); err != nil {
 			return err
