@@ -114,6 +114,14 @@ func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, work str
 	addsOf := map[string][]string{} // manifest lines of what each output added
 	known := map[string]string{}    // sums of every file, by name
 	var files []string
+	// An output's files are hashed while the next output is written: on a
+	// machine with a second core the hash of a disk costs no time.
+	var hashing []*pendingSums
+	defer func() {
+		for _, h := range hashing {
+			<-h.done
+		}
+	}()
 	for _, p := range plans {
 		out := p.out
 		start := time.Now()
@@ -136,26 +144,33 @@ func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, work str
 			if res, err = writeOutput(ctx, rec, o, work, tree, ep, p, staging, mainFile, addsOf); err != nil {
 				return nil, err
 			}
-			sums, err := sumsOf(staging, res)
-			if err != nil {
-				return nil, err
-			}
-			res.Sums = sums
-			bc.fileOutput(ctx, p.subject(rec), p.parts, staging, res, sums)
 			log.Infof("wrote %s in %s", res.Files[0], time.Since(start).Round(time.Millisecond))
+			hashing = append(hashing, hashOutput(staging, p, res))
+		} else {
+			for name, h := range res.Sums {
+				known[name] = h
+			}
 		}
 		addsOf[out.Name] = res.Adds
 		for _, w := range res.Warnings {
 			log.Warnf("%s: %s", out.Name, w)
-		}
-		for name, h := range res.Sums {
-			known[name] = h
 		}
 		mainFile[out.Name] = res.Files[0]
 		files = append(files, res.Files...)
 		fmt.Fprintf(&manifest, "## output %s %s\n", out.Name, res.Files[0])
 		for _, a := range res.Adds {
 			manifest.WriteString(a + "\n")
+		}
+	}
+	for _, h := range hashing {
+		<-h.done
+		if h.err != nil {
+			return nil, h.err
+		}
+		h.res.Sums = h.sums
+		bc.fileOutput(ctx, h.plan.subject(rec), h.plan.parts, staging, h.res, h.sums)
+		for name, sum := range h.sums {
+			known[name] = sum
 		}
 	}
 	sort.Strings(files)
@@ -235,6 +250,25 @@ func writeOutput(ctx context.Context, rec *recipes.Recipe, o *Options, work stri
 		return nil, fmt.Errorf("%s (%s): %w", out.Field, out.Format, err)
 	}
 	return res, nil
+}
+
+// pendingSums is the hashing of one written output's files.
+type pendingSums struct {
+	plan *outputPlan
+	res  *formats.Result
+	done chan struct{}
+	sums map[string]string
+	err  error
+}
+
+// hashOutput starts hashing what res wrote into staging.
+func hashOutput(staging string, p *outputPlan, res *formats.Result) *pendingSums {
+	h := &pendingSums{plan: p, res: res, done: make(chan struct{})}
+	go func() {
+		defer close(h.done)
+		h.sums, h.err = sumsOf(staging, res)
+	}()
+	return h
 }
 
 // sumsOf is the hex sha256 of every file an output wrote, by name relative
