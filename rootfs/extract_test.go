@@ -446,12 +446,56 @@ func FuzzExtract(f *testing.F) {
 			t.Fatal(err)
 		}
 		defer tr.Close()
-		Extract(context.Background(), tr, bytes.NewReader(data), ExtractOptions{Whiteouts: len(data)%2 == 0, MaxSize: 1 << 20})
+		opts := ExtractOptions{Whiteouts: len(data)%2 == 0, MaxSize: 1 << 20}
+		_, err = Extract(context.Background(), tr, bytes.NewReader(data), opts)
 		ents, _ := os.ReadDir(base)
 		if len(ents) != 1 {
 			t.Fatalf("extractor wrote next to the tree: %v", ents)
 		}
+		fuzzByReference(t, data, opts, tr, err)
 	})
+}
+
+// fuzzByReference extracts data again by reference and holds the result to
+// the written tree's: the same outcome, index and contents, and after
+// materializing, a directory a rescan finds nothing to change in.
+func fuzzByReference(t *testing.T, data []byte, opts ExtractOptions, written *Tree, werr error) {
+	base, err := os.MkdirTemp("", "fuzz-extract-ref-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(base)
+	tr, err := New(filepath.Join(base, "tree"), Options{DefaultMTime: epoch, ContentDir: filepath.Join(base, "content")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	opts.ByReference = true
+	_, err = Extract(context.Background(), tr, bytes.NewReader(data), opts)
+	if (err == nil) != (werr == nil) {
+		t.Fatalf("written: %v; by reference: %v", werr, err)
+	}
+	if err != nil {
+		return
+	}
+	if got, want := manifestOf(t, tr), manifestOf(t, written); got != want {
+		t.Fatalf("manifests differ:\n%s\nwant\n%s", got, want)
+	}
+	for _, p := range written.Paths() {
+		if written.Get(p).Type == TypeRegular && !bytes.Equal(readAll(t, tr, p), readAll(t, written, p)) {
+			t.Fatalf("%s: content differs", p)
+		}
+	}
+	if err := tr.Materialize(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := tr.Rescan(context.Background(), Origin{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ch.Added)+len(ch.Modified)+len(ch.Removed) != 0 {
+		t.Fatalf("the rescan after materializing found changes: %+v", ch)
+	}
 }
 
 func TestSparseContentStaysSparse(t *testing.T) {
