@@ -20,6 +20,7 @@ import (
 
 	"github.com/stamp-dev/stamp"
 	"github.com/stamp-dev/stamp/recipes"
+	"github.com/stamp-dev/stamp/verify"
 )
 
 // Exit codes, as the design fixes them.
@@ -198,7 +199,7 @@ func newApp(getenv func(string) string, code *int) *cli.App {
 						if err != nil {
 							return fmt.Errorf("verify: finding the stamp binary: %w", err)
 						}
-						res, err := stamp.Verify(c.Context, rec, stamp.VerifyOptions{Options: o, Build: childBuild(exe), Reach: []string{exe},
+						res, err := verify.Recipe(c.Context, rec, verify.Options{Options: o, Build: childBuild(exe), Reach: []string{exe},
 							SameUser: c.Bool("same-user"), Against: c.String("against")})
 						if res != nil && (err == nil || len(res.Outputs) > 0) {
 							res.Write(c.App.Writer)
@@ -439,8 +440,8 @@ func act(c *cli.Context, code *int, getenv func(string) string, fn func(*recipes
 
 // childBuild makes each of verify's builds by running exe build as a child:
 // only a process of its own can have another uid and umask.
-func childBuild(exe string) stamp.BuildFunc {
-	return func(ctx context.Context, req stamp.BuildRequest) error {
+func childBuild(exe string) verify.BuildFunc {
+	return func(ctx context.Context, req verify.BuildRequest) error {
 		o := req.Options
 		args := []string{exe, "build", req.Recipe,
 			"--output", o.OutputDir, "--work-dir", o.WorkDir, "--cache-dir", o.CacheDir, "--log-format", "text"}
@@ -464,7 +465,7 @@ func childBuild(exe string) stamp.BuildFunc {
 		for _, a := range req.Set {
 			args = append(args, "--set", a)
 		}
-		return stamp.RunChild(ctx, o.Log, req.Run, filepath.Dir(req.Recipe), args)
+		return verify.RunChild(ctx, o.Log, req.Run, filepath.Dir(req.Recipe), args)
 	}
 }
 

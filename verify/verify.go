@@ -1,4 +1,8 @@
-package stamp
+// Package verify proves a recipe reproducible: it builds it twice under a
+// varied environment (another user, umask, time zone, locale, GOMAXPROCS,
+// reversed directory reads, work directory) and compares every output, or
+// rebuilds it once and compares with an earlier build's SHA256SUMS.
+package verify
 
 import (
 	"bufio"
@@ -15,6 +19,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/stamp-dev/stamp"
 	"github.com/stamp-dev/stamp/formats/readback"
 	"github.com/stamp-dev/stamp/layers"
 	"github.com/stamp-dev/stamp/layers/cache"
@@ -26,13 +31,13 @@ import (
 // is started as root.
 const nobody = 65534
 
-// VerifyOptions configure Verify.
-type VerifyOptions struct {
+// Options configure Recipe.
+type Options struct {
 	// Options are those of a build. OutputDir receives both builds (a/ and
 	// b/); when empty a temporary directory is used and removed afterwards,
 	// unless the builds differ.
-	Options
-	// Build makes each build. Verify decides where and in what environment;
+	stamp.Options
+	// Build makes each build. Recipe decides where and in what environment;
 	// Build runs it, in a process of its own (see RunChild) so that umask,
 	// uid, time zone and the rest can differ from the caller's.
 	Build BuildFunc
@@ -47,24 +52,24 @@ type VerifyOptions struct {
 	Against string
 }
 
-// BuildFunc makes one of Verify's builds.
+// BuildFunc makes one of verify's builds.
 type BuildFunc func(ctx context.Context, req BuildRequest) error
 
-// BuildRequest is one of Verify's builds: the recipe at Recipe built with
+// BuildRequest is one of verify's builds: the recipe at Recipe built with
 // Options, in the environment Run describes.
 type BuildRequest struct {
 	Run    BuildRun
 	Recipe string // absolute
 	// Options are the build's: OutputDir, WorkDir, CacheDir, Offline and
 	// ReverseReaddir are this build's own; LockPath is absolute; Log is
-	// Verify's, for the build's messages.
-	Options Options
+	// verify's, for the build's messages.
+	Options stamp.Options
 	// Set are the recipe's parameter values as NAME=VALUE, so that neither
 	// build reads a default from its own environment.
 	Set []string
 }
 
-// BuildRun describes the environment one build of Verify ran in.
+// BuildRun describes the environment one build of verify ran in.
 type BuildRun struct {
 	Name                              string // "a", "b"
 	UID                               int
@@ -85,8 +90,8 @@ func (b BuildRun) String() string {
 // OutputCheck is the comparison of one output between two builds.
 type OutputCheck = readback.OutputCheck
 
-// VerifyResult is what Verify found.
-type VerifyResult struct {
+// Result is what Recipe found.
+type Result struct {
 	Dir     string // where the builds are; "" when removed
 	Builds  []BuildRun
 	Outputs []OutputCheck
@@ -96,7 +101,7 @@ type VerifyResult struct {
 }
 
 // OK reports whether every output matched.
-func (r *VerifyResult) OK() bool {
+func (r *Result) OK() bool {
 	for i := range r.Outputs {
 		if !r.Outputs[i].Match() {
 			return false
@@ -106,7 +111,7 @@ func (r *VerifyResult) OK() bool {
 }
 
 // Mismatches counts the outputs that differ.
-func (r *VerifyResult) Mismatches() int {
+func (r *Result) Mismatches() int {
 	n := 0
 	for i := range r.Outputs {
 		if !r.Outputs[i].Match() {
@@ -119,7 +124,7 @@ func (r *VerifyResult) Mismatches() int {
 // Write prints the result: the digests when everything matched, else for
 // each differing output its format, first differing byte and the paths and
 // fields that differ.
-func (r *VerifyResult) Write(w io.Writer) {
+func (r *Result) Write(w io.Writer) {
 	for _, b := range r.Builds {
 		fmt.Fprintln(w, "#", b)
 	}
@@ -139,14 +144,14 @@ func (r *VerifyResult) Write(w io.Writer) {
 	}
 }
 
-// Verify builds the recipe twice, the second time under a varied
+// Recipe builds the recipe twice, the second time under a varied
 // environment, and compares every output; with Against it builds once and
 // compares with an earlier build's SHA256SUMS. A build that fails is an
 // error; outputs that differ are not: they are in the result.
-func Verify(ctx context.Context, rec *recipes.Recipe, o VerifyOptions) (res *VerifyResult, err error) {
+func Recipe(ctx context.Context, rec *recipes.Recipe, o Options) (res *Result, err error) {
 	log := o.log()
 	if o.Build == nil {
-		return nil, &UsageError{Msg: "verify: nothing to run the builds with"}
+		return nil, &stamp.UsageError{Msg: "verify: nothing to run the builds with"}
 	}
 	recipePath, err := filepath.Abs(rec.Path)
 	if err != nil {
@@ -165,7 +170,7 @@ func Verify(ctx context.Context, rec *recipes.Recipe, o VerifyOptions) (res *Ver
 	if dir, err = filepath.Abs(dir); err != nil {
 		return nil, err
 	}
-	res = &VerifyResult{Dir: dir}
+	res = &Result{Dir: dir}
 	defer func() {
 		if temp && (err != nil || res == nil || res.OK()) && !o.KeepWork {
 			os.RemoveAll(dir)
@@ -180,7 +185,7 @@ func Verify(ctx context.Context, rec *recipes.Recipe, o VerifyOptions) (res *Ver
 		}
 		for _, p := range append([]string{dir, recipePath}, o.Reach...) {
 			if err := reachableByOthers(p); err != nil {
-				return nil, &UsageError{Msg: fmt.Sprintf("verify: the second build runs as uid %d, which cannot reach %s: %v (make it readable, or pass --same-user)", nobody, p, err)}
+				return nil, &stamp.UsageError{Msg: fmt.Sprintf("verify: the second build runs as uid %d, which cannot reach %s: %v (make it readable, or pass --same-user)", nobody, p, err)}
 			}
 		}
 	}
@@ -235,7 +240,7 @@ func Verify(ctx context.Context, rec *recipes.Recipe, o VerifyOptions) (res *Ver
 }
 
 // prepareFor makes the directories of a build writable by its user.
-func (o *VerifyOptions) prepareFor(b BuildRun, asNobody bool) error {
+func (o *Options) prepareFor(b BuildRun, asNobody bool) error {
 	for _, d := range []string{b.Output, b.Work} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("verify: %w", err)
@@ -255,7 +260,7 @@ func (o *VerifyOptions) prepareFor(b BuildRun, asNobody bool) error {
 }
 
 // build asks o.Build for the build b describes.
-func (o *VerifyOptions) build(ctx context.Context, rec *recipes.Recipe, b BuildRun, recipePath, cacheDir string, offline bool) error {
+func (o *Options) build(ctx context.Context, rec *recipes.Recipe, b BuildRun, recipePath, cacheDir string, offline bool) error {
 	bo := o.Options
 	bo.OutputDir, bo.WorkDir, bo.CacheDir, bo.Offline = b.Output, b.Work, cacheDir, offline
 	bo.ReverseReaddir = b.ReverseReaddir
@@ -281,7 +286,7 @@ func (o *VerifyOptions) build(ctx context.Context, rec *recipes.Recipe, b BuildR
 // the error holds the last of them.
 func RunChild(ctx context.Context, log logrus.FieldLogger, b BuildRun, dir string, argv []string) error {
 	if len(argv) == 0 {
-		return &UsageError{Msg: "verify: no command for build " + b.Name}
+		return &stamp.UsageError{Msg: "verify: no command for build " + b.Name}
 	}
 	args := append([]string{"-c", `umask ` + b.Umask + `; exec "$0" "$@"`}, argv...)
 	cmd := exec.CommandContext(ctx, "/bin/sh", args...)
@@ -397,4 +402,14 @@ func copyFile(src, dst string) error {
 	}
 	defer in.Close()
 	return rootfs.CopyToNewFile(dst, 0o644, in)
+}
+
+// log is the logger the caller handed in, or one that discards.
+func (o *Options) log() logrus.FieldLogger {
+	if o.Log == nil {
+		l := logrus.New()
+		l.SetOutput(io.Discard)
+		return l
+	}
+	return o.Log
 }

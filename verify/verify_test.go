@@ -1,4 +1,4 @@
-package stamp
+package verify
 
 import (
 	"archive/tar"
@@ -10,6 +10,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/stamp-dev/stamp"
 	"github.com/stamp-dev/stamp/recipes"
 )
 
@@ -77,7 +78,7 @@ func verifyFixture(t *testing.T) *recipes.Recipe {
 	return rec
 }
 
-// TestVerifyHandsEachBuildItsRun runs Verify with a build function that
+// TestVerifyHandsEachBuildItsRun runs Recipe with a build function that
 // builds in this process, and checks what each build was asked for: its own
 // directories, the parameter values, and for the second build the cache
 // alone and reversed directory reads; and that the two builds compare equal.
@@ -86,11 +87,11 @@ func TestVerifyHandsEachBuildItsRun(t *testing.T) {
 	var reqs []BuildRequest
 	build := func(ctx context.Context, req BuildRequest) error {
 		reqs = append(reqs, req)
-		_, err := Build(ctx, rec, req.Options)
+		_, err := stamp.Build(ctx, rec, req.Options)
 		return err
 	}
 	out := filepath.Join(t.TempDir(), "verify")
-	res, err := Verify(t.Context(), rec, VerifyOptions{Options: Options{OutputDir: out, CacheDir: t.TempDir()}, Build: build, SameUser: true})
+	res, err := Recipe(t.Context(), rec, Options{Options: stamp.Options{OutputDir: out, CacheDir: t.TempDir()}, Build: build, SameUser: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,16 +118,16 @@ func TestVerifyHandsEachBuildItsRun(t *testing.T) {
 	}
 }
 
-// TestVerifyFailsWithItsBuild checks that a build that fails fails Verify,
-// and that without a build function Verify refuses to start.
+// TestVerifyFailsWithItsBuild checks that a build that fails fails Recipe,
+// and that without a build function Recipe refuses to start.
 func TestVerifyFailsWithItsBuild(t *testing.T) {
 	rec := verifyFixture(t)
 	boom := errors.New("boom")
-	_, err := Verify(t.Context(), rec, VerifyOptions{Build: func(context.Context, BuildRequest) error { return boom }, SameUser: true})
+	_, err := Recipe(t.Context(), rec, Options{Build: func(context.Context, BuildRequest) error { return boom }, SameUser: true})
 	if !errors.Is(err, boom) {
-		t.Errorf("Verify with a failing build: %v", err)
+		t.Errorf("Recipe with a failing build: %v", err)
 	}
-	if _, err := Verify(t.Context(), rec, VerifyOptions{}); !IsUsage(err) {
-		t.Errorf("Verify without a build function: %v, want a usage error", err)
+	if _, err := Recipe(t.Context(), rec, Options{}); !stamp.IsUsage(err) {
+		t.Errorf("Recipe without a build function: %v, want a usage error", err)
 	}
 }
