@@ -623,8 +623,13 @@ func (t *Tree) writeContent(f *os.File, r io.Reader) (int64, string, error) {
 // writeRuns hashes each chunk on the hasher's goroutine while writing it here.
 // With f nil it only hashes.
 func (t *Tree) writeRuns(f *os.File, r io.Reader, h *hashio.Hasher) (int64, error) {
+	var w io.Writer = io.Discard
+	var sw *SparseWriter
+	if f != nil {
+		sw = NewSparseWriter(f)
+		w = sw
+	}
 	var size int64
-	hole := false
 	for i := 0; ; i ^= 1 {
 		// The hasher may still read the other buffer, never this one.
 		h.Settle(1)
@@ -632,12 +637,8 @@ func (t *Tree) writeRuns(f *os.File, r io.Reader, h *hashio.Hasher) (int64, erro
 		if n > 0 {
 			chunk := t.bufs[i][:n]
 			h.Write(chunk)
-			if f != nil {
-				endsInHole, werr := writeChunk(f, chunk)
-				if werr != nil {
-					return 0, werr
-				}
-				hole = endsInHole
+			if _, werr := w.Write(chunk); werr != nil {
+				return 0, werr
 			}
 			size += int64(n)
 		}
@@ -648,8 +649,8 @@ func (t *Tree) writeRuns(f *os.File, r io.Reader, h *hashio.Hasher) (int64, erro
 			return 0, err
 		}
 	}
-	if hole {
-		if err := f.Truncate(size); err != nil {
+	if sw != nil {
+		if err := sw.Close(); err != nil {
 			return 0, err
 		}
 	}

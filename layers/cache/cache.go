@@ -523,7 +523,7 @@ func (c *Cache) put(ctx context.Context, r io.Reader, wantHex, source string, to
 	buf := make([]byte, copyBuffer)
 	// Blobs are written sparsely: an output kept in the cache may be a raw
 	// disk of mostly zeros.
-	sw := &sparseWriter{f: f}
+	sw := rootfs.NewSparseWriter(f)
 	if _, err := io.CopyBuffer(io.MultiWriter(sw, h), &ctxReader{ctx: ctx, r: r, add: add}, buf); err != nil {
 		if ctx.Err() != nil {
 			// Transports report cancellation in their own words; give callers
@@ -532,7 +532,7 @@ func (c *Cache) put(ctx context.Context, r io.Reader, wantHex, source string, to
 		}
 		return "", fmt.Errorf("store %s: %w", name, err)
 	}
-	if err := sw.finish(); err != nil {
+	if err := sw.Close(); err != nil {
 		return "", fmt.Errorf("store %s: %w", name, err)
 	}
 	got := hex.EncodeToString(h.Sum(nil))

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/stamp-dev/stamp/rootfs"
 )
 
 // Records file what a build made under a key computed from everything that
@@ -254,13 +256,13 @@ func (c *Cache) Extract(ctx context.Context, digest, path string) error {
 	if err != nil {
 		return err
 	}
-	sw := &sparseWriter{f: f}
+	sw := rootfs.NewSparseWriter(f)
 	buf := make([]byte, copyBuffer)
 	if _, err := io.CopyBuffer(sw, &ctxReader{ctx: ctx, r: rc}, buf); err != nil {
 		f.Close()
 		return fmt.Errorf("extract %s to %s: %w", digest, path, err)
 	}
-	if err := sw.finish(); err != nil {
+	if err := sw.Close(); err != nil {
 		f.Close()
 		return fmt.Errorf("extract %s to %s: %w", digest, path, err)
 	}
