@@ -41,9 +41,8 @@ func (bc *buildCache) filePhase(ctx context.Context, rec *recipes.Recipe, ph pha
 	}
 	// Origins name host files relative to the recipe, as the sealed tree's
 	// do, so that a runner in another directory restores the same tree.
-	relativeOrigins(tree, rec.Dir)
 	var m bytes.Buffer
-	if err := rootfs.WriteManifest(&m, tree.Entries(), true); err != nil {
+	if err := rootfs.WriteManifest(&m, withRelativeOrigins(tree.Entries(), rec.Dir), true); err != nil {
 		bc.log.WithError(err).Warnf("cache: cannot keep phase %s", ph.name)
 		return
 	}

@@ -51,3 +51,17 @@ func relativeOrigins(t *rootfs.Tree, recipeDir string) {
 		}
 	}
 }
+
+// withRelativeOrigins is relativeOrigins on copies of entries (sharing
+// their inodes, so hard links stay links), leaving the tree as it is.
+func withRelativeOrigins(entries []*rootfs.Entry, recipeDir string) []*rootfs.Entry {
+	out := make([]*rootfs.Entry, len(entries))
+	for i, e := range entries {
+		c := *e
+		if recipeDir != "" && filepath.IsAbs(c.Origin.Member) {
+			c.Origin.Member = lockKey(recipeDir, c.Origin.Member)
+		}
+		out[i] = &c
+	}
+	return out
+}
