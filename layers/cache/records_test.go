@@ -208,3 +208,32 @@ func TestHashFileRemembers(t *testing.T) {
 		t.Fatal("an edited file kept its remembered hash")
 	}
 }
+
+// A blob is remembered however recently it was hard-linked (every restore
+// links it, which makes its ctime new), and forgotten once written to.
+func TestBlobRememberedAfterALink(t *testing.T) {
+	c := openCache(t, Options{})
+	d, err := c.Put(context.Background(), strings.NewReader("disk"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hexSum := strings.TrimPrefix(d, "sha256:")
+	p := c.blobPath(hexSum)
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(p, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(p, filepath.Join(t.TempDir(), "out.raw")); err != nil {
+		t.Fatal(err)
+	}
+	c.rememberBlob(hexSum)
+	if !c.blobVerified(hexSum) {
+		t.Fatal("a blob linked just now was not remembered")
+	}
+	if err := os.WriteFile(p, []byte("DISK"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if c.blobVerified(hexSum) {
+		t.Fatal("a blob written to is still taken as verified")
+	}
+}

@@ -59,7 +59,7 @@ const racyWindow = 2 * time.Second
 // a hash next time.
 func (c *Cache) statRemember(path string, fi os.FileInfo, hexSum string) {
 	if id, ok := statIdentity(fi); ok {
-		c.remember(c.statKey(path), fi, id, hexSum)
+		c.remember(c.statKey(path), fi, id, hexSum, true)
 	}
 }
 
@@ -90,7 +90,7 @@ func (c *Cache) HashFile(path string) (string, error) {
 	if now, err := os.Stat(abs); err == nil {
 		if a, ok1 := statIdentity(now); ok1 {
 			if b, ok2 := statIdentity(fi); ok2 && a == b {
-				c.remember(key, now, a, sum)
+				c.remember(key, now, a, sum, true)
 			}
 		}
 	}
@@ -133,18 +133,22 @@ func (c *Cache) rememberBlob(hexSum string) {
 	p := c.blobPath(hexSum)
 	if fi, err := os.Stat(p); err == nil {
 		if id, ok := blobIdentity(fi); ok {
-			c.remember(c.statKey(p), fi, id, hexSum)
+			// A blob's identity leaves ctime out, so its age does not
+			// count: every restore's hard link makes it new.
+			c.remember(c.statKey(p), fi, id, hexSum, false)
 		}
 	}
 }
 
 // remember writes a stat cache record; failures only cost a hash next time.
-func (c *Cache) remember(key string, fi os.FileInfo, id, hexSum string) {
+// A file whose mtime (and, when the identity holds it, ctime) is within the
+// racy window is not remembered.
+func (c *Cache) remember(key string, fi os.FileInfo, id, hexSum string, withCtime bool) {
 	if !c.writable {
 		return
 	}
 	st := fi.Sys().(*syscall.Stat_t)
-	if time.Since(time.Unix(0, st.Ctim.Nano())) < racyWindow || time.Since(time.Unix(0, st.Mtim.Nano())) < racyWindow {
+	if (withCtime && time.Since(time.Unix(0, st.Ctim.Nano())) < racyWindow) || time.Since(time.Unix(0, st.Mtim.Nano())) < racyWindow {
 		return
 	}
 	dir := filepath.Dir(key)
