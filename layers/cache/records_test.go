@@ -237,3 +237,30 @@ func TestBlobRememberedAfterALink(t *testing.T) {
 		t.Fatal("a blob written to is still taken as verified")
 	}
 }
+
+// An output just written and hashed by its build is adopted as verified,
+// so the first rebuild restores it without hashing it again; a write into
+// it afterwards is still found.
+func TestAdoptedBlobIsVerified(t *testing.T) {
+	c := openCache(t, Options{})
+	p := filepath.Join(t.TempDir(), "out.raw")
+	if err := os.WriteFile(p, []byte("disk"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hexSum, _, err := hashio.File(p, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Adopt(context.Background(), p, hexSum); err != nil {
+		t.Fatal(err)
+	}
+	if !c.blobVerified(hexSum) {
+		t.Fatal("an adopted blob is not taken as verified")
+	}
+	if err := os.WriteFile(p, []byte("DISK"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if c.blobVerified(hexSum) {
+		t.Fatal("an adopted blob written to through its output is still taken as verified")
+	}
+}
