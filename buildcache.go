@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -398,14 +397,12 @@ func (bc *buildCache) sealedFrom(r *cache.Record) (*sealedView, error) {
 	return v, nil
 }
 
+// maxRecordBlob bounds what a record's own data (a manifest, an SBOM) may
+// be: a tree of a million entries has a manifest of about 150 MB.
+const maxRecordBlob = 1 << 30
+
 func (bc *buildCache) readBlob(digest string) ([]byte, error) {
-	rc, err := bc.c.Open(digest)
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	// The reader ends in io.EOF only when the content hashed to its name.
-	return io.ReadAll(rc)
+	return bc.c.ReadBlob(digest, maxRecordBlob)
 }
 
 // fileOutput stores an output's files, staged under staging, with their

@@ -108,6 +108,9 @@ func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, work str
 	defer os.RemoveAll(staging)
 
 	var manifest bytes.Buffer
+	// A real tree's section is megabytes: growing the buffer step by step
+	// is a good part of a rebuild from the cache.
+	manifest.Grow(len(view.manifestTree) + 64<<10)
 	fmt.Fprintf(&manifest, "# stamp manifest v1: %s\n# tree %s\n", rec.Name, view.digest)
 	manifest.Write(view.manifestTree)
 	mainFile := map[string]string{}

@@ -346,6 +346,38 @@ func (c *Cache) Open(digest string) (io.ReadCloser, error) {
 	return &verifyingReader{c: c, f: f, want: h, r: hashio.NewReader(f)}, nil
 }
 
+// ReadBlob returns the content of a small blob (a record's manifest, an
+// SBOM), verified: read whole and hashed in memory, without the read-ahead
+// buffers Open sets up for a stream. A blob larger than max bytes is
+// refused. A corrupt blob is removed and reported as a *CorruptError.
+func (c *Cache) ReadBlob(digest string, max int64) ([]byte, error) {
+	h, err := ParseDigest(digest)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(c.blobPath(h))
+	if err != nil {
+		return nil, fmt.Errorf("blob %s: %w", digestOf(h), err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("blob %s: %w", digestOf(h), err)
+	}
+	if fi.Size() > max {
+		return nil, fmt.Errorf("blob %s: %d bytes, more than the %d expected", digestOf(h), fi.Size(), max)
+	}
+	b := make([]byte, fi.Size())
+	if _, err := io.ReadFull(f, b); err != nil {
+		return nil, fmt.Errorf("read blob %s: %w", digestOf(h), err)
+	}
+	sum := sha256.Sum256(b)
+	if got := hex.EncodeToString(sum[:]); got != h {
+		return nil, c.corrupt(f, h, got)
+	}
+	return b, nil
+}
+
 // Verify re-hashes the whole blob. A corrupt blob is removed and reported as a
 // *CorruptError.
 func (c *Cache) Verify(digest string) error {

@@ -264,3 +264,31 @@ func TestAdoptedBlobIsVerified(t *testing.T) {
 		t.Fatal("an adopted blob written to through its output is still taken as verified")
 	}
 }
+
+// ReadBlob hands out a small blob only when it hashes to its name, and
+// refuses one larger than asked for.
+func TestReadBlob(t *testing.T) {
+	c := openCache(t, Options{})
+	d, err := c.Put(context.Background(), strings.NewReader("manifest"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := c.ReadBlob(d, 1<<20); err != nil || string(b) != "manifest" {
+		t.Fatalf("ReadBlob: %q, %v", b, err)
+	}
+	if _, err := c.ReadBlob(d, 4); err == nil {
+		t.Fatal("a blob over the limit was read")
+	}
+	p, err := c.Path(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(p, 0o644)
+	if err := os.WriteFile(p, []byte("MANIFEST"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var ce *CorruptError
+	if _, err := c.ReadBlob(d, 1<<20); !errors.As(err, &ce) || !ce.Removed || c.Has(d) {
+		t.Fatalf("a corrupt blob: %v", err)
+	}
+}
