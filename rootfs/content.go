@@ -101,14 +101,9 @@ func (w *archiveWriter) finish() error {
 // createRef is Create for a new regular file whose size bytes are in the
 // archive at off; r reads them, and is read to the end to hash them.
 func (t *Tree) createRef(p string, h Header, r io.Reader, a *archive, off, size int64) (*Entry, error) {
-	full, err := t.prepare(p)
+	full, err := t.prepareNew(p)
 	if err != nil {
 		return nil, err
-	}
-	if old := t.entries[full]; old != nil {
-		if err := t.remove(full); err != nil {
-			return nil, err
-		}
 	}
 	in := h.inode()
 	n, digest, err := t.hashContent(r)

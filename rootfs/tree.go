@@ -426,6 +426,21 @@ func (t *Tree) prepare(p string) (string, error) {
 	return full, nil
 }
 
+// prepareNew is prepare for a new non-directory entry: whatever is at p is
+// removed first, as tar replaces it.
+func (t *Tree) prepareNew(p string) (string, error) {
+	full, err := t.prepare(p)
+	if err != nil {
+		return "", err
+	}
+	if old := t.entries[full]; old != nil {
+		if err := t.remove(full); err != nil {
+			return "", err
+		}
+	}
+	return full, nil
+}
+
 // mkdirParents makes sure the clean, resolved path dir exists as a directory.
 func (t *Tree) mkdirParents(dir string, h Header) error {
 	if e := t.entries[dir]; e != nil {

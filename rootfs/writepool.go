@@ -192,14 +192,9 @@ func (t *Tree) dropUnwritten() {
 // come from r, written by the pool. The entry's Digest is filled in when the
 // pool settles.
 func (t *Tree) createQueued(p string, h Header, r io.Reader, size int64, member string) (*Entry, error) {
-	full, err := t.prepare(p)
+	full, err := t.prepareNew(p)
 	if err != nil {
 		return nil, err
-	}
-	if old := t.entries[full]; old != nil {
-		if err := t.remove(full); err != nil {
-			return nil, err
-		}
 	}
 	data := make([]byte, size)
 	if _, err := io.ReadFull(r, data); err != nil {

@@ -333,13 +333,9 @@ func (c *Cache) Path(digest string) (string, error) {
 // it returns io.EOF only if the content matched; otherwise a *CorruptError,
 // and the blob is removed. A caller that stops before EOF gets no check.
 func (c *Cache) Open(digest string) (io.ReadCloser, error) {
-	h, err := ParseDigest(digest)
+	f, h, err := c.openBlob(digest)
 	if err != nil {
 		return nil, err
-	}
-	f, err := os.Open(c.blobPath(h))
-	if err != nil {
-		return nil, fmt.Errorf("blob %s: %w", digestOf(h), err)
 	}
 	// The blob is read ahead and hashed on another goroutine, so checking it
 	// costs its consumer no time on a machine with a second core.
@@ -351,13 +347,9 @@ func (c *Cache) Open(digest string) (io.ReadCloser, error) {
 // buffers Open sets up for a stream. A blob larger than max bytes is
 // refused. A corrupt blob is removed and reported as a *CorruptError.
 func (c *Cache) ReadBlob(digest string, max int64) ([]byte, error) {
-	h, err := ParseDigest(digest)
+	f, h, err := c.openBlob(digest)
 	if err != nil {
 		return nil, err
-	}
-	f, err := os.Open(c.blobPath(h))
-	if err != nil {
-		return nil, fmt.Errorf("blob %s: %w", digestOf(h), err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
@@ -376,6 +368,19 @@ func (c *Cache) ReadBlob(digest string, max int64) ([]byte, error) {
 		return nil, c.corrupt(f, h, got)
 	}
 	return b, nil
+}
+
+// openBlob opens the blob named digest and returns it with its hex sum.
+func (c *Cache) openBlob(digest string) (*os.File, string, error) {
+	h, err := ParseDigest(digest)
+	if err != nil {
+		return nil, "", err
+	}
+	f, err := os.Open(c.blobPath(h))
+	if err != nil {
+		return nil, "", fmt.Errorf("blob %s: %w", digestOf(h), err)
+	}
+	return f, h, nil
 }
 
 // Verify re-hashes the whole blob. A corrupt blob is removed and reported as a
