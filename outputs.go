@@ -3,6 +3,8 @@ package stamp
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -107,12 +109,10 @@ func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, work str
 	}
 	defer os.RemoveAll(staging)
 
+	// The manifest is its header, the tree's section (megabytes for a real
+	// tree, never copied) and each output's section, in that order.
+	manifestHead := fmt.Sprintf("# stamp manifest v1: %s\n# tree %s\n", rec.Name, view.digest)
 	var manifest bytes.Buffer
-	// A real tree's section is megabytes: growing the buffer step by step
-	// is a good part of a rebuild from the cache.
-	manifest.Grow(len(view.manifestTree) + 64<<10)
-	fmt.Fprintf(&manifest, "# stamp manifest v1: %s\n# tree %s\n", rec.Name, view.digest)
-	manifest.Write(view.manifestTree)
 	mainFile := map[string]string{}
 	addsOf := map[string][]string{} // manifest lines of what each output added
 	known := map[string]string{}    // sums of every file, by name
@@ -192,7 +192,11 @@ func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, work str
 		subjects = append(subjects, attest.Sum{Name: name, SHA256: h})
 	}
 	sbom := view.sbom
-	byproducts := []attest.Sum{{Name: ManifestFile, SHA256: bytesSHA256(manifest.Bytes())}, {Name: SBOMFile, SHA256: bytesSHA256(sbom)}}
+	manifestSum, err := writeJoined(filepath.Join(staging, ManifestFile), []byte(manifestHead), view.manifestTree, manifest.Bytes())
+	if err != nil {
+		return nil, err
+	}
+	byproducts := []attest.Sum{{Name: ManifestFile, SHA256: manifestSum}, {Name: SBOMFile, SHA256: bytesSHA256(sbom)}}
 	prov, err := provenanceJSON(rec, ep, att.recipeDigest, view.digest, att.deps, subjects, byproducts)
 	if err != nil {
 		return nil, err
@@ -201,9 +205,6 @@ func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, work str
 		return nil, err
 	}
 	if err := os.WriteFile(filepath.Join(staging, ProvenanceFile), prov, 0o644); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(staging, ManifestFile), manifest.Bytes(), 0o644); err != nil {
 		return nil, err
 	}
 	if err := os.WriteFile(filepath.Join(staging, SumsFile), sums.Bytes(), 0o644); err != nil {
@@ -253,6 +254,27 @@ func writeOutput(ctx context.Context, rec *recipes.Recipe, o *Options, work stri
 		return nil, fmt.Errorf("%s (%s): %w", out.Field, out.Format, err)
 	}
 	return res, nil
+}
+
+// writeJoined writes the parts one after another into a new file at path
+// and returns the hex sha256 of the whole.
+func writeJoined(path string, parts ...[]byte) (string, error) {
+	h := sha256.New()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return "", err
+	}
+	for _, p := range parts {
+		h.Write(p)
+		if _, err := f.Write(p); err != nil {
+			f.Close()
+			return "", fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // pendingSums is the hashing of one written output's files.
