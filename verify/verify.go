@@ -19,7 +19,6 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/stamp-dev/stamp"
 	"github.com/stamp-dev/stamp/formats/readback"
 	"github.com/stamp-dev/stamp/layers"
 	"github.com/stamp-dev/stamp/layers/cache"
@@ -33,10 +32,19 @@ const nobody = 65534
 
 // Options configure Recipe.
 type Options struct {
-	// Options are those of a build. OutputDir receives both builds (a/ and
-	// b/); when empty a temporary directory is used and removed afterwards,
-	// unless the builds differ.
-	stamp.Options
+	// OutputDir receives both builds (a/ and b/); when empty a temporary
+	// directory is used and removed afterwards, unless the builds differ.
+	OutputDir string
+	// CacheDir is the first build's cache ("" for the default); the second
+	// reads the same blobs.
+	CacheDir string
+	// Offline makes the first build use only the cache, as the second
+	// always does.
+	Offline bool
+	// KeepWork keeps a temporary OutputDir even when the builds agree.
+	KeepWork bool
+	// Log receives verify's messages and the builds'.
+	Log logrus.FieldLogger
 	// Build makes each build. Recipe decides where and in what environment;
 	// Build runs it, in a process of its own (see RunChild) so that umask,
 	// uid, time zone and the rest can differ from the caller's.
@@ -55,19 +63,32 @@ type Options struct {
 // BuildFunc makes one of verify's builds.
 type BuildFunc func(ctx context.Context, req BuildRequest) error
 
-// BuildRequest is one of verify's builds: the recipe at Recipe built with
-// Options, in the environment Run describes.
+// BuildRequest is one of verify's builds: the recipe at Recipe built into
+// OutputDir, in the environment Run describes. Everything else about the
+// build (lock, epoch, registries) is the BuildFunc's own, the same for both.
 type BuildRequest struct {
 	Run    BuildRun
 	Recipe string // absolute
-	// Options are the build's: OutputDir, WorkDir, CacheDir, Offline and
-	// ReverseReaddir are this build's own; LockPath is absolute; Log is
-	// verify's, for the build's messages.
-	Options stamp.Options
 	// Set are the recipe's parameter values as NAME=VALUE, so that neither
 	// build reads a default from its own environment.
 	Set []string
+	// OutputDir, WorkDir and CacheDir are this build's own.
+	OutputDir, WorkDir, CacheDir string
+	// Offline: the second build must not need the network.
+	Offline bool
+	// ReverseReaddir reads host directories in reverse order.
+	ReverseReaddir bool
+	// NoCache is always set: a build taken from the other's cache records
+	// would prove nothing.
+	NoCache bool
+	// Log is verify's, for the build's messages.
+	Log logrus.FieldLogger
 }
+
+// UsageError is a verify that cannot be carried out as asked.
+type UsageError struct{ Msg string }
+
+func (e *UsageError) Error() string { return e.Msg }
 
 // BuildRun describes the environment one build of verify ran in.
 type BuildRun struct {
@@ -151,7 +172,7 @@ func (r *Result) Write(w io.Writer) {
 func Recipe(ctx context.Context, rec *recipes.Recipe, o Options) (res *Result, err error) {
 	log := o.log()
 	if o.Build == nil {
-		return nil, &stamp.UsageError{Msg: "verify: nothing to run the builds with"}
+		return nil, &UsageError{Msg: "verify: nothing to run the builds with"}
 	}
 	recipePath, err := filepath.Abs(rec.Path)
 	if err != nil {
@@ -185,7 +206,7 @@ func Recipe(ctx context.Context, rec *recipes.Recipe, o Options) (res *Result, e
 		}
 		for _, p := range append([]string{dir, recipePath}, o.Reach...) {
 			if err := reachableByOthers(p); err != nil {
-				return nil, &stamp.UsageError{Msg: fmt.Sprintf("verify: the second build runs as uid %d, which cannot reach %s: %v (make it readable, or pass --same-user)", nobody, p, err)}
+				return nil, &UsageError{Msg: fmt.Sprintf("verify: the second build runs as uid %d, which cannot reach %s: %v (make it readable, or pass --same-user)", nobody, p, err)}
 			}
 		}
 	}
@@ -261,22 +282,10 @@ func (o *Options) prepareFor(b BuildRun, asNobody bool) error {
 
 // build asks o.Build for the build b describes.
 func (o *Options) build(ctx context.Context, rec *recipes.Recipe, b BuildRun, recipePath, cacheDir string, offline bool) error {
-	bo := o.Options
-	bo.OutputDir, bo.WorkDir, bo.CacheDir, bo.Offline = b.Output, b.Work, cacheDir, offline
-	bo.ReverseReaddir = b.ReverseReaddir
-	// Each build makes everything: one taken from the other's cache
-	// records would prove nothing.
-	bo.NoCache = true
-	bo.Log, bo.Progress = o.log(), nil
-	if bo.LockPath != "" {
-		lp, err := filepath.Abs(bo.LockPath)
-		if err != nil {
-			return err
-		}
-		bo.LockPath = lp
-	}
 	o.log().Infof("verify: %s", b)
-	return o.Build(ctx, BuildRequest{Run: b, Recipe: recipePath, Options: bo, Set: rec.SetArgs()})
+	return o.Build(ctx, BuildRequest{Run: b, Recipe: recipePath, Set: rec.SetArgs(),
+		OutputDir: b.Output, WorkDir: b.Work, CacheDir: cacheDir, Offline: offline,
+		ReverseReaddir: b.ReverseReaddir, NoCache: true, Log: o.log()})
 }
 
 // RunChild runs the command argv (a build) as a child process in the
@@ -286,7 +295,7 @@ func (o *Options) build(ctx context.Context, rec *recipes.Recipe, b BuildRun, re
 // the error holds the last of them.
 func RunChild(ctx context.Context, log logrus.FieldLogger, b BuildRun, dir string, argv []string) error {
 	if len(argv) == 0 {
-		return &stamp.UsageError{Msg: "verify: no command for build " + b.Name}
+		return &UsageError{Msg: "verify: no command for build " + b.Name}
 	}
 	args := append([]string{"-c", `umask ` + b.Umask + `; exec "$0" "$@"`}, argv...)
 	cmd := exec.CommandContext(ctx, "/bin/sh", args...)

@@ -87,11 +87,12 @@ func TestVerifyHandsEachBuildItsRun(t *testing.T) {
 	var reqs []BuildRequest
 	build := func(ctx context.Context, req BuildRequest) error {
 		reqs = append(reqs, req)
-		_, err := stamp.Build(ctx, rec, req.Options)
+		_, err := stamp.Build(ctx, rec, stamp.Options{OutputDir: req.OutputDir, WorkDir: req.WorkDir, CacheDir: req.CacheDir,
+			Offline: req.Offline, ReverseReaddir: req.ReverseReaddir, NoCache: req.NoCache, Log: req.Log})
 		return err
 	}
 	out := filepath.Join(t.TempDir(), "verify")
-	res, err := Recipe(t.Context(), rec, Options{Options: stamp.Options{OutputDir: out, CacheDir: t.TempDir()}, Build: build, SameUser: true})
+	res, err := Recipe(t.Context(), rec, Options{OutputDir: out, CacheDir: t.TempDir(), Build: build, SameUser: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,13 +105,16 @@ func TestVerifyHandsEachBuildItsRun(t *testing.T) {
 		t.Fatalf("%d builds, want 2", len(reqs))
 	}
 	a, b := reqs[0], reqs[1]
-	if a.Run.Name != "a" || b.Run.Name != "b" || a.Options.ReverseReaddir || !b.Options.ReverseReaddir || !b.Options.Offline {
+	if a.Run.Name != "a" || b.Run.Name != "b" || a.ReverseReaddir || !b.ReverseReaddir || !b.Offline {
 		t.Errorf("build a %+v reversed %v; build b %+v reversed %v offline %v",
-			a.Run, a.Options.ReverseReaddir, b.Run, b.Options.ReverseReaddir, b.Options.Offline)
+			a.Run, a.ReverseReaddir, b.Run, b.ReverseReaddir, b.Offline)
 	}
 	for _, r := range reqs {
-		if r.Options.OutputDir != r.Run.Output || r.Options.WorkDir != r.Run.Work || filepath.Dir(r.Options.OutputDir) != out {
-			t.Errorf("build %s: output %s, work %s; its run says %s, %s", r.Run.Name, r.Options.OutputDir, r.Options.WorkDir, r.Run.Output, r.Run.Work)
+		if r.OutputDir != r.Run.Output || r.WorkDir != r.Run.Work || filepath.Dir(r.OutputDir) != out {
+			t.Errorf("build %s: output %s, work %s; its run says %s, %s", r.Run.Name, r.OutputDir, r.WorkDir, r.Run.Output, r.Run.Work)
+		}
+		if !r.NoCache {
+			t.Errorf("build %s may take outputs from the other's cache records", r.Run.Name)
 		}
 		if !filepath.IsAbs(r.Recipe) || !slices.Equal(r.Set, []string{"host=n1"}) {
 			t.Errorf("build %s: recipe %s, set %q", r.Run.Name, r.Recipe, r.Set)
@@ -127,7 +131,7 @@ func TestVerifyFailsWithItsBuild(t *testing.T) {
 	if !errors.Is(err, boom) {
 		t.Errorf("Recipe with a failing build: %v", err)
 	}
-	if _, err := Recipe(t.Context(), rec, Options{}); !stamp.IsUsage(err) {
+	if _, err := Recipe(t.Context(), rec, Options{}); !errors.As(err, new(*UsageError)) {
 		t.Errorf("Recipe without a build function: %v, want a usage error", err)
 	}
 }

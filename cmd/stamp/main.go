@@ -199,7 +199,12 @@ func newApp(getenv func(string) string, code *int) *cli.App {
 						if err != nil {
 							return fmt.Errorf("verify: finding the stamp binary: %w", err)
 						}
-						res, err := verify.Recipe(c.Context, rec, verify.Options{Options: o, Build: childBuild(exe), Reach: []string{exe},
+						build, err := childBuild(exe, o)
+						if err != nil {
+							return err
+						}
+						res, err := verify.Recipe(c.Context, rec, verify.Options{OutputDir: o.OutputDir, CacheDir: o.CacheDir,
+							Offline: o.Offline, KeepWork: o.KeepWork, Log: o.Log, Build: build, Reach: []string{exe},
 							SameUser: c.Bool("same-user"), Against: c.String("against")})
 						if res != nil && (err == nil || len(res.Outputs) > 0) {
 							res.Write(c.App.Writer)
@@ -427,7 +432,7 @@ func act(c *cli.Context, code *int, getenv func(string) string, fn func(*recipes
 	}
 	if err != nil {
 		*code = exitFailed
-		if stamp.IsUsage(err) {
+		if isUsage(err) {
 			*code = exitUsage
 		}
 		if errors.Is(err, context.Canceled) {
@@ -439,14 +444,23 @@ func act(c *cli.Context, code *int, getenv func(string) string, fn func(*recipes
 }
 
 // childBuild makes each of verify's builds by running exe build as a child:
-// only a process of its own can have another uid and umask.
-func childBuild(exe string) verify.BuildFunc {
+// only a process of its own can have another uid and umask. What the
+// request leaves out (lock, epoch, registries) comes from o, the same for
+// both builds.
+func childBuild(exe string, o stamp.Options) (verify.BuildFunc, error) {
+	lock := o.LockPath
+	if lock != "" {
+		abs, err := filepath.Abs(lock)
+		if err != nil {
+			return nil, err
+		}
+		lock = abs
+	}
 	return func(ctx context.Context, req verify.BuildRequest) error {
-		o := req.Options
 		args := []string{exe, "build", req.Recipe,
-			"--output", o.OutputDir, "--work-dir", o.WorkDir, "--cache-dir", o.CacheDir, "--log-format", "text"}
-		if o.LockPath != "" {
-			args = append(args, "--lock", o.LockPath)
+			"--output", req.OutputDir, "--work-dir", req.WorkDir, "--cache-dir", req.CacheDir, "--log-format", "text"}
+		if lock != "" {
+			args = append(args, "--lock", lock)
 		}
 		if o.Epoch != nil {
 			args = append(args, "--epoch", strconv.FormatInt(*o.Epoch, 10))
@@ -454,7 +468,7 @@ func childBuild(exe string) verify.BuildFunc {
 		for _, flag := range []struct {
 			name string
 			on   bool
-		}{{"--offline", o.Offline}, {"--update-lock", o.UpdateLock}, {"--keep-work", o.KeepWork}, {"--reverse-readdir", o.ReverseReaddir}, {"--no-cache", o.NoCache}} {
+		}{{"--offline", req.Offline}, {"--update-lock", o.UpdateLock}, {"--keep-work", o.KeepWork}, {"--reverse-readdir", req.ReverseReaddir}, {"--no-cache", req.NoCache}} {
 			if flag.on {
 				args = append(args, flag.name)
 			}
@@ -465,8 +479,8 @@ func childBuild(exe string) verify.BuildFunc {
 		for _, a := range req.Set {
 			args = append(args, "--set", a)
 		}
-		return verify.RunChild(ctx, o.Log, req.Run, filepath.Dir(req.Recipe), args)
-	}
+		return verify.RunChild(ctx, req.Log, req.Run, filepath.Dir(req.Recipe), args)
+	}, nil
 }
 
 // setFlag collects --set NAME=VALUE. A string slice flag would split a
@@ -565,4 +579,11 @@ func privateDir(c *cli.Context, flag string) (string, error) {
 	}
 	os.Remove(probe)
 	return abs, nil
+}
+
+// isUsage reports whether err is a request that cannot be carried out as
+// given, from the conductor or from verify: the CLI exits 2 for those.
+func isUsage(err error) bool {
+	var ve *verify.UsageError
+	return stamp.IsUsage(err) || errors.As(err, &ve)
 }
