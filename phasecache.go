@@ -126,7 +126,7 @@ func (bc *buildCache) restorePhase(ctx context.Context, r *cache.Record, tree *r
 		return err
 	}
 	defer rc.Close()
-	if err := tree.Restore(ctx, entries, rc); err != nil {
+	if err := tree.Restore(ctx, entries, rc, nil); err != nil {
 		return err
 	}
 	// Read to the end, where the reader checks the whole blob's hash.

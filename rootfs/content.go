@@ -1,13 +1,15 @@
 package rootfs
 
 import (
-	"bufio"
 	"context"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"syscall"
+
+	"github.com/stamp-dev/stamp/rootfs/hashio"
 )
 
 // Content by reference. Writing an archive's 11,000 files into a directory,
@@ -22,10 +24,29 @@ import (
 // the directory, so whatever runs one calls Materialize first, which writes
 // every referenced file where an extraction would have put it.
 
+// ArchiveStore keeps the archives of trees extracted by reference where
+// later builds find them again by their sha256. The build cache is one.
+type ArchiveStore interface {
+	// CreateTemp creates a file to write a new archive into, where Keep
+	// can file it.
+	CreateTemp() (*os.File, error)
+	// Keep files the complete archive at path, a closed file CreateTemp
+	// made whose sha256 is sum (hex), and returns the path it is read from
+	// from now on.
+	Keep(path, sum string) (string, error)
+	// Open opens the archive filed as sum, verified to hash to it.
+	Open(sum string) (*os.File, error)
+}
+
 // archive is an uncompressed archive files of a tree point into.
 type archive struct {
 	f    *os.File // read side; reads use pread, so it is shared freely
 	path string
+	sum  string // sha256 (hex), once the archive is complete
+	// kept archives belong to the tree's ArchiveStore, which outlives the
+	// tree: they are closed, never removed.
+	kept bool
+	size int64 // of a kept archive opened again (see openKept)
 }
 
 // contentRef says where a regular file's bytes are: Size bytes of a at off.
@@ -35,34 +56,48 @@ type contentRef struct {
 }
 
 // archiveWriter keeps the uncompressed stream an extraction reads, and knows
-// how far it has read.
+// how far it has read. It hashes what it writes, on a goroutine of its own,
+// so that the archive is filed under its sha256.
 type archiveWriter struct {
-	a   *archive
-	out *os.File
-	buf *bufio.Writer
-	r   io.Reader
-	n   int64 // bytes read from r, and so written to the archive
-	err error
+	a     *archive
+	out   *os.File
+	store ArchiveStore
+	// bufs are filled alternately, so one can be written and filled while
+	// the hasher still reads the other.
+	bufs [2][]byte
+	cur  int
+	fill int
+	h    *hashio.Hasher
+	r    io.Reader
+	n    int64 // bytes read from r, and so written to the archive
+	err  error
 }
+
+const archiveChunk = 1 << 20
 
 // newArchive creates the file an extraction of r keeps its archive in.
 func (t *Tree) newArchive(r io.Reader) (*archiveWriter, error) {
-	if err := os.MkdirAll(t.opts.ContentDir, 0o700); err != nil {
-		return nil, fmt.Errorf("content directory: %w", err)
+	var out *os.File
+	var err error
+	if t.opts.Archives != nil {
+		out, err = t.opts.Archives.CreateTemp()
+	} else if err = os.MkdirAll(t.opts.ContentDir, 0o700); err == nil {
+		out, err = os.CreateTemp(t.opts.ContentDir, "archive-*.tar")
 	}
-	out, err := os.CreateTemp(t.opts.ContentDir, "archive-*.tar")
 	if err != nil {
-		return nil, fmt.Errorf("content directory: %w", err)
+		return nil, fmt.Errorf("keeping the archive: %w", err)
 	}
 	rf, err := os.Open(out.Name())
 	if err != nil {
 		out.Close()
 		os.Remove(out.Name())
-		return nil, fmt.Errorf("content directory: %w", err)
+		return nil, fmt.Errorf("keeping the archive: %w", err)
 	}
 	a := &archive{f: rf, path: out.Name()}
 	t.archives = append(t.archives, a)
-	return &archiveWriter{a: a, out: out, buf: bufio.NewWriterSize(out, 1<<20), r: r}, nil
+	w := &archiveWriter{a: a, out: out, store: t.opts.Archives, h: hashio.NewHasher(), r: r}
+	w.bufs[0], w.bufs[1] = make([]byte, archiveChunk), make([]byte, archiveChunk)
+	return w, nil
 }
 
 // Read passes on what it reads and writes it to the archive. A failed write
@@ -72,29 +107,60 @@ func (w *archiveWriter) Read(p []byte) (int, error) {
 		return 0, w.err
 	}
 	n, err := w.r.Read(p)
-	if n > 0 {
-		if _, werr := w.buf.Write(p[:n]); werr != nil {
-			w.err = fmt.Errorf("keeping the archive: %w", werr)
-			return 0, w.err
+	for q := p[:n]; len(q) > 0 && w.err == nil; {
+		c := copy(w.bufs[w.cur][w.fill:], q)
+		w.fill += c
+		q = q[c:]
+		if w.fill == archiveChunk {
+			w.flush()
 		}
-		w.n += int64(n)
+	}
+	w.n += int64(n)
+	if w.err != nil {
+		return 0, w.err
 	}
 	return n, err
 }
 
-// finish writes out what is buffered, so that reads of the archive see every
-// byte a reference may point at.
-func (w *archiveWriter) finish() error {
-	err := w.err
-	if err == nil {
-		err = w.buf.Flush()
+// flush writes the buffer being filled and hands it to the hasher.
+func (w *archiveWriter) flush() {
+	b := w.bufs[w.cur][:w.fill]
+	if len(b) == 0 {
+		return
 	}
+	if _, err := w.out.Write(b); err != nil {
+		w.err = fmt.Errorf("keeping the archive: %w", err)
+		return
+	}
+	w.h.Write(b)
+	w.cur ^= 1
+	// The other buffer is the next to fill: its hashing must be done.
+	w.h.Settle(1)
+	w.fill = 0
+}
+
+// finish writes out what is buffered, so that reads of the archive see every
+// byte a reference may point at, and files the archive in the store.
+func (w *archiveWriter) finish() error {
+	if w.err == nil {
+		w.flush()
+	}
+	sum := w.h.Sum()
+	w.h.Close()
+	err := w.err
 	if cerr := w.out.Close(); err == nil {
 		err = cerr
+	}
+	if err == nil && w.store != nil {
+		var p string
+		if p, err = w.store.Keep(w.a.path, hex.EncodeToString(sum[:])); err == nil {
+			w.a.path, w.a.kept = p, true
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("keeping the archive %s: %w", w.a.path, err)
 	}
+	w.a.sum = hex.EncodeToString(sum[:])
 	return nil
 }
 
@@ -128,7 +194,8 @@ func (t *Tree) Referenced() bool { return t.referenced }
 // Materialize writes every file whose content is a reference into the tree's
 // directory, hard links as hard links, so that a host process sees the whole
 // tree. The index does not change. Afterwards the archives are no longer
-// needed, and are removed.
+// needed: those in the content directory are removed, those in the
+// ArchiveStore stay there.
 func (t *Tree) Materialize(ctx context.Context) error {
 	if !t.referenced {
 		return nil
@@ -216,6 +283,9 @@ func (t *Tree) closeArchives() error {
 	for _, a := range t.archives {
 		if err := a.f.Close(); err != nil && first == nil {
 			first = err
+		}
+		if a.kept {
+			continue
 		}
 		if err := os.Remove(a.path); err != nil && first == nil {
 			first = err

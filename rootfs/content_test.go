@@ -4,7 +4,10 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"math/rand"
@@ -219,5 +222,131 @@ func TestSparseMembersAreNotReferenced(t *testing.T) {
 	}
 	if !contiguous(&tar.Header{Typeflag: tar.TypeReg, PAXRecords: map[string]string{"SCHILY.xattr.user.a": "1"}}) {
 		t.Fatal("a member with an xattr is not taken as contiguous")
+	}
+}
+
+// dirStore is the smallest ArchiveStore: archives named by their sha256 in a
+// directory, hashed again on every open.
+type dirStore struct{ dir string }
+
+func (s dirStore) CreateTemp() (*os.File, error) { return os.CreateTemp(s.dir, ".tmp-*") }
+
+func (s dirStore) Keep(p, sum string) (string, error) {
+	dst := filepath.Join(s.dir, sum)
+	return dst, os.Rename(p, dst)
+}
+
+func (s dirStore) Open(sum string) (*os.File, error) {
+	b, err := os.ReadFile(filepath.Join(s.dir, sum))
+	if err != nil {
+		return nil, err
+	}
+	if got := sha256.Sum256(b); hex.EncodeToString(got[:]) != sum {
+		return nil, fmt.Errorf("archive %s is corrupt", sum)
+	}
+	return os.Open(filepath.Join(s.dir, sum))
+}
+
+// A tree extracted into an archive store is kept as its manifest, its
+// references and the content of its other files, and restored from them
+// into a tree whose files point into the same archive: the same manifest and
+// bytes, without a file written to either directory until materializing,
+// which leaves the store's archive in place.
+func TestReferencesIntoAStoreRestore(t *testing.T) {
+	ctx := context.Background()
+	data := referenceArchive(t)
+	store := dirStore{t.TempDir()}
+	base := t.TempDir()
+	a, err := New(filepath.Join(base, "a"), Options{DefaultMTime: epoch, Archives: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	if _, err := Extract(ctx, a, bytes.NewReader(data), ExtractOptions{ByReference: true}); err != nil {
+		t.Fatal(err)
+	}
+	// A file no archive holds is kept as content.
+	if _, err := a.Create("/etc/hostname", Header{Type: TypeRegular, Perm: 0o644, MTime: epoch}, strings.NewReader("node\n")); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	archiveSum := hex.EncodeToString(sum[:])
+	if left, _ := os.ReadDir(store.dir); len(left) != 1 || left[0].Name() != archiveSum {
+		t.Fatalf("the store holds %v, want the archive under its sha256 %s", left, archiveSum)
+	}
+	refs := a.Refs()
+	var paths []string
+	for _, r := range refs {
+		if r.Archive != archiveSum {
+			t.Fatalf("%s points into %s", r.Path, r.Archive)
+		}
+		paths = append(paths, r.Path)
+	}
+	// One reference per inode: the hard links and the replaced
+	// /etc/passwd's earlier bytes are not listed.
+	if want := "/etc/empty /etc/passwd /etc/shadow /usr/bin/big /usr/bin/dash"; strings.Join(paths, " ") != want {
+		t.Fatalf("references of %v, want %s", paths, want)
+	}
+	var content bytes.Buffer
+	if err := a.WriteContent(ctx, &content); err != nil {
+		t.Fatal(err)
+	}
+	if content.String() != "node\n" {
+		t.Fatalf("content written besides the references: %q", content.String())
+	}
+	entries, err := ParseManifest(strings.NewReader(manifestOf(t, a)))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	b, err := New(filepath.Join(base, "b"), Options{DefaultMTime: epoch, Archives: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	if err := b.Restore(ctx, entries, bytes.NewReader(content.Bytes()), refs); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := manifestOf(t, b), manifestOf(t, a); got != want {
+		t.Fatalf("restored manifest:\n%s\nwant\n%s", got, want)
+	}
+	if !b.Referenced() {
+		t.Fatal("the restored tree holds no references")
+	}
+	if files := regularFiles(t, b.Dir()); len(files) != 2 {
+		t.Fatalf("the restored tree's directory holds %v, want only /dev/null and /etc/hostname", files)
+	}
+	for _, p := range a.Paths() {
+		if a.Get(p).Type == TypeRegular && !bytes.Equal(readAll(t, b, p), readAll(t, a, p)) {
+			t.Fatalf("%s: restored content differs", p)
+		}
+	}
+	for _, tr := range []*Tree{a, b} {
+		if err := tr.Materialize(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := os.ReadFile(b.DiskPath("/usr/bin/big")); err != nil || !bytes.Equal(got, readAll(t, a, "/usr/bin/big")) {
+		t.Fatalf("materialized /usr/bin/big: %v", err)
+	}
+	if _, err := store.Open(archiveSum); err != nil {
+		t.Fatalf("the store's archive after materializing: %v", err)
+	}
+
+	// A reference outside its archive, or to a path that is not a file of
+	// the manifest, is refused.
+	for _, bad := range [][]Ref{
+		{{Path: "/usr/bin/big", Archive: archiveSum, Offset: int64(len(data))}},
+		{{Path: "/nowhere", Archive: archiveSum}},
+	} {
+		c, err := New(filepath.Join(t.TempDir(), "c"), Options{DefaultMTime: epoch, Archives: store})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = c.Restore(ctx, entries, bytes.NewReader(content.Bytes()), append(refs[:len(refs):len(refs)], bad...))
+		c.Close()
+		if err == nil || !strings.Contains(err.Error(), bad[0].Path) {
+			t.Fatalf("restoring with reference %+v: %v", bad[0], err)
+		}
 	}
 }

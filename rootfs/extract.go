@@ -28,10 +28,11 @@ type ExtractOptions struct {
 	// MaxSize, when set, bounds the bytes the archive may expand to (a
 	// sparse member can declare terabytes in a few bytes).
 	MaxSize int64
-	// ByReference keeps the uncompressed archive in the tree's content
-	// directory and lets regular files point into it, instead of writing
-	// them to the tree's directory (see Tree.Materialize). Without a
-	// content directory (Options.ContentDir) it does nothing.
+	// ByReference keeps the uncompressed archive in the tree's archive
+	// store or content directory and lets regular files point into it,
+	// instead of writing them to the tree's directory (see
+	// Tree.Materialize). Without either (Options.Archives,
+	// Options.ContentDir) it does nothing.
 	ByReference bool
 
 	archive *archiveWriter
@@ -89,7 +90,7 @@ func Extract(ctx context.Context, t *Tree, r io.Reader, o ExtractOptions) (n int
 			err = werr
 		}
 	}()
-	if o.ByReference && t.opts.ContentDir != "" && t.lower == nil {
+	if o.ByReference && (t.opts.ContentDir != "" || t.opts.Archives != nil) && t.lower == nil {
 		aw, err := t.newArchive(r)
 		if err != nil {
 			return 0, err

@@ -41,7 +41,7 @@ func TestRestoreRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := rootfstest.New(t, ep)
-	if err := b.Restore(ctx, entries, bytes.NewReader(content.Bytes())); err != nil {
+	if err := b.Restore(ctx, entries, bytes.NewReader(content.Bytes()), nil); err != nil {
 		t.Fatal(err)
 	}
 	var again bytes.Buffer
@@ -58,7 +58,7 @@ func TestRestoreRoundTrip(t *testing.T) {
 	// Content that is not what the manifest says is refused, naming the path.
 	bad := bytes.Replace(content.Bytes(), []byte("ELF"), []byte("elf"), 1)
 	c := rootfstest.New(t, ep)
-	if err := c.Restore(ctx, entries, bytes.NewReader(bad)); err == nil || !strings.Contains(err.Error(), "/usr/bin/ping") {
+	if err := c.Restore(ctx, entries, bytes.NewReader(bad), nil); err == nil || !strings.Contains(err.Error(), "/usr/bin/ping") {
 		t.Fatalf("damaged content: %v", err)
 	}
 }

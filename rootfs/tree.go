@@ -48,6 +48,11 @@ type Options struct {
 	// kept (see ExtractOptions.ByReference). It must not be inside the
 	// tree's directory.
 	ContentDir string
+	// Archives, when set, keeps those archives in place of ContentDir: a
+	// content-addressed store (the build cache) where they outlive the
+	// build, so that a kept phase can point into them (see Refs and
+	// Restore).
+	Archives ArchiveStore
 }
 
 // Tree is a root filesystem under construction. It is not safe for concurrent

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -49,13 +48,7 @@ func (c *Cache) Adopt(ctx context.Context, path, sum string) (string, error) {
 	}
 	// The caller has just hashed the file it wrote, so the blob is
 	// remembered as verified now, or the next build would hash it again.
-	// An mtime just written is within the racy window; one set back past
-	// it is not, and any later write moves it forward, out of the
-	// identity remembered here.
-	back := time.Now().Add(-2 * racyWindow)
-	if err := os.Chtimes(c.blobPath(sum), back, back); err == nil {
-		c.rememberBlob(sum)
-	}
+	c.rememberWritten(sum)
 	return digestOf(sum), nil
 }
 
