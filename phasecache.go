@@ -3,6 +3,7 @@ package stamp
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -13,18 +14,41 @@ import (
 	"github.com/stamp-dev/stamp/rootfs"
 )
 
-// recordPhase is a phase's tree: its manifest (with origins) and one blob of
-// its file contents, so that a build whose later phases changed starts
-// after it.
+// recordPhase is a phase's tree: its manifest (with origins), the
+// references of files whose content is in an archive the cache keeps, the
+// archives, and one blob of the other files' contents, so that a build whose
+// later phases changed starts after it.
 const recordPhase = "phase"
 
-const blobContent = "content"
+const (
+	blobContent = "content"
+	blobRefs    = "refs"
+	// blobArchive names each archive the references point into.
+	blobArchive = "archive"
+)
 
-// worthKeeping tells whether a phase's tree is kept in the cache: a phase
-// that installs packages takes far longer than writing its tree again,
-// while one of files and tarballs is about as quick to redo as to restore.
-func worthKeeping(ph phase) bool {
-	for _, st := range ph.steps {
+// worthKeeping tells whether the tree after phase i is kept in the cache: a
+// phase that installs packages takes far longer than writing its tree again,
+// and a tree whose files are references into archives the cache keeps costs
+// little more than its index to keep, and nothing to write again. A tree of
+// files alone is about as quick to redo as to restore.
+func worthKeeping(phases []phase, i int) bool {
+	referenced := false
+	for _, ph := range phases[:i+1] {
+		for _, st := range ph.steps {
+			switch st.layer.(type) {
+			case *layers.Tarball:
+				referenced = true
+			case *layers.Debs, *layers.Hook, *layers.Run:
+				// They run host processes, which see the tree written out.
+				referenced = false
+			}
+		}
+	}
+	if referenced {
+		return true
+	}
+	for _, st := range phases[i].steps {
 		if _, ok := st.layer.(*layers.Debs); ok {
 			return true
 		}
@@ -34,9 +58,10 @@ func worthKeeping(ph phase) bool {
 
 func phaseSubject(rec *recipes.Recipe, ph phase) string { return rec.Name + "/" + ph.name }
 
-// filePhase keeps the tree as it is after phase ph under the phase's key.
-func (bc *buildCache) filePhase(ctx context.Context, rec *recipes.Recipe, ph phase, parts []cache.Part, tree *rootfs.Tree) {
-	if !bc.write || !worthKeeping(ph) {
+// filePhase keeps the tree as it is after phase i under the phase's key.
+func (bc *buildCache) filePhase(ctx context.Context, rec *recipes.Recipe, phases []phase, i int, parts []cache.Part, tree *rootfs.Tree) {
+	ph := phases[i]
+	if !bc.write || !worthKeeping(phases, i) {
 		return
 	}
 	// Origins name host files relative to the recipe, as the sealed tree's
@@ -59,14 +84,48 @@ func (bc *buildCache) filePhase(ctx context.Context, rec *recipes.Recipe, ph pha
 		bc.log.WithError(err).Warnf("cache: cannot keep phase %s", ph.name)
 		return
 	}
-	size := int64(0)
-	if p, err := bc.c.Path(cd); err == nil {
-		if fi, err := os.Stat(p); err == nil {
-			size = fi.Size()
+	blobs := []cache.RecordBlob{{Name: blobManifest, Digest: md, Size: int64(m.Len())}, {Name: blobContent, Digest: cd, Size: bc.blobSize(cd)}}
+	if refs := tree.Refs(); len(refs) > 0 {
+		more, err := bc.keepRefs(ctx, refs)
+		if err != nil {
+			bc.log.WithError(err).Warnf("cache: cannot keep phase %s", ph.name)
+			return
+		}
+		blobs = append(blobs, more...)
+	}
+	bc.file(ctx, &cache.Record{Kind: recordPhase, Key: cache.KeyOf(parts), Subject: phaseSubject(rec, ph), Parts: parts, Blobs: blobs})
+}
+
+// keepRefs stores a tree's references and names the archives they point
+// into, so that a record holds them and a shared cache carries them.
+func (bc *buildCache) keepRefs(ctx context.Context, refs []rootfs.Ref) ([]cache.RecordBlob, error) {
+	b, err := json.Marshal(refs)
+	if err != nil {
+		return nil, err
+	}
+	rd, err := bc.c.Put(ctx, bytes.NewReader(b), "")
+	if err != nil {
+		return nil, err
+	}
+	blobs := []cache.RecordBlob{{Name: blobRefs, Digest: rd, Size: int64(len(b))}}
+	seen := map[string]bool{}
+	for _, r := range refs {
+		if !seen[r.Archive] {
+			seen[r.Archive] = true
+			d := "sha256:" + r.Archive
+			blobs = append(blobs, cache.RecordBlob{Name: blobArchive, Digest: d, Size: bc.blobSize(d)})
 		}
 	}
-	bc.file(ctx, &cache.Record{Kind: recordPhase, Key: cache.KeyOf(parts), Subject: phaseSubject(rec, ph), Parts: parts,
-		Blobs: []cache.RecordBlob{{Name: blobManifest, Digest: md, Size: int64(m.Len())}, {Name: blobContent, Digest: cd, Size: size}}})
+	return blobs, nil
+}
+
+func (bc *buildCache) blobSize(digest string) int64 {
+	if p, err := bc.c.Path(digest); err == nil {
+		if fi, err := os.Stat(p); err == nil {
+			return fi.Size()
+		}
+	}
+	return 0
 }
 
 // restorePhases finds the last phase the cache keeps and restores the tree
@@ -74,7 +133,7 @@ func (bc *buildCache) filePhase(ctx context.Context, rec *recipes.Recipe, ph pha
 // many phases it stands for; with none, a new empty tree.
 func (bc *buildCache) restorePhases(ctx context.Context, rec *recipes.Recipe, phases []phase, keys [][]cache.Part, dir string, opts rootfs.Options) (*rootfs.Tree, int, error) {
 	for i := len(phases) - 1; i >= 0 && bc.read; i-- {
-		if !worthKeeping(phases[i]) {
+		if !worthKeeping(phases, i) {
 			continue
 		}
 		r, _ := bc.lookup(ctx, recordPhase, phaseSubject(rec, phases[i]), keys[i])
@@ -101,13 +160,15 @@ func (bc *buildCache) restorePhases(ctx context.Context, rec *recipes.Recipe, ph
 }
 
 func (bc *buildCache) restorePhase(ctx context.Context, r *cache.Record, tree *rootfs.Tree) error {
-	var manifest, content string
+	var manifest, content, refsBlob string
 	for _, b := range r.Blobs {
 		switch b.Name {
 		case blobManifest:
 			manifest = b.Digest
 		case blobContent:
 			content = b.Digest
+		case blobRefs:
+			refsBlob = b.Digest
 		}
 	}
 	if manifest == "" || content == "" {
@@ -121,12 +182,22 @@ func (bc *buildCache) restorePhase(ctx context.Context, r *cache.Record, tree *r
 	if err != nil {
 		return fmt.Errorf("phase record %s: %w", r.Key, err)
 	}
+	var refs []rootfs.Ref
+	if refsBlob != "" {
+		b, err := bc.readBlob(refsBlob)
+		if err != nil {
+			return err
+		}
+		if err := json.Unmarshal(b, &refs); err != nil {
+			return fmt.Errorf("%w: phase record %s: references: %v", cache.ErrBadRecord, r.Key, err)
+		}
+	}
 	rc, err := bc.c.Open(content)
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
-	if err := tree.Restore(ctx, entries, rc, nil); err != nil {
+	if err := tree.Restore(ctx, entries, rc, refs); err != nil {
 		return err
 	}
 	// Read to the end, where the reader checks the whole blob's hash.

@@ -176,14 +176,20 @@ func Build(ctx context.Context, rec *recipes.Recipe, o Options) (*Result, error)
 	if err != nil {
 		return nil, err
 	}
-	tree, done, err := bc.restorePhases(ctx, rec, phases, phaseKeys, filepath.Join(work, "tree"),
-		rootfs.Options{DefaultMTime: ep, ReverseReaddir: o.ReverseReaddir, ContentDir: filepath.Join(work, "content")})
+	treeOpts := rootfs.Options{DefaultMTime: ep, ReverseReaddir: o.ReverseReaddir, ContentDir: filepath.Join(work, "content")}
+	if bc.write {
+		// An archive extracted by reference is kept in the cache, so the
+		// work directory holds no copy of it and a kept phase can point
+		// into it.
+		treeOpts.Archives = c.Archives()
+	}
+	tree, done, err := bc.restorePhases(ctx, rec, phases, phaseKeys, filepath.Join(work, "tree"), treeOpts)
 	if err != nil {
 		return nil, err
 	}
 	defer tree.Close()
 	if err := runPhases(ctx, rec, phases[done:], tree, c, ep, &o, func(i int) {
-		bc.filePhase(ctx, rec, phases[done+i], phaseKeys[done+i], tree)
+		bc.filePhase(ctx, rec, phases, done+i, phaseKeys[done+i], tree)
 	}); err != nil {
 		return nil, err
 	}

@@ -271,3 +271,59 @@ func cachedBuilder(t *testing.T, dir, cache string) func(out string, extra ...st
 		return stampCached(t, dir, nil, args...).mustSucceed(t)
 	}
 }
+
+// TestPhaseCacheByReference changes only the provision phase of a recipe of
+// a tarball base and files: the first build keeps no copy of the base in its
+// work directory, since the base's files point into its archive in the
+// cache; the rebuild restores the tree after customize from the cache, as
+// references into that archive, runs provision alone, and writes what a
+// build without the cache writes.
+func TestPhaseCacheByReference(t *testing.T) {
+	recipe := func(motd string) string {
+		return proofRecipe("e2e-refs", "", nil, fmt.Sprintf(`provision:
+  layers:
+    - files:
+        - {path: /etc/motd, content: %q}
+`, motd)+"outputs:\n"+rawOutputs+"  - {format: tar, name: rootfs}\n")
+	}
+	dir := proofDir(t, map[string]string{"recipe.yaml": recipe("one\n")})
+	cache := filepath.Join(dir, "cache")
+	build := cachedBuilder(t, dir, cache)
+	first := build("first", "--keep-work")
+	_, work, ok := strings.Cut(first.stderr, "keeping work directory ")
+	if !ok {
+		t.Fatalf("first build:\n%s", lastLines(first.stderr, 20))
+	}
+	work, _, _ = strings.Cut(work, `"`)
+	var files []string
+	filepath.WalkDir(work, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			files = append(files, strings.TrimPrefix(p, work))
+		}
+		return err
+	})
+	entries := bytes.Count(mustReadFile(t, filepath.Join(dir, "first", "manifest.txt")), []byte("\n"))
+	// The files layers', the seal's and the device placeholders are
+	// written; the base's files are not.
+	if len(files) > 16 || entries < 1000 {
+		t.Fatalf("the work directory holds %d files (the tree has %d entries): %v", len(files), entries, files)
+	}
+	os.RemoveAll(work)
+
+	writeFiles(t, dir, map[string]string{"recipe.yaml": recipe("two\n")})
+	plan := stampCached(t, dir, nil, "build", "recipe.yaml", "--cache-dir", cache, "--dry-run").mustSucceed(t)
+	if !strings.Contains(plan.stdout, "the tree after phase customize: from the cache") {
+		t.Fatalf("dry run after a change in provision:\n%s", plan.stdout)
+	}
+	second := build("second")
+	if !strings.Contains(second.stderr, "the tree after phase customize is in the cache") ||
+		strings.Contains(second.stderr, `msg="phase base"`) || strings.Contains(second.stderr, `msg="phase customize"`) ||
+		!strings.Contains(second.stderr, `msg="phase provision"`) {
+		t.Fatalf("a change in provision did not start from the cached customize phase:\n%s", lastLines(second.stderr, 30))
+	}
+	build("full", "--no-cache")
+	sameOutputDirs(t, filepath.Join(dir, "full"), filepath.Join(dir, "second"))
+	if bytes.Equal(mustReadFile(t, filepath.Join(dir, "first", "SHA256SUMS")), mustReadFile(t, filepath.Join(dir, "second", "SHA256SUMS"))) {
+		t.Fatal("the change in provision changed nothing: the test proves nothing")
+	}
+}
