@@ -75,7 +75,7 @@ func DryRun(ctx context.Context, rec *recipes.Recipe, o Options) (*BuildPlan, er
 		return nil, err
 	}
 	for i := len(p.phases) - 1; i >= 0; i-- {
-		if !worthKeeping(p.phases, i) {
+		if !worthKeeping(p.phases[i]) {
 			continue
 		}
 		ph := p.phases[i]

@@ -27,41 +27,33 @@ const (
 	blobArchive = "archive"
 )
 
-// worthKeeping tells whether the tree after phase i is kept in the cache: a
+// worthKeeping tells whether the tree after phase ph is kept in the cache: a
 // phase that installs packages takes far longer than writing its tree again,
-// and a tree whose files are references into archives the cache keeps costs
-// little more than its index to keep, and nothing to write again. A tree of
-// files alone is about as quick to redo as to restore.
-func worthKeeping(phases []phase, i int) bool {
+// and one that unpacks a tarball leaves a tree whose files point into the
+// archive the cache keeps, which costs little more than its index to keep
+// and nothing to write again. A phase of files alone is about as quick to
+// redo as to restore, and keeping it would write its files into the cache.
+func worthKeeping(ph phase) bool {
 	referenced := false
-	for _, ph := range phases[:i+1] {
-		for _, st := range ph.steps {
-			switch st.layer.(type) {
-			case *layers.Tarball:
-				referenced = true
-			case *layers.Debs, *layers.Hook, *layers.Run:
-				// They run host processes, which see the tree written out.
-				referenced = false
-			}
-		}
-	}
-	if referenced {
-		return true
-	}
-	for _, st := range phases[i].steps {
-		if _, ok := st.layer.(*layers.Debs); ok {
+	for _, st := range ph.steps {
+		switch st.layer.(type) {
+		case *layers.Debs:
 			return true
+		case *layers.Tarball:
+			referenced = true
+		case *layers.Hook, *layers.Run:
+			// They run host processes, which see the tree written out.
+			referenced = false
 		}
 	}
-	return false
+	return referenced
 }
 
 func phaseSubject(rec *recipes.Recipe, ph phase) string { return rec.Name + "/" + ph.name }
 
-// filePhase keeps the tree as it is after phase i under the phase's key.
-func (bc *buildCache) filePhase(ctx context.Context, rec *recipes.Recipe, phases []phase, i int, parts []cache.Part, tree *rootfs.Tree) {
-	ph := phases[i]
-	if !bc.write || !worthKeeping(phases, i) {
+// filePhase keeps the tree as it is after phase ph under the phase's key.
+func (bc *buildCache) filePhase(ctx context.Context, rec *recipes.Recipe, ph phase, parts []cache.Part, tree *rootfs.Tree) {
+	if !bc.write || !worthKeeping(ph) {
 		return
 	}
 	// Origins name host files relative to the recipe, as the sealed tree's
@@ -133,7 +125,7 @@ func (bc *buildCache) blobSize(digest string) int64 {
 // many phases it stands for; with none, a new empty tree.
 func (bc *buildCache) restorePhases(ctx context.Context, rec *recipes.Recipe, phases []phase, keys [][]cache.Part, dir string, opts rootfs.Options) (*rootfs.Tree, int, error) {
 	for i := len(phases) - 1; i >= 0 && bc.read; i-- {
-		if !worthKeeping(phases, i) {
+		if !worthKeeping(phases[i]) {
 			continue
 		}
 		r, _ := bc.lookup(ctx, recordPhase, phaseSubject(rec, phases[i]), keys[i])

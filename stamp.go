@@ -189,7 +189,7 @@ func Build(ctx context.Context, rec *recipes.Recipe, o Options) (*Result, error)
 	}
 	defer tree.Close()
 	if err := runPhases(ctx, rec, phases[done:], tree, c, ep, &o, func(i int) {
-		bc.filePhase(ctx, rec, phases, done+i, phaseKeys[done+i], tree)
+		bc.filePhase(ctx, rec, phases[done+i], phaseKeys[done+i], tree)
 	}); err != nil {
 		return nil, err
 	}

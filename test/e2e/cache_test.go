@@ -258,7 +258,7 @@ outputs:
 	build("full", "--no-cache")
 	sameOutputDirs(t, filepath.Join(dir, "full"), filepath.Join(dir, "second"))
 	if bytes.Equal(mustReadFile(t, filepath.Join(dir, "first", "SHA256SUMS")), mustReadFile(t, filepath.Join(dir, "second", "SHA256SUMS"))) {
-		t.Fatal("the change in provision changed nothing: the test proves nothing")
+		t.Fatal("the change in customize changed nothing: the test proves nothing")
 	}
 }
 
@@ -272,19 +272,16 @@ func cachedBuilder(t *testing.T, dir, cache string) func(out string, extra ...st
 	}
 }
 
-// TestPhaseCacheByReference changes only the provision phase of a recipe of
+// TestPhaseCacheByReference changes only the customize phase of a recipe of
 // a tarball base and files: the first build keeps no copy of the base in its
 // work directory, since the base's files point into its archive in the
-// cache; the rebuild restores the tree after customize from the cache, as
-// references into that archive, runs provision alone, and writes what a
+// cache; the rebuild restores the tree after the base from the cache, as
+// references into that archive, runs the other phases, and writes what a
 // build without the cache writes.
 func TestPhaseCacheByReference(t *testing.T) {
 	recipe := func(motd string) string {
-		return proofRecipe("e2e-refs", "", nil, fmt.Sprintf(`provision:
-  layers:
-    - files:
-        - {path: /etc/motd, content: %q}
-`, motd)+"outputs:\n"+rawOutputs+"  - {format: tar, name: rootfs}\n")
+		return proofRecipe("e2e-refs", fmt.Sprintf("        - {path: /etc/motd, content: %q}\n", motd), nil,
+			"outputs:\n"+rawOutputs+"  - {format: tar, name: rootfs}\n")
 	}
 	dir := proofDir(t, map[string]string{"recipe.yaml": recipe("one\n")})
 	cache := filepath.Join(dir, "cache")
@@ -312,18 +309,17 @@ func TestPhaseCacheByReference(t *testing.T) {
 
 	writeFiles(t, dir, map[string]string{"recipe.yaml": recipe("two\n")})
 	plan := stampCached(t, dir, nil, "build", "recipe.yaml", "--cache-dir", cache, "--dry-run").mustSucceed(t)
-	if !strings.Contains(plan.stdout, "the tree after phase customize: from the cache") {
-		t.Fatalf("dry run after a change in provision:\n%s", plan.stdout)
+	if !strings.Contains(plan.stdout, "the tree after phase base: from the cache") {
+		t.Fatalf("dry run after a change in customize:\n%s", plan.stdout)
 	}
 	second := build("second")
-	if !strings.Contains(second.stderr, "the tree after phase customize is in the cache") ||
-		strings.Contains(second.stderr, `msg="phase base"`) || strings.Contains(second.stderr, `msg="phase customize"`) ||
-		!strings.Contains(second.stderr, `msg="phase provision"`) {
-		t.Fatalf("a change in provision did not start from the cached customize phase:\n%s", lastLines(second.stderr, 30))
+	if !strings.Contains(second.stderr, "the tree after phase base is in the cache") ||
+		strings.Contains(second.stderr, `msg="phase base"`) || !strings.Contains(second.stderr, `msg="phase customize"`) {
+		t.Fatalf("a change in customize did not start from the cached base phase:\n%s", lastLines(second.stderr, 30))
 	}
 	build("full", "--no-cache")
 	sameOutputDirs(t, filepath.Join(dir, "full"), filepath.Join(dir, "second"))
 	if bytes.Equal(mustReadFile(t, filepath.Join(dir, "first", "SHA256SUMS")), mustReadFile(t, filepath.Join(dir, "second", "SHA256SUMS"))) {
-		t.Fatal("the change in provision changed nothing: the test proves nothing")
+		t.Fatal("the change in customize changed nothing: the test proves nothing")
 	}
 }
