@@ -49,6 +49,16 @@ func worthKeeping(ph phase) bool {
 	return referenced
 }
 
+// holdsArchive tells whether r is a phase kept as references into archives.
+func holdsArchive(r *cache.Record) bool {
+	for _, b := range r.Blobs {
+		if b.Name == blobArchive {
+			return true
+		}
+	}
+	return false
+}
+
 func phaseSubject(rec *recipes.Recipe, ph phase) string { return rec.Name + "/" + ph.name }
 
 // filePhase keeps the tree as it is after phase ph under the phase's key.

@@ -59,9 +59,11 @@ func (s *sharedCache) pull(ctx context.Context, kind, subject, key string) *cach
 }
 
 // push shares a record; a registry that refuses it costs the next runner a
-// build, not this one.
+// build, not this one. A phase kept as references into an archive is not
+// shared: the archive is the phase's input uncompressed, and a runner
+// without it unpacks the input faster than it would pull the archive.
 func (s *sharedCache) push(ctx context.Context, r *cache.Record) {
-	if s.to == "" {
+	if s.to == "" || holdsArchive(r) {
 		return
 	}
 	if err := share.Push(ctx, s.c, s.to, r, s.opts); err != nil {

@@ -5,12 +5,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
 
+	"github.com/stamp-dev/stamp/rootfs/compress"
 	"github.com/stamp-dev/stamp/test/harness"
 )
 
@@ -165,6 +167,16 @@ func TestSharedCache(t *testing.T) {
 	first := runner("first", "--cache-to", ref)
 	if !phaseWork(first.stderr) || !strings.Contains(first.stderr, "pushed shared cache entry") {
 		t.Fatalf("first runner:\n%s", lastLines(first.stderr, 30))
+	}
+	// The base's phase is kept in the runner's cache as references into
+	// the uncompressed base, which is not shared: a runner without it
+	// unpacks the tarball faster than it pulls the archive.
+	archive := uncompressedSHA256(t, filepath.Join(dir, "base.tar.zst"))
+	if _, err := os.Stat(filepath.Join(dir, "first-cache", "blobs", "sha256", archive)); err != nil {
+		t.Fatalf("the first runner's cache does not keep the base's archive: %v", err)
+	}
+	if _, err := os.Stat(reg.BlobPath(archive)); err == nil {
+		t.Fatal("the base's archive was pushed to the shared cache")
 	}
 	second := runner("second", "--cache-from", ref, "--cache-to", ref)
 	if phaseWork(second.stderr) || !strings.Contains(second.stderr, "no phase runs") || !strings.Contains(second.stderr, "from "+ref) {
@@ -322,4 +334,24 @@ func TestPhaseCacheByReference(t *testing.T) {
 	if bytes.Equal(mustReadFile(t, filepath.Join(dir, "first", "SHA256SUMS")), mustReadFile(t, filepath.Join(dir, "second", "SHA256SUMS"))) {
 		t.Fatal("the change in customize changed nothing: the test proves nothing")
 	}
+}
+
+// uncompressedSHA256 is the sha256 (hex) of a compressed file's content.
+func uncompressedSHA256(t *testing.T, p string) string {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, _, err := compress.NewReaderAuto(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, r); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
