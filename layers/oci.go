@@ -152,10 +152,21 @@ func (l *OCI) applyArtifact(ctx context.Context, env *Env, m *ociremote.Manifest
 	return nil
 }
 
-// writeBlob writes a cached blob as the file dst. The cache hashes what it
-// reads; a blob damaged since it was verified fails at its end, and the file
-// is removed again.
+// writeBlob makes the cached blob the file dst. Where the tree keeps
+// content by reference in the cache, the file points at the blob, which is
+// verified when it is opened, and nothing is written. Otherwise the blob is
+// written out; the cache hashes what it reads, a blob damaged since it was
+// verified fails at its end, and the file is removed again.
 func (l *OCI) writeBlob(env *Env, d v1.Descriptor, dst string, h rootfs.Header) error {
+	rp, err := env.Tree.Resolve(dst, true)
+	if err != nil {
+		return err
+	}
+	if d.Digest.Algorithm == "sha256" && d.Size >= 0 {
+		if _, ok, err := env.Tree.CreateKept(rp, h, d.Digest.Hex, d.Size); ok {
+			return err
+		}
+	}
 	r, err := env.Cache.Open(d.Digest.String())
 	if err != nil {
 		return err
@@ -163,10 +174,6 @@ func (l *OCI) writeBlob(env *Env, d v1.Descriptor, dst string, h rootfs.Header) 
 	defer r.Close()
 	add, done := env.progress("write "+path.Base(dst), d.Size)
 	defer done()
-	rp, err := env.Tree.Resolve(dst, true)
-	if err != nil {
-		return err
-	}
 	e, err := env.Tree.Create(rp, h, rootfs.CountReader(r, add))
 	if err != nil {
 		return err

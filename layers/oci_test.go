@@ -169,6 +169,70 @@ func TestOCIArtifactFiles(t *testing.T) {
 	}
 }
 
+// ociEnvByReference is ociEnv with the tree keeping content by reference
+// in the cache, as a build's tree does.
+func ociEnvByReference(t *testing.T) *Env {
+	t.Helper()
+	env := ociEnv(t)
+	tree, err := rootfs.New(filepath.Join(t.TempDir(), "tree"), rootfs.Options{DefaultMTime: ociEpoch, Archives: env.Cache.Archives()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tree.Close() })
+	env.Tree = tree
+	return env
+}
+
+// In a build's tree an artifact's files point at their blobs in the cache:
+// nothing is written until a host process needs the directory, and a blob
+// damaged in the cache is found before its file is added.
+func TestOCIArtifactFilesByReference(t *testing.T) {
+	env := ociEnvByReference(t)
+	ctr := randomBytes(4, 300<<10)
+	digest := cacheImage(t, env.Cache, harness.Artifact(t, harness.TitledFile{Title: "ctr", Data: ctr}))
+	l := &OCI{Input: Input{Kind: "oci", URI: "127.0.0.1:5000/k8s/bins:v1", Digest: digest}, Dest: "/usr/bin/"}
+	if err := l.Apply(context.Background(), env); err != nil {
+		t.Fatal(err)
+	}
+	e, got := readTree(t, env, "/usr/bin/ctr")
+	if !bytes.Equal(got, ctr) || e.Digest != sha(ctr) || e.Size != int64(len(ctr)) {
+		t.Fatal("/usr/bin/ctr: content differs")
+	}
+	if !env.Tree.Referenced() || env.Tree.DiskPath("/usr/bin/ctr") != "" {
+		t.Fatal("the artifact's file was written into the tree's directory")
+	}
+	if err := env.Tree.Materialize(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(env.Tree.DiskPath("/usr/bin/ctr")); err != nil || !bytes.Equal(b, ctr) {
+		t.Fatalf("materialized /usr/bin/ctr: %v", err)
+	}
+	if !env.Cache.Has("sha256:" + sha(ctr)) {
+		t.Fatal("materializing removed the blob from the cache")
+	}
+
+	env = ociEnvByReference(t)
+	data := randomBytes(5, 64<<10)
+	d := cacheImage(t, env.Cache, harness.Artifact(t, harness.TitledFile{Title: "tool", Data: data}))
+	p, err := env.Cache.Path("sha256:" + sha(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	damaged := bytes.Clone(data)
+	damaged[100] ^= 0xff
+	if err := os.WriteFile(p, damaged, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l = &OCI{Input: Input{Kind: "oci", URI: "r.example/a:1", Digest: d}, Dest: "/usr/bin"}
+	err = l.Apply(context.Background(), env)
+	if err == nil || !strings.Contains(err.Error(), sha(data)) || !strings.Contains(err.Error(), "corrupt") {
+		t.Fatalf("damaged blob: %v", err)
+	}
+	if env.Tree.Get("/usr/bin/tool") != nil {
+		t.Error("a file from a damaged blob is in the tree")
+	}
+}
+
 func TestOCIArtifactHostileTitle(t *testing.T) {
 	for _, title := range []string{"../../etc/shadow", "/", ".."} {
 		env := ociEnv(t)

@@ -171,7 +171,6 @@ func (t *Tree) createRef(p string, h Header, r io.Reader, a *archive, off, size 
 	if err != nil {
 		return nil, err
 	}
-	in := h.inode()
 	n, digest, err := t.hashContent(r)
 	if err != nil {
 		return nil, &fs.PathError{Op: "create", Path: full, Err: fmt.Errorf("reading content: %w", err)}
@@ -179,12 +178,45 @@ func (t *Tree) createRef(p string, h Header, r io.Reader, a *archive, off, size 
 	if n != size {
 		return nil, &fs.PathError{Op: "create", Path: full, Err: fmt.Errorf("content is %d bytes, the header says %d", n, size)}
 	}
+	return t.addRef(full, h, a, off, size, digest), nil
+}
+
+// CreateKept is Create for a regular file whose content is the whole of the
+// object the tree's ArchiveStore keeps as sum (a sha256 in hex), size bytes
+// long: an artifact's file, already verified in the cache, is not written
+// into the directory again. ok is false, and nothing done, when the tree has
+// no store; the caller then writes the file.
+func (t *Tree) CreateKept(p string, h Header, sum string, size int64) (e *Entry, ok bool, err error) {
+	if t.opts.Archives == nil || t.lower != nil {
+		return nil, false, nil
+	}
+	if err := t.settleWrites(); err != nil {
+		return nil, true, err
+	}
+	a, err := t.openKept(sum)
+	if err != nil {
+		return nil, true, &fs.PathError{Op: "create", Path: p, Err: err}
+	}
+	if a.size != size {
+		return nil, true, &fs.PathError{Op: "create", Path: p, Err: fmt.Errorf("object %s is %d bytes, %d were expected", sum, a.size, size)}
+	}
+	full, err := t.prepareNew(p)
+	if err != nil {
+		return nil, true, err
+	}
+	return t.addRef(full, h, a, 0, size, sum), true, nil
+}
+
+// addRef adds the regular file at full, a path prepareNew made ready, whose
+// content, with the given sha256, is size bytes of a at off.
+func (t *Tree) addRef(full string, h Header, a *archive, off, size int64, digest string) *Entry {
+	in := h.inode()
 	in.Size, in.Digest, in.nlink = size, digest, 1
 	in.ref = &contentRef{a: a, off: off}
 	t.referenced = true
 	e := &Entry{Path: full, Inode: in, Origin: h.Origin}
 	t.add(e)
-	return e, nil
+	return e
 }
 
 // Referenced reports whether some file of the tree is not in its directory

@@ -142,11 +142,7 @@ func (t *Tree) restoreRef(e *Entry, h Header, ref Ref) error {
 	if err != nil {
 		return err
 	}
-	in := h.inode()
-	in.Size, in.Digest, in.nlink = e.Size, e.Digest, 1
-	in.ref = &contentRef{a: a, off: ref.Offset}
-	t.referenced = true
-	t.add(&Entry{Path: full, Inode: in, Origin: e.Origin})
+	t.addRef(full, h, a, ref.Offset, e.Size, e.Digest)
 	return nil
 }
 
