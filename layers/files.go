@@ -37,14 +37,14 @@ func (l *Files) Apply(ctx context.Context, env *Env) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := l.apply(env, f); err != nil {
+		if err := l.apply(ctx, env, f); err != nil {
 			return fmt.Errorf("%s[%d] %s: %w", env.Label, i, f.Path, err)
 		}
 	}
 	return nil
 }
 
-func (l *Files) apply(env *Env, f File) error {
+func (l *Files) apply(ctx context.Context, env *Env, f File) error {
 	uid, gid, err := ResolveOwner(env.Tree, f.Owner)
 	if err != nil {
 		return err
@@ -63,7 +63,7 @@ func (l *Files) apply(env *Env, f File) error {
 		return err
 	}
 	if !fi.IsDir() {
-		return copyHostFile(env, f, f.Path, f.From, uid, gid, mtime)
+		return copyHostFile(ctx, env, f, f.Path, f.From, uid, gid, mtime)
 	}
 	return env.Tree.WalkDir(f.From, func(hp string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -99,14 +99,20 @@ func (l *Files) apply(env *Env, f File) error {
 			_, err = env.Tree.Create(dest, rootfs.Header{Type: rootfs.TypeSymlink, Perm: 0o777, UID: uid, GID: gid, MTime: mtime, Target: target, Origin: origin}, nil)
 			return err
 		case d.Type().IsRegular():
-			return copyHostFile(env, File{Path: dest, Mode: f.Mode}, dest, hp, uid, gid, mtime)
+			return copyHostFile(ctx, env, File{Path: dest, Mode: f.Mode}, dest, hp, uid, gid, mtime)
 		default:
 			return fmt.Errorf("%s: cannot copy a %v from the host", hp, d.Type())
 		}
 	})
 }
 
-func copyHostFile(env *Env, f File, dest, hp string, uid, gid uint32, mtime time.Time) error {
+// keptMin is the smallest host file kept in the cache for the tree to point
+// at: a Kubernetes binary is copied there once, and a rebuild finds it
+// unchanged without reading it, while a blob per small file would only
+// crowd the cache.
+const keptMin = 1 << 20
+
+func copyHostFile(ctx context.Context, env *Env, f File, dest, hp string, uid, gid uint32, mtime time.Time) error {
 	src, err := os.Open(hp)
 	if err != nil {
 		return err
@@ -125,6 +131,22 @@ func copyHostFile(env *Env, f File, dest, hp string, uid, gid uint32, mtime time
 	h := rootfs.Header{Type: rootfs.TypeRegular, Perm: perm, UID: uid, GID: gid, MTime: mtime,
 		Origin: env.Origin("", hp)}
 	f.Path = dest
+	if fi.Size() >= keptMin && env.Cache != nil && env.Cache.Writable() && env.Tree.KeepsReferences() {
+		sum, size, err := env.Cache.KeepFile(ctx, hp)
+		if err != nil {
+			return err
+		}
+		rp, h, err := fileHeader(env, f, h)
+		if err != nil {
+			return err
+		}
+		e, _, err := env.Tree.CreateKept(rp, h, sum, size)
+		if err != nil {
+			return err
+		}
+		e.Origin.Input = "sha256:" + e.Digest
+		return nil
+	}
 	return writeFile(env, f, h, src)
 }
 
@@ -132,9 +154,23 @@ func copyHostFile(env *Env, f File, dest, hp string, uid, gid uint32, mtime time
 // component as a write in the image would. A file that is there keeps its
 // mode and owner unless the recipe sets them.
 func writeFile(env *Env, f File, h rootfs.Header, r interface{ Read([]byte) (int, error) }) error {
-	rp, err := env.Tree.Resolve(f.Path, true)
+	rp, h, err := fileHeader(env, f, h)
 	if err != nil {
 		return err
+	}
+	e, err := env.Tree.Create(rp, h, r)
+	if err != nil {
+		return err
+	}
+	e.Origin.Input = "sha256:" + e.Digest
+	return nil
+}
+
+// fileHeader resolves where f is written and the header it gets there.
+func fileHeader(env *Env, f File, h rootfs.Header) (string, rootfs.Header, error) {
+	rp, err := env.Tree.Resolve(f.Path, true)
+	if err != nil {
+		return "", h, err
 	}
 	if old := env.Tree.Get(rp); old != nil && old.Type == rootfs.TypeRegular {
 		h.Perm = old.Perm
@@ -146,10 +182,5 @@ func writeFile(env *Env, f File, h rootfs.Header, r interface{ Read([]byte) (int
 	if f.Mode != nil {
 		h.Perm = *f.Mode
 	}
-	e, err := env.Tree.Create(rp, h, r)
-	if err != nil {
-		return err
-	}
-	e.Origin.Input = "sha256:" + e.Digest
-	return nil
+	return rp, h, nil
 }

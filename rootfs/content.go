@@ -187,7 +187,7 @@ func (t *Tree) createRef(p string, h Header, r io.Reader, a *archive, off, size 
 // into the directory again. ok is false, and nothing done, when the tree has
 // no store; the caller then writes the file.
 func (t *Tree) CreateKept(p string, h Header, sum string, size int64) (e *Entry, ok bool, err error) {
-	if t.opts.Archives == nil || t.lower != nil {
+	if !t.KeepsReferences() {
 		return nil, false, nil
 	}
 	if err := t.settleWrites(); err != nil {
@@ -206,6 +206,10 @@ func (t *Tree) CreateKept(p string, h Header, sum string, size int64) (e *Entry,
 	}
 	return t.addRef(full, h, a, 0, size, sum), true, nil
 }
+
+// KeepsReferences tells whether CreateKept makes references: whether the
+// tree has an ArchiveStore.
+func (t *Tree) KeepsReferences() bool { return t.opts.Archives != nil && t.lower == nil }
 
 // addRef adds the regular file at full, a path prepareNew made ready, whose
 // content, with the given sha256, is size bytes of a at off.

@@ -1,11 +1,16 @@
 package cache
 
 import (
+	"context"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/rootfs/hashio"
 )
 
 // Archives is the cache as the store of a tree's archives extracted by
@@ -71,4 +76,68 @@ func (c *Cache) rememberWritten(sum string) {
 	if err := os.Chtimes(c.blobPath(sum), back, back); err == nil {
 		c.rememberBlob(sum)
 	}
+}
+
+// KeepFile stores a host file as a blob a tree's file can point at, and
+// returns its sha256 (hex) and size. A file unchanged since it was last kept, whose
+// blob is unchanged too, is not read at all. Like an archive, the copy is
+// not synced: the build uses it at once, and a later reader hashes it again
+// unless it is unchanged since it was hashed here.
+func (c *Cache) KeepFile(ctx context.Context, path string) (string, int64, error) {
+	if !c.writable {
+		return "", 0, fmt.Errorf("store %s in %s: %w", path, c.dir, ErrReadOnly)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", 0, err
+	}
+	f, err := os.Open(abs)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", 0, err
+	}
+	if !fi.Mode().IsRegular() {
+		return "", 0, fmt.Errorf("store %s: not a regular file", path)
+	}
+	if sum, ok := c.statLookup(abs, fi); ok && c.blobVerified(sum) {
+		return sum, fi.Size(), nil
+	}
+	tmp, err := os.CreateTemp(c.tmp, "file-*")
+	if err != nil {
+		return "", 0, fmt.Errorf("store %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	// The file is read and hashed ahead on another goroutine while the
+	// copy is written here.
+	r := hashio.NewReader(&ctxReader{ctx: ctx, r: f})
+	n, err := io.CopyBuffer(tmp, r, make([]byte, copyBuffer))
+	r.Close()
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", 0, fmt.Errorf("store %s: %w", path, err)
+	}
+	h := r.Sum()
+	sum := hex.EncodeToString(h[:])
+	if err := os.Chmod(tmp.Name(), blobMode); err != nil {
+		return "", 0, fmt.Errorf("store %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), c.blobPath(sum)); err != nil {
+		return "", 0, fmt.Errorf("store %s: %w", path, err)
+	}
+	c.rememberWritten(sum)
+	// Only a file that did not change while it was read is remembered.
+	if now, err := os.Stat(abs); err == nil {
+		if a, ok1 := statIdentity(now); ok1 {
+			if b, ok2 := statIdentity(fi); ok2 && a == b {
+				c.statRemember(abs, fi, sum)
+			}
+		}
+	}
+	return sum, n, nil
 }

@@ -1,11 +1,14 @@
 package cache
 
 import (
+	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"io"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -70,5 +73,44 @@ func TestArchiveStore(t *testing.T) {
 	}
 	if _, err := s.Keep(f.Name(), "abc"); !errors.Is(err, ErrBadDigest) {
 		t.Fatalf("Keep with a malformed sum: %v", err)
+	}
+}
+
+// A host file kept in the cache is copied once: kept again unchanged, it is
+// not read, and a blob damaged since is copied anew.
+func TestKeepFile(t *testing.T) {
+	c := openCache(t, Options{})
+	data := randomBytes(9, 2<<20)
+	host := filepath.Join(t.TempDir(), "kubelet")
+	if err := os.WriteFile(host, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.Sum256(data)
+	want := hex.EncodeToString(h[:])
+	// Past the racy window, so that the host file is remembered.
+	time.Sleep(racyWindow + 100*time.Millisecond)
+	sum, size, err := c.KeepFile(context.Background(), host)
+	if err != nil || sum != want || size != int64(len(data)) {
+		t.Fatalf("KeepFile: %s %d %v, want %s", sum, size, err, want)
+	}
+	first, _ := os.Stat(c.blobPath(want))
+	if sum, _, err := c.KeepFile(context.Background(), host); err != nil || sum != want {
+		t.Fatalf("KeepFile again: %s %v", sum, err)
+	}
+	if again, _ := os.Stat(c.blobPath(want)); !os.SameFile(first, again) {
+		t.Fatal("an unchanged host file was copied again")
+	}
+
+	w, err := os.OpenFile(c.blobPath(want), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.WriteAt([]byte("X"), 10)
+	w.Close()
+	if sum, _, err := c.KeepFile(context.Background(), host); err != nil || sum != want {
+		t.Fatalf("KeepFile after damage: %s %v", sum, err)
+	}
+	if got, _ := os.ReadFile(c.blobPath(want)); !bytes.Equal(got, data) {
+		t.Fatal("the damaged blob was not copied anew")
 	}
 }
