@@ -99,7 +99,7 @@ func (bc *buildCache) filePhase(ctx context.Context, rec *recipes.Recipe, ph pha
 }
 
 // keepRefs stores a tree's references and names the archives they point
-// into, so that a record holds them and a shared cache carries them.
+// into, so that the record is found whole only while they are there.
 func (bc *buildCache) keepRefs(ctx context.Context, refs []rootfs.Ref) ([]cache.RecordBlob, error) {
 	b, err := json.Marshal(refs)
 	if err != nil {

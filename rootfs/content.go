@@ -42,7 +42,7 @@ type ArchiveStore interface {
 type archive struct {
 	f    *os.File // read side; reads use pread, so it is shared freely
 	path string
-	sum  string // sha256 (hex), once the archive is complete
+	sum  string // sha256 (hex) of a kept archive
 	// kept archives belong to the tree's ArchiveStore, which outlives the
 	// tree: they are closed, never removed.
 	kept bool
@@ -56,8 +56,8 @@ type contentRef struct {
 }
 
 // archiveWriter keeps the uncompressed stream an extraction reads, and knows
-// how far it has read. It hashes what it writes, on a goroutine of its own,
-// so that the archive is filed under its sha256.
+// how far it has read. Writing into a store, it hashes what it writes, on a
+// goroutine of its own, so that the archive is filed under its sha256.
 type archiveWriter struct {
 	a     *archive
 	out   *os.File
@@ -95,7 +95,11 @@ func (t *Tree) newArchive(r io.Reader) (*archiveWriter, error) {
 	}
 	a := &archive{f: rf, path: out.Name()}
 	t.archives = append(t.archives, a)
-	w := &archiveWriter{a: a, out: out, store: t.opts.Archives, h: hashio.NewHasher(), r: r}
+	w := &archiveWriter{a: a, out: out, store: t.opts.Archives, r: r}
+	if w.store != nil {
+		// Only a stored archive is named by its sum.
+		w.h = hashio.NewHasher()
+	}
 	w.bufs[0], w.bufs[1] = make([]byte, archiveChunk), make([]byte, archiveChunk)
 	return w, nil
 }
@@ -132,11 +136,13 @@ func (w *archiveWriter) flush() {
 		w.err = fmt.Errorf("keeping the archive: %w", err)
 		return
 	}
-	w.h.Write(b)
-	w.cur ^= 1
-	// The other buffer is the next to fill: its hashing must be done.
-	w.h.Settle(1)
-	w.fill = 0
+	w.cur, w.fill = w.cur^1, 0
+	if w.h != nil {
+		w.h.Write(b)
+		// The buffer filled next was handed over before: its hashing
+		// must be done.
+		w.h.Settle(1)
+	}
 }
 
 // finish writes out what is buffered, so that reads of the archive see every
@@ -145,22 +151,25 @@ func (w *archiveWriter) finish() error {
 	if w.err == nil {
 		w.flush()
 	}
-	sum := w.h.Sum()
-	w.h.Close()
+	var sum string
+	if w.h != nil {
+		s := w.h.Sum()
+		w.h.Close()
+		sum = hex.EncodeToString(s[:])
+	}
 	err := w.err
 	if cerr := w.out.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil && w.store != nil {
 		var p string
-		if p, err = w.store.Keep(w.a.path, hex.EncodeToString(sum[:])); err == nil {
-			w.a.path, w.a.kept = p, true
+		if p, err = w.store.Keep(w.a.path, sum); err == nil {
+			w.a.path, w.a.kept, w.a.sum = p, true, sum
 		}
 	}
 	if err != nil {
 		return fmt.Errorf("keeping the archive %s: %w", w.a.path, err)
 	}
-	w.a.sum = hex.EncodeToString(sum[:])
 	return nil
 }
 
