@@ -3,7 +3,6 @@ package layers
 import (
 	"bytes"
 	"context"
-	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -35,15 +34,7 @@ func TestFilesHostFileByReference(t *testing.T) {
 	}
 	l := &Files{Items: []File{{Path: "/usr/bin/big", From: write("big", big, 0o755)}, {Path: "/etc/small", From: write("small", small, 0o644)}}}
 	read := func(p string) []byte {
-		f, err := env.Tree.Open(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		b, err := io.ReadAll(f)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, b := readTree(t, env, p)
 		return b
 	}
 
