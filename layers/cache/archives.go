@@ -37,16 +37,9 @@ func (s archiveStore) Keep(path, sum string) (string, error) {
 	if len(sum) != hexLen {
 		return "", fmt.Errorf("store archive %s: %w", path, ErrBadDigest)
 	}
-	if err := os.Chmod(path, blobMode); err != nil {
+	if err := s.c.fileWritten(path, sum); err != nil {
 		return "", fmt.Errorf("store archive: %w", err)
 	}
-	if err := os.Rename(path, s.c.blobPath(sum)); err != nil {
-		return "", fmt.Errorf("store archive: %w", err)
-	}
-	if err := syncDir(s.c.blobs); err != nil {
-		s.c.log.WithError(err).Debug("cannot sync cache blob directory")
-	}
-	s.c.rememberWritten(sum)
 	return s.c.blobPath(sum), nil
 }
 
@@ -65,6 +58,23 @@ func (s archiveStore) Open(sum string) (*os.File, error) {
 		return nil, fmt.Errorf("blob %s: %w", digestOf(sum), err)
 	}
 	return f, nil
+}
+
+// fileWritten renames tmp, a file in the cache's file system whose sha256
+// its writer has just computed as sum (hex), into place as that blob, and
+// remembers it as verified.
+func (c *Cache) fileWritten(tmp, sum string) error {
+	if err := os.Chmod(tmp, blobMode); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, c.blobPath(sum)); err != nil {
+		return err
+	}
+	if err := syncDir(c.blobs); err != nil {
+		c.log.WithError(err).Debug("cannot sync cache blob directory")
+	}
+	c.rememberWritten(sum)
+	return nil
 }
 
 // rememberWritten remembers a blob its writer has just hashed as verified.
@@ -124,20 +134,9 @@ func (c *Cache) KeepFile(ctx context.Context, path string) (string, int64, error
 	}
 	h := r.Sum()
 	sum := hex.EncodeToString(h[:])
-	if err := os.Chmod(tmp.Name(), blobMode); err != nil {
+	if err := c.fileWritten(tmp.Name(), sum); err != nil {
 		return "", 0, fmt.Errorf("store %s: %w", path, err)
 	}
-	if err := os.Rename(tmp.Name(), c.blobPath(sum)); err != nil {
-		return "", 0, fmt.Errorf("store %s: %w", path, err)
-	}
-	c.rememberWritten(sum)
-	// Only a file that did not change while it was read is remembered.
-	if now, err := os.Stat(abs); err == nil {
-		if a, ok1 := statIdentity(now); ok1 {
-			if b, ok2 := statIdentity(fi); ok2 && a == b {
-				c.statRemember(abs, fi, sum)
-			}
-		}
-	}
+	c.rememberUnchanged(abs, fi, sum)
 	return sum, n, nil
 }

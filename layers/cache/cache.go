@@ -501,13 +501,8 @@ func (c *Cache) importFile(ctx context.Context, path, wantHex string) (string, e
 			return digestOf(hexSum), nil
 		}
 		defer func() {
-			// Only a file that did not change while it was read is remembered.
-			if now, err := os.Stat(path); err == nil && wantHex != "" && c.Has(wantHex) {
-				if a, ok1 := statIdentity(now); ok1 {
-					if b, ok2 := statIdentity(fi); ok2 && a == b {
-						c.statRemember(abs, fi, wantHex)
-					}
-				}
+			if wantHex != "" && c.Has(wantHex) {
+				c.rememberUnchanged(abs, fi, wantHex)
 			}
 		}()
 		// Most builds import the same local inputs again: hashing alone is

@@ -37,18 +37,11 @@ func (c *Cache) Adopt(ctx context.Context, path, sum string) (string, error) {
 		return c.ImportAs(ctx, path, sum)
 	}
 	defer os.Remove(tmp)
-	if err := os.Chmod(tmp, blobMode); err != nil {
-		return "", fmt.Errorf("store %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, c.blobPath(sum)); err != nil {
-		return "", fmt.Errorf("store %s: %w", path, err)
-	}
-	if err := syncDir(c.blobs); err != nil {
-		c.log.WithError(err).Debug("cannot sync cache blob directory")
-	}
 	// The caller has just hashed the file it wrote, so the blob is
 	// remembered as verified now, or the next build would hash it again.
-	c.rememberWritten(sum)
+	if err := c.fileWritten(tmp, sum); err != nil {
+		return "", fmt.Errorf("store %s: %w", path, err)
+	}
 	return digestOf(sum), nil
 }
 

@@ -63,6 +63,21 @@ func (c *Cache) statRemember(path string, fi os.FileInfo, hexSum string) {
 	}
 }
 
+// rememberUnchanged records that the host file at abs, as fi found it
+// before it was read, hashed to hexSum, unless it changed while it was
+// read.
+func (c *Cache) rememberUnchanged(abs string, fi os.FileInfo, hexSum string) {
+	now, err := os.Stat(abs)
+	if err != nil {
+		return
+	}
+	a, ok1 := statIdentity(now)
+	b, ok2 := statIdentity(fi)
+	if ok1 && ok2 && a == b {
+		c.statRemember(abs, fi, hexSum)
+	}
+}
+
 // HashFile is the hex sha256 of a local file, taken from the stat cache when
 // the file is unchanged since it was last hashed: a recipe's host files (a
 // Kubernetes binary of 80 MB) are part of every build's cache key.
