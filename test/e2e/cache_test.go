@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -290,13 +291,21 @@ func cachedBuilder(t *testing.T, dir, cache string) func(out string, extra ...st
 // work directory, since the base's files point into its archive in the
 // cache; the rebuild restores the tree after the base from the cache, as
 // references into that archive, runs the other phases, and writes what a
-// build without the cache writes.
+// build without the cache writes. A host file of a few MiB, a stand-in for
+// a Kubernetes binary, is kept in the cache and pointed at, never written
+// to the work directory either.
 func TestPhaseCacheByReference(t *testing.T) {
 	recipe := func(motd string) string {
-		return proofRecipe("e2e-refs", fmt.Sprintf("        - {path: /etc/motd, content: %q}\n", motd), nil,
+		return proofRecipe("e2e-refs", fmt.Sprintf("        - {path: /etc/motd, content: %q}\n", motd)+
+			"        - {path: /usr/bin/kubelet, from: ./kubelet, mode: \"0755\"}\n", nil,
 			"outputs:\n"+rawOutputs+"  - {format: tar, name: rootfs}\n")
 	}
 	dir := proofDir(t, map[string]string{"recipe.yaml": recipe("one\n")})
+	kubelet := bytes.Repeat([]byte("a stand-in for kubelet, larger than a MiB\n"), 80000)
+	if err := os.WriteFile(filepath.Join(dir, "kubelet"), kubelet, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	kubeletSum := sha256.Sum256(kubelet)
 	cache := filepath.Join(dir, "cache")
 	build := cachedBuilder(t, dir, cache)
 	first := build("first", "--keep-work")
@@ -315,8 +324,11 @@ func TestPhaseCacheByReference(t *testing.T) {
 	entries := bytes.Count(mustReadFile(t, filepath.Join(dir, "first", "manifest.txt")), []byte("\n"))
 	// The files layers', the seal's and the device placeholders are
 	// written; the base's files are not.
-	if len(files) > 16 || entries < 1000 {
+	if len(files) > 16 || entries < 1000 || slices.Contains(files, "/tree/usr/bin/kubelet") {
 		t.Fatalf("the work directory holds %d files (the tree has %d entries): %v", len(files), entries, files)
+	}
+	if _, err := os.Stat(filepath.Join(cache, "blobs", "sha256", hex.EncodeToString(kubeletSum[:]))); err != nil {
+		t.Fatalf("the large host file is not kept in the cache: %v", err)
 	}
 	os.RemoveAll(work)
 
