@@ -326,8 +326,17 @@ func TestReferencesIntoAStoreRestore(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got, err := os.ReadFile(b.DiskPath("/usr/bin/big")); err != nil || !bytes.Equal(got, readAll(t, a, "/usr/bin/big")) {
-		t.Fatalf("materialized /usr/bin/big: %v", err)
+	// The kernel copied the restored tree's files out of the archive.
+	for _, p := range a.Paths() {
+		if a.Get(p).Type != TypeRegular {
+			continue
+		}
+		if got, err := os.ReadFile(b.DiskPath(p)); err != nil || !bytes.Equal(got, readAll(t, a, p)) {
+			t.Fatalf("materialized %s: %q, %v", p, got, err)
+		}
+	}
+	if got := manifestOf(t, b); got != manifestOf(t, a) {
+		t.Fatalf("materializing changed the manifest:\n%s", got)
 	}
 	if _, err := store.Open(archiveSum); err != nil {
 		t.Fatalf("the store's archive after materializing: %v", err)
@@ -347,6 +356,53 @@ func TestReferencesIntoAStoreRestore(t *testing.T) {
 		c.Close()
 		if err == nil || !strings.Contains(err.Error(), bad[0].Path) {
 			t.Fatalf("restoring with reference %+v: %v", bad[0], err)
+		}
+	}
+}
+
+// copyRange copies a range of one file to the end of another in the kernel,
+// and through a buffer between file systems the kernel will not copy across
+// (here tmpfs and the test's directory).
+func TestCopyRange(t *testing.T) {
+	data := bytes.Repeat([]byte("0123456789abcdef"), 300000)
+	dirs := []string{t.TempDir()}
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+		shm, err := os.MkdirTemp("/dev/shm", "stamp-test-*")
+		if err == nil {
+			t.Cleanup(func() { os.RemoveAll(shm) })
+			dirs = append(dirs, shm)
+		}
+	}
+	for _, dir := range dirs {
+		src := filepath.Join(dir, "src")
+		if err := os.WriteFile(src, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		in, err := os.Open(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer in.Close()
+		out, err := os.Create(filepath.Join(t.TempDir(), "dst"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer out.Close()
+		if _, err := out.WriteString("head"); err != nil {
+			t.Fatal(err)
+		}
+		if err := copyRange(out, in, 17, int64(len(data)-20)); err != nil {
+			t.Fatalf("from %s: %v", dir, err)
+		}
+		got, err := os.ReadFile(out.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := append([]byte("head"), data[17:len(data)-3]...); !bytes.Equal(got, want) {
+			t.Fatalf("from %s: copied %d bytes, want %d", dir, len(got), len(want))
+		}
+		if err := copyRange(out, in, int64(len(data)-10), 20); err == nil || !strings.Contains(err.Error(), "short") {
+			t.Fatalf("from %s: a range past the end: %v", dir, err)
 		}
 	}
 }

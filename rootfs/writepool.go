@@ -3,6 +3,7 @@ package rootfs
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -11,6 +12,8 @@ import (
 	"runtime"
 	"sync"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // An extraction spends most of its time in the kernel creating inodes, which
@@ -40,6 +43,10 @@ type writeJob struct {
 	name string // archive member, for errors
 	in   *Inode
 	data []byte
+	// src, when set, holds the content instead of data: in.Size bytes at
+	// off, copied by the kernel. The inode's digest is already known.
+	src *os.File
+	off int64
 }
 
 type writePool struct {
@@ -88,19 +95,56 @@ func (p *writePool) write(j *writeJob) error {
 	if err != nil {
 		return err
 	}
-	hole, werr := writeChunk(f, j.data)
-	if werr == nil && hole {
-		werr = f.Truncate(int64(len(j.data)))
+	var werr error
+	if j.src != nil {
+		werr = copyRange(f, j.src, j.off, j.in.Size)
+	} else {
+		var hole bool
+		hole, werr = writeChunk(f, j.data)
+		if werr == nil && hole {
+			werr = f.Truncate(int64(len(j.data)))
+		}
 	}
 	fi, werr := finishFile(f, j.in, werr)
 	if werr != nil {
 		p.root.Remove(name)
 		return werr
 	}
-	sum := sha256.Sum256(j.data)
-	j.in.Digest = hex.EncodeToString(sum[:])
+	if j.src == nil {
+		sum := sha256.Sum256(j.data)
+		j.in.Digest = hex.EncodeToString(sum[:])
+	}
 	j.in.disk = stateOf(fi)
 	return nil
+}
+
+// copyRange copies n bytes of src at off to the end of dst with
+// copy_file_range(2): the kernel copies them without a trip through this
+// process, and shares the blocks instead where the file system can (btrfs,
+// XFS, for a block-aligned range). Between two file systems that cannot, it
+// copies through a buffer.
+func copyRange(dst, src *os.File, off, n int64) error {
+	for n > 0 {
+		m, err := unix.CopyFileRange(int(src.Fd()), &off, int(dst.Fd()), nil, int(min(n, 1<<30)), 0)
+		switch {
+		case errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL):
+			return copyRangeBuffered(dst, src, off, n)
+		case err != nil:
+			return err
+		case m == 0:
+			return fmt.Errorf("the archive ends %d bytes short of the file", n)
+		}
+		n -= int64(m)
+	}
+	return nil
+}
+
+func copyRangeBuffered(dst, src *os.File, off, n int64) error {
+	m, err := io.Copy(dst, io.NewSectionReader(src, off, n))
+	if err == nil && m < n {
+		err = fmt.Errorf("the archive ends %d bytes short of the file", n-m)
+	}
+	return err
 }
 
 // submit queues the write of a new regular file. It waits while the queued
