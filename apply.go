@@ -103,6 +103,7 @@ func Apply(ctx context.Context, rec *recipes.Recipe, root string, ao ApplyOption
 	if err != nil {
 		return nil, err
 	}
+	defer c.Close()
 	if err := resolveInputs(ctx, c, lk, needed, &o); err != nil {
 		return nil, err
 	}

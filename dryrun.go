@@ -45,6 +45,7 @@ func DryRun(ctx context.Context, rec *recipes.Recipe, o Options) (*BuildPlan, er
 	if err != nil {
 		return nil, err
 	}
+	defer p.c.Close()
 	bp := &BuildPlan{Name: rec.Name}
 	for _, d := range p.att.deps {
 		bp.Inputs = append(bp.Inputs, PlanInput{Field: d.Field, Kind: d.Kind, URI: d.URI, Digest: d.Digest})

@@ -28,6 +28,7 @@ func (o *Options) openStores(rec *recipes.Recipe) (*cache.Cache, *lock.Lock, err
 	}
 	lk, err := loadLock(o.LockPath)
 	if err != nil {
+		c.Close()
 		return nil, nil, err
 	}
 	if len(lk.Inputs) > 0 {
@@ -170,6 +171,7 @@ func Lock(ctx context.Context, rec *recipes.Recipe, o Options) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	defer c.Close()
 	if err := resolveAll(ctx, c, old, inputs, &o); err != nil {
 		return "", err
 	}
@@ -226,6 +228,7 @@ func Fetch(ctx context.Context, rec *recipes.Recipe, o Options) (string, error) 
 	if err != nil {
 		return "", err
 	}
+	defer c.Close()
 	if err := resolveAll(ctx, c, lk, inputs, &o); err != nil {
 		return "", err
 	}

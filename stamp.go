@@ -156,6 +156,7 @@ func Build(ctx context.Context, rec *recipes.Recipe, o Options) (*Result, error)
 	if err != nil {
 		return nil, err
 	}
+	defer p.c.Close()
 	phases, inputs, c, att, ep, bc, sealedKey := p.phases, p.inputs, p.c, p.att, p.ep, p.bc, p.sealedKey
 	if res, err := buildFromCache(ctx, rec, &o, bc, sealedKey, ep, att); res != nil || err != nil {
 		return res, err
@@ -253,6 +254,12 @@ func prepare(ctx context.Context, rec *recipes.Recipe, o *Options, saveLock bool
 	if err != nil {
 		return nil, err
 	}
+	done := false
+	defer func() {
+		if !done {
+			c.Close()
+		}
+	}()
 	// Every input is pinned now; what is only a download under a pinned
 	// digest waits until the cache has missed, and is verified before the
 	// tree changes.
@@ -279,6 +286,7 @@ func prepare(ctx context.Context, rec *recipes.Recipe, o *Options, saveLock bool
 	if err != nil {
 		return nil, err
 	}
+	done = true
 	return &prepared{phases: phases, inputs: inputs, c: c, att: att, ep: ep, bc: bc, sealedKey: sealedKey, fetch: fetch}, nil
 }
 

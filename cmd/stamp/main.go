@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
@@ -320,6 +321,21 @@ func newApp(getenv func(string) string, code *int) *cli.App {
 				},
 			},
 			{
+				Name:  "cache",
+				Usage: "look after the build cache",
+				Subcommands: []*cli.Command{{
+					Name:  "prune",
+					Usage: "remove what no build used lately: records, the blobs only they name, temp files",
+					Flags: []cli.Flag{
+						&cli.DurationFlag{Name: "keep-for", Value: 7 * 24 * time.Hour, Usage: "keep what a build used within this long (0 empties the cache)"},
+						&cli.StringFlag{Name: "max-size", Usage: "then let go of what was used longest ago until the cache takes at most SIZE of disk (e.g. 20GiB)"},
+						&cli.BoolFlag{Name: "dry-run", Usage: "say what would go and remove nothing"},
+						common[0], common[1], common[2],
+					},
+					Action: func(c *cli.Context) error { return prune(c, code) },
+				}},
+			},
+			{
 				Name:  "version",
 				Usage: "print stamp's own build information",
 				Action: func(c *cli.Context) error {
@@ -354,6 +370,53 @@ func undo(c *cli.Context, code *int) error {
 		return err
 	}
 	fmt.Fprintf(c.App.Writer, "undid %s: %d removed, %d restored, %d reset\n", res.Recipe, res.Removed, res.Restored, res.Changed)
+	return nil
+}
+
+// prune is stamp cache prune.
+func prune(c *cli.Context, code *int) error {
+	if c.NArg() != 0 {
+		*code = exitUsage
+		return errors.New("cache prune takes no arguments")
+	}
+	log, err := newLogger(c)
+	if err != nil {
+		*code = exitUsage
+		return err
+	}
+	po := stamp.PruneOptions{KeepFor: c.Duration("keep-for"), DryRun: c.Bool("dry-run")}
+	if po.KeepFor < 0 {
+		*code = exitUsage
+		return fmt.Errorf("--keep-for %s: must not be negative", po.KeepFor)
+	}
+	if s := c.String("max-size"); s != "" {
+		n, err := recipes.ParseSize(s)
+		if err == nil && n == 0 {
+			err = errors.New("auto is not a size here")
+		}
+		if err != nil {
+			*code = exitUsage
+			return fmt.Errorf("--max-size: %w", err)
+		}
+		po.MaxSize = n
+	}
+	cacheDir, err := privateDir(c, "cache-dir")
+	if err != nil {
+		*code = exitUsage
+		return err
+	}
+	rep, err := stamp.PruneCache(c.Context, stamp.Options{CacheDir: cacheDir, Log: log}, po)
+	if err != nil {
+		*code = exitFailed
+		return err
+	}
+	verb := "removed"
+	if po.DryRun {
+		verb = "to remove"
+	}
+	mib := func(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+	fmt.Fprintf(c.App.Writer, "records: %d %s, %d kept; blobs: %d %s (%s freed), %d kept (%s)\n",
+		rep.Records, verb, rep.KeptRecords, rep.Blobs, verb, mib(rep.Freed), rep.KeptBlobs, mib(rep.Kept))
 	return nil
 }
 
@@ -520,6 +583,16 @@ func interspersed(app *cli.App, args []string) []string {
 	if cmd == nil {
 		return args
 	}
+	// A command's subcommand names itself next: "cache prune".
+	head := 2
+	for head < len(args) && len(cmd.Subcommands) > 0 {
+		sub := cmd.Command(args[head])
+		if sub == nil {
+			return args
+		}
+		cmd = sub
+		head++
+	}
 	takesValue := map[string]bool{}
 	for _, f := range cmd.Flags {
 		_, isBool := f.(*cli.BoolFlag)
@@ -528,7 +601,7 @@ func interspersed(app *cli.App, args []string) []string {
 		}
 	}
 	var flags, rest []string
-	for i := 2; i < len(args); i++ {
+	for i := head; i < len(args); i++ {
 		a := args[i]
 		if a == "--" {
 			rest = append(rest, args[i+1:]...)
@@ -545,7 +618,7 @@ func interspersed(app *cli.App, args []string) []string {
 			i++
 		}
 	}
-	out := append([]string{args[0], args[1]}, flags...)
+	out := append(append([]string{}, args[:head]...), flags...)
 	if len(rest) > 0 {
 		out = append(out, "--")
 		out = append(out, rest...)

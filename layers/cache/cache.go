@@ -89,6 +89,7 @@ type Cache struct {
 	opts     Options
 	log      logrus.FieldLogger
 	client   *http.Client
+	lockFile *os.File // see lock.go
 }
 
 // MismatchError is content whose sha256 is not the one asked for. Nothing is
@@ -173,7 +174,8 @@ func DefaultDir(getenv func(string) string) (string, error) {
 // Open opens the cache in dir, creating it if it is missing. A cache this user
 // cannot write to (another user's) is opened read-only: reads work, and
 // anything that would store a blob fails with ErrReadOnly. Temp files left by
-// killed processes are swept.
+// killed processes are swept. The cache stays locked against Prune until
+// Close.
 func Open(dir string, opts Options) (*Cache, error) {
 	if dir == "" {
 		return nil, errors.New("open cache: no directory given")
@@ -199,6 +201,9 @@ func Open(dir string, opts Options) (*Cache, error) {
 		c.client = &http.Client{}
 	}
 	if err := c.prepare(); err != nil {
+		return nil, err
+	}
+	if err := c.openLock(); err != nil {
 		return nil, err
 	}
 	if c.writable {

@@ -41,6 +41,7 @@ func openCache(t testing.TB, opts Options) *Cache {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { c.Close() })
 	return c
 }
 

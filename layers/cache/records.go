@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/stamp-dev/stamp/rootfs"
 )
@@ -113,8 +114,19 @@ func (c *Cache) Check(r *Record, kind, key string) error {
 
 // Record returns the record of kind filed under key, or nil when there is
 // none. A record that is there but fails Check is an error wrapping
-// ErrBadRecord.
+// ErrBadRecord. Its mtime is set to now, so Prune knows it was used.
 func (c *Cache) Record(kind, key string) (*Record, error) {
+	r, err := c.readRecord(kind, key)
+	if r != nil && c.writable {
+		if p, err := c.recordPath(kind, key); err == nil {
+			now := time.Now()
+			os.Chtimes(p, now, now) // failing costs the record its place in a prune
+		}
+	}
+	return r, err
+}
+
+func (c *Cache) readRecord(kind, key string) (*Record, error) {
 	p, err := c.recordPath(kind, key)
 	if err != nil {
 		return nil, err
@@ -174,7 +186,8 @@ func (c *Cache) LastRecord(kind, subject string) *Record {
 	if err != nil {
 		return nil
 	}
-	r, err := c.Record(kind, strings.TrimSpace(string(b)))
+	// Reading it to explain a miss is not a use.
+	r, err := c.readRecord(kind, strings.TrimSpace(string(b)))
 	if err != nil {
 		return nil
 	}

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stamp-dev/stamp/rootfs/compress"
 	"github.com/stamp-dev/stamp/test/harness"
@@ -391,4 +393,105 @@ func uncompressedSHA256(t *testing.T, p string) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// TestCachePrune prunes a cache two recipes' builds filled: what the later
+// build used stays, so its rebuild runs no phase and writes the same bytes;
+// what only the earlier one used goes, and its rebuild writes its first
+// bytes again. A dry run removes nothing. A prune started beside a running
+// build waits for it, and the build finishes whole. uid 65534 cannot prune
+// root's cache.
+func TestCachePrune(t *testing.T) {
+	recipe := func(motd string, post []string) string {
+		return proofRecipe("e2e-prune", fmt.Sprintf("        - {path: /etc/motd, content: %q}\n", motd), post,
+			"outputs:\n"+rawOutputs+"  - {format: tar, name: rootfs}\n")
+	}
+	dir := proofDir(t, map[string]string{"one.yaml": recipe("one\n", nil), "two.yaml": recipe("two\n", nil)})
+	cache := filepath.Join(dir, "cache")
+	build := func(rec, out string) result {
+		t.Helper()
+		return stampCached(t, dir, nil, "build", rec, "-o", filepath.Join(dir, out), "--cache-dir", cache, "--work-dir", dir).mustSucceed(t)
+	}
+	prune := func(args ...string) result {
+		t.Helper()
+		return stampCached(t, dir, nil, append([]string{"cache", "prune", "--cache-dir", cache}, args...)...).mustSucceed(t)
+	}
+	build("one.yaml", "one")
+	time.Sleep(2 * time.Second)
+	start := time.Now()
+	build("two.yaml", "two")
+	keepFor := (time.Since(start) + 500*time.Millisecond).Round(time.Millisecond).String()
+
+	dry := prune("--keep-for", "0", "--dry-run")
+	if !strings.Contains(dry.stdout, "0 kept (0.0 MiB)") {
+		t.Fatalf("dry run of --keep-for 0:\n%s", dry.stdout)
+	}
+	pruned := prune("--keep-for", keepFor)
+	if strings.Contains(pruned.stdout, "records: 0 removed") || strings.Contains(pruned.stdout, "blobs: 0 removed") {
+		t.Fatalf("pruning what only one.yaml used:\n%s", pruned.stdout)
+	}
+	again := build("two.yaml", "two-again")
+	if phaseWork(again.stderr) || !strings.Contains(again.stderr, "no phase runs") {
+		t.Fatalf("two.yaml after the prune ran phases:\n%s", lastLines(again.stderr, 20))
+	}
+	sameOutputDirs(t, filepath.Join(dir, "two"), filepath.Join(dir, "two-again"))
+	oneAgain := build("one.yaml", "one-again")
+	if !phaseWork(oneAgain.stderr) {
+		t.Fatalf("one.yaml after the prune ran no phase:\n%s", lastLines(oneAgain.stderr, 20))
+	}
+	sameOutputDirs(t, filepath.Join(dir, "one"), filepath.Join(dir, "one-again"))
+
+	// A prune beside a running build waits until the build is done.
+	started, proceed := filepath.Join(dir, "hook-started"), filepath.Join(dir, "hook-proceed")
+	writeFiles(t, dir, map[string]string{
+		"slow.yaml": recipe("slow\n", []string{"./hooks/wait.sh"}),
+		"hooks/wait.sh": fmt.Sprintf("#!/bin/sh\ntouch %s\ni=0\nwhile [ ! -e %s ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done\n",
+			started, proceed),
+	})
+	if err := os.Chmod(filepath.Join(dir, "hooks", "wait.sh"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bg := func(args ...string) (*exec.Cmd, *bytes.Buffer) {
+		cmd := exec.Command(stampBin, args...)
+		cmd.Dir = dir
+		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + dir}
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		return cmd, &out
+	}
+	slow, slowOut := bg("build", "slow.yaml", "-o", filepath.Join(dir, "slow"), "--cache-dir", cache, "--work-dir", dir)
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := os.Stat(started); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the hook never started:\n%s", slowOut)
+		}
+	}
+	waiting, waitOut := bg("cache", "prune", "--cache-dir", cache, "--keep-for", "0")
+	time.Sleep(time.Second)
+	if waiting.ProcessState != nil || !strings.Contains(waitOut.String(), "waiting for the builds using the cache to finish") {
+		t.Fatalf("the prune did not wait for the build:\n%s", waitOut)
+	}
+	writeFiles(t, dir, map[string]string{"hook-proceed": ""})
+	if err := slow.Wait(); err != nil {
+		t.Fatalf("the build beside the prune: %v\n%s", err, slowOut)
+	}
+	if err := waiting.Wait(); err != nil || !strings.Contains(waitOut.String(), "0 kept (0.0 MiB)") {
+		t.Fatalf("the prune after the build: %v\n%s", err, waitOut)
+	}
+	check := exec.Command("sha256sum", "-c", "SHA256SUMS")
+	check.Dir = filepath.Join(dir, "slow")
+	if out, err := check.CombinedOutput(); err != nil {
+		t.Fatalf("the outputs of the build beside the prune: %v\n%s", err, out)
+	}
+
+	// Root's cache is read-only to uid 65534.
+	if r := stampAs65534(t, dir, nil, "cache", "prune", "--cache-dir", cache); r.code != 1 || !strings.Contains(r.stderr, "not writable") {
+		t.Fatalf("uid 65534 pruning root's cache: exit %d\n%s", r.code, r.stderr)
+	}
 }
