@@ -25,6 +25,10 @@ const (
 	blobRefs    = "refs"
 	// blobArchive names each archive the references point into.
 	blobArchive = "archive"
+	// blobFile names a blob that is the whole content of one file (a large
+	// host file, an artifact's file): it is what the content blob would
+	// otherwise have held, so it is shared like it.
+	blobFile = "file"
 )
 
 // worthKeeping tells whether the tree after phase ph is kept in the cache: a
@@ -88,7 +92,7 @@ func (bc *buildCache) filePhase(ctx context.Context, rec *recipes.Recipe, ph pha
 	}
 	blobs := []cache.RecordBlob{{Name: blobManifest, Digest: md, Size: int64(m.Len())}, {Name: blobContent, Digest: cd, Size: bc.blobSize(cd)}}
 	if refs := tree.Refs(); len(refs) > 0 {
-		more, err := bc.keepRefs(ctx, refs)
+		more, err := bc.keepRefs(ctx, refs, tree)
 		if err != nil {
 			bc.log.WithError(err).Warnf("cache: cannot keep phase %s", ph.name)
 			return
@@ -100,7 +104,7 @@ func (bc *buildCache) filePhase(ctx context.Context, rec *recipes.Recipe, ph pha
 
 // keepRefs stores a tree's references and names the archives they point
 // into, so that the record is found whole only while they are there.
-func (bc *buildCache) keepRefs(ctx context.Context, refs []rootfs.Ref) ([]cache.RecordBlob, error) {
+func (bc *buildCache) keepRefs(ctx context.Context, refs []rootfs.Ref, tree *rootfs.Tree) ([]cache.RecordBlob, error) {
 	b, err := json.Marshal(refs)
 	if err != nil {
 		return nil, err
@@ -110,13 +114,22 @@ func (bc *buildCache) keepRefs(ctx context.Context, refs []rootfs.Ref) ([]cache.
 		return nil, err
 	}
 	blobs := []cache.RecordBlob{{Name: blobRefs, Digest: rd, Size: int64(len(b))}}
+	count := map[string]int{}
+	for _, r := range refs {
+		count[r.Archive]++
+	}
 	seen := map[string]bool{}
 	for _, r := range refs {
-		if !seen[r.Archive] {
-			seen[r.Archive] = true
-			d := "sha256:" + r.Archive
-			blobs = append(blobs, cache.RecordBlob{Name: blobArchive, Digest: d, Size: bc.blobSize(d)})
+		if seen[r.Archive] {
+			continue
 		}
+		seen[r.Archive] = true
+		d := "sha256:" + r.Archive
+		rb := cache.RecordBlob{Name: blobArchive, Digest: d, Size: bc.blobSize(d)}
+		if e := tree.Get(r.Path); count[r.Archive] == 1 && r.Offset == 0 && e != nil && e.Size == rb.Size {
+			rb.Name = blobFile
+		}
+		blobs = append(blobs, rb)
 	}
 	return blobs, nil
 }

@@ -219,9 +219,13 @@ func TestSharedCache(t *testing.T) {
 // TestPhaseCache changes only the provision phase of a recipe whose
 // customize phase installs packages: the rebuild restores the tree as it was
 // after customize from the cache, runs provision alone, and writes what a
-// build without the cache writes.
+// build without the cache writes. A runner with an empty cache does the same
+// from the registry the first build shared its cache through: the large host
+// file the phase points at is shared with it.
 func TestPhaseCache(t *testing.T) {
 	harness.RequireTools(t, "dpkg", "tar")
+	reg := harness.StartRegistry(t)
+	ref := reg.Addr + "/stamp-phases"
 	repo := harness.DebRepoFor(t)
 	base := harness.DpkgBaseFor(t)
 	recipe := func(motd string) string {
@@ -240,6 +244,8 @@ customize:
         components: [main]
         keyring: ./keyring.gpg
         packages: [netcat-openbsd, logrotate]
+    - files:
+        - {path: /usr/bin/kubelet, from: ./kubelet, mode: "0755"}
 provision:
   layers:
     - files:
@@ -252,9 +258,13 @@ outputs:
 `, repo.FileURL(), motd)
 	}
 	dir := debsDir(t, repo, base, recipe("one\n"))
+	kubelet := bytes.Repeat([]byte("a stand-in for kubelet, larger than a MiB\n"), 60000)
+	if err := os.WriteFile(filepath.Join(dir, "kubelet"), kubelet, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	cache := filepath.Join(dir, "cache")
 	build := cachedBuilder(t, dir, cache)
-	first := build("first")
+	first := build("first", "--cache-to", ref)
 	if !strings.Contains(first.stderr, `msg="phase customize"`) {
 		t.Fatalf("first build:\n%s", lastLines(first.stderr, 20))
 	}
@@ -272,6 +282,13 @@ outputs:
 	}
 	build("full", "--no-cache")
 	sameOutputDirs(t, filepath.Join(dir, "full"), filepath.Join(dir, "second"))
+	elsewhere := cachedBuilder(t, dir, filepath.Join(dir, "elsewhere-cache"))("elsewhere", "--cache-from", ref)
+	if !strings.Contains(elsewhere.stderr, "the tree after phase customize is in the cache") ||
+		!strings.Contains(elsewhere.stderr, "phase record of e2e-phases/customize from "+ref) ||
+		strings.Contains(elsewhere.stderr, `msg="phase customize"`) {
+		t.Fatalf("a runner with an empty cache did not start from the shared customize phase:\n%s", lastLines(elsewhere.stderr, 30))
+	}
+	sameOutputDirs(t, filepath.Join(dir, "full"), filepath.Join(dir, "elsewhere"))
 	if bytes.Equal(mustReadFile(t, filepath.Join(dir, "first", "SHA256SUMS")), mustReadFile(t, filepath.Join(dir, "second", "SHA256SUMS"))) {
 		t.Fatal("the change in provision changed nothing: the test proves nothing")
 	}
