@@ -23,7 +23,7 @@ func runPhases(ctx context.Context, rec *recipes.Recipe, phases []phase, tree *r
 				return err
 			}
 			env := &layers.Env{Tree: tree, Cache: c, Log: log.WithField("layer", st.label), Epoch: ep,
-				Arch: rec.Arch, Label: st.label, RecipeDir: rec.Dir, Progress: o.Progress}
+				Arch: rec.Arch, Label: st.label, RecipeDir: rec.Dir, Progress: o.Progress, Maker: o.maker}
 			start := time.Now()
 			if err := st.layer.Apply(ctx, env); err != nil {
 				return err

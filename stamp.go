@@ -61,6 +61,10 @@ type Options struct {
 
 	Log      logrus.FieldLogger
 	Progress Progress
+
+	// maker is the running stamp's digest when the build writes the cache:
+	// layers key what they file there for later builds with it.
+	maker string
 }
 
 // Result is what a build produced.
@@ -281,6 +285,9 @@ func prepare(ctx context.Context, rec *recipes.Recipe, o *Options, saveLock bool
 	bc, err := o.openBuildCache(c)
 	if err != nil {
 		return nil, err
+	}
+	if bc.write {
+		o.maker = bc.self
 	}
 	sealedKey, err := bc.sealedParts(rec, phases, ep, att)
 	if err != nil {

@@ -5,11 +5,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"path"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -185,22 +188,76 @@ func (l *Images) writeArchive(ctx context.Context, env *Env, in *Input, full, fi
 	if err != nil {
 		return err
 	}
-	pr, pw := io.Pipe()
-	go func() {
-		pw.CloseWithError(writeOCIArchive(ctx, pw, env.Cache, env.Epoch, indexJSON, blobs))
-	}()
-	defer pr.Close()
 	h := rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, MTime: env.Epoch,
 		Origin: env.Origin(in.Digest, full+"@"+in.Digest)}
 	rp, err := env.Tree.Resolve(file, true)
 	if err != nil {
 		return err
 	}
+	if env.Maker != "" && env.Cache.Writable() && env.Tree.KeepsReferences() {
+		if err := keepArchive(ctx, env, full, rp, h, indexJSON, blobs); err != nil {
+			return err
+		}
+		env.Log.WithField("archive", file).WithField("blobs", len(blobs)).Debugf("stored image %s as a reference", full)
+		return nil
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		pw.CloseWithError(writeOCIArchive(ctx, pw, env.Cache, env.Epoch, indexJSON, blobs))
+	}()
+	defer pr.Close()
 	if _, err := env.Tree.Create(rp, h, pr); err != nil {
 		return err
 	}
 	env.Log.WithField("archive", file).WithField("blobs", len(blobs)).Debugf("stored image %s", full)
 	return nil
+}
+
+// recordImageArchive files an image archive the cache keeps, under a key of
+// everything its bytes depend on, so that a later build points the tree's
+// file at it without reading a blob.
+const recordImageArchive = "image-archive"
+
+// keepArchive makes the archive a reference to a blob the cache keeps,
+// writing it there first unless an earlier build did.
+func keepArchive(ctx context.Context, env *Env, full, rp string, h rootfs.Header, indexJSON []byte, blobs []archiveBlob) error {
+	sum := sha256.Sum256(indexJSON)
+	parts := []cache.Part{
+		{Name: "stamp", Digest: env.Maker},
+		{Name: "epoch", Digest: strconv.FormatInt(env.Epoch.Unix(), 10)},
+		{Name: "index.json", Digest: "sha256:" + hex.EncodeToString(sum[:])},
+	}
+	for _, b := range blobs {
+		parts = append(parts, cache.Part{Name: "blob", Digest: b.digest})
+	}
+	key := cache.KeyOf(parts)
+	r, err := env.Cache.Record(recordImageArchive, key)
+	if err != nil {
+		env.Log.WithError(err).Warnf("cache: ignoring the kept archive of %s; writing it again", full)
+	}
+	if r != nil && len(r.Blobs) == 1 {
+		if hexSum, err := cache.ParseDigest(r.Blobs[0].Digest); err == nil {
+			_, _, err := env.Tree.CreateKept(rp, h, hexSum, r.Blobs[0].Size)
+			if err == nil {
+				return nil
+			}
+			// A damaged blob is removed as it is found: write it again.
+			env.Log.WithError(err).Warnf("cache: the kept archive of %s is unusable; writing it again", full)
+		}
+	}
+	hexSum, size, err := env.Cache.KeepWritten(ctx, full, func(w io.Writer) error {
+		return writeOCIArchive(ctx, w, env.Cache, env.Epoch, indexJSON, blobs)
+	})
+	if err != nil {
+		return err
+	}
+	rec := &cache.Record{Kind: recordImageArchive, Key: key, Subject: full, Parts: parts,
+		Blobs: []cache.RecordBlob{{Name: "archive", Digest: "sha256:" + hexSum, Size: size}}}
+	if err := env.Cache.PutRecord(rec); err != nil {
+		env.Log.WithError(err).Warnf("cache: cannot file the kept archive of %s", full)
+	}
+	_, _, err = env.Tree.CreateKept(rp, h, hexSum, size)
+	return err
 }
 
 func ociHash(d string) v1.Hash {

@@ -8,7 +8,9 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -214,5 +216,106 @@ func TestImageName(t *testing.T) {
 		if _, err := ImageName(short); err == nil || !strings.Contains(err.Error(), "does not name its registry") {
 			t.Errorf("%s: %v, want a refusal of a reference without its registry", short, err)
 		}
+	}
+}
+
+// In a build that writes the cache, an image archive is written once into
+// the cache and the tree's file points at it: the same bytes as an archive
+// written into the tree. A later build with the same inputs points at the
+// same blob without writing it again, and one whose kept archive was
+// damaged writes it again.
+func TestImagesArchiveByReference(t *testing.T) {
+	ctx := context.Background()
+	const pause = "/var/lib/stamp/images/registry.example.invalid_pause_3.10.tar"
+	written := ociEnv(t)
+	idx, _, _ := testIndex(t, written)
+	idxDigest := digestOf(t, idx)
+	l := &Images{Images: []*Input{{Kind: "image", URI: "registry.example.invalid/pause:3.10@" + idxDigest, Digest: idxDigest, Pinned: true}}}
+	if err := l.Apply(ctx, written); err != nil {
+		t.Fatal(err)
+	}
+	want, wantData := readTree(t, written, pause)
+
+	build := func() (*Env, *rootfs.Entry, string) {
+		t.Helper()
+		env := ociEnvByReference(t)
+		env.Maker = "sha256:" + strings.Repeat("5", 64)
+		testIndex(t, env)
+		if err := l.Apply(ctx, env); err != nil {
+			t.Fatal(err)
+		}
+		e, data := readTree(t, env, pause)
+		if !bytes.Equal(data, wantData) || e.Digest != want.Digest || e.Size != want.Size || e.Perm != want.Perm || !e.MTime.Equal(want.MTime) {
+			t.Fatalf("the archive by reference differs from the one written (%d bytes, %s)", e.Size, e.Digest)
+		}
+		if env.Tree.DiskPath(pause) != "" {
+			t.Fatal("the archive was written into the tree's directory")
+		}
+		p, err := env.Cache.Path("sha256:" + e.Digest)
+		if err != nil {
+			t.Fatalf("the archive is not a blob of the cache: %v", err)
+		}
+		return env, e, p
+	}
+	inode := func(p string) uint64 {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Sys().(*syscall.Stat_t).Ino
+	}
+	first, _, blob := build()
+	ino := inode(blob)
+	// The same cache again: its record points at the blob, which is not
+	// written again.
+	second := &Env{}
+	*second = *first
+	tree, err := rootfs.New(filepath.Join(t.TempDir(), "tree"), rootfs.Options{DefaultMTime: ociEpoch, Archives: first.Cache.Archives()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tree.Close() })
+	second.Tree = tree
+	if err := l.Apply(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	if e, data := readTree(t, second, pause); !bytes.Equal(data, wantData) || e.Digest != want.Digest {
+		t.Fatal("the archive from the cache's record differs")
+	}
+	if inode(blob) != ino {
+		t.Fatal("the kept archive was written again")
+	}
+	if err := second.Tree.Materialize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(second.Tree.DiskPath(pause)); err != nil || !bytes.Equal(b, wantData) {
+		t.Fatalf("materialized archive: %v", err)
+	}
+
+	// A damaged kept archive is found, and written again.
+	damaged := bytes.Clone(wantData)
+	damaged[len(damaged)/2] ^= 0xff
+	if err := os.Remove(blob); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(blob, damaged, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	third := &Env{}
+	*third = *first
+	tree3, err := rootfs.New(filepath.Join(t.TempDir(), "tree"), rootfs.Options{DefaultMTime: ociEpoch, Archives: first.Cache.Archives()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tree3.Close() })
+	third.Tree = tree3
+	if err := l.Apply(ctx, third); err != nil {
+		t.Fatal(err)
+	}
+	if e, data := readTree(t, third, pause); !bytes.Equal(data, wantData) || e.Digest != want.Digest {
+		t.Fatal("the archive written again differs")
+	}
+	if b, err := os.ReadFile(blob); err != nil || !bytes.Equal(b, wantData) {
+		t.Fatalf("the cache does not hold a good archive again: %v", err)
 	}
 }

@@ -42,6 +42,10 @@ type Env struct {
 	RecipeDir string
 	// Progress starts a progress display for long work; nil shows nothing.
 	Progress rootfs.Progress
+	// Maker is the digest of the running stamp when the build writes the
+	// cache, "" when it does not. What a layer files in the cache for later
+	// builds to take is keyed with it: another stamp may write other bytes.
+	Maker string
 }
 
 // progress is Env.Progress made nil-safe.

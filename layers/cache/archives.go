@@ -140,3 +140,43 @@ func (c *Cache) KeepFile(ctx context.Context, path string) (string, int64, error
 	c.rememberUnchanged(abs, fi, sum)
 	return sum, n, nil
 }
+
+// KeepWritten stores what write writes as a blob a tree's file can point
+// at, and returns its sha256 (hex) and size: a file a layer makes from
+// blobs the cache holds (an image archive) is kept once, and later builds
+// point at it instead of writing it again. It is hashed as it is written
+// and, like an archive, not synced. name is for errors.
+func (c *Cache) KeepWritten(ctx context.Context, name string, write func(io.Writer) error) (string, int64, error) {
+	if !c.writable {
+		return "", 0, fmt.Errorf("store %s in %s: %w", name, c.dir, ErrReadOnly)
+	}
+	tmp, err := os.CreateTemp(c.tmp, "file-*")
+	if err != nil {
+		return "", 0, fmt.Errorf("store %s: %w", name, err)
+	}
+	defer os.Remove(tmp.Name())
+	hw := hashio.NewWriter(tmp)
+	err = write(hw)
+	if cerr := hw.Close(); err == nil {
+		err = cerr
+	}
+	var fi os.FileInfo
+	if err == nil {
+		fi, err = tmp.Stat()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		return "", 0, fmt.Errorf("store %s: %w", name, err)
+	}
+	h := hw.Sum()
+	sum := hex.EncodeToString(h[:])
+	if err := c.fileWritten(tmp.Name(), sum); err != nil {
+		return "", 0, fmt.Errorf("store %s: %w", name, err)
+	}
+	return sum, fi.Size(), nil
+}

@@ -628,6 +628,16 @@ func TestOCIImagesLayer(t *testing.T) {
 	if err != nil || !strings.Contains(string(lockb), corednsDigest) || strings.Contains(string(lockb), pauseDigest) {
 		t.Errorf("stamp.lock should pin %s (tag only) as %s and not the pinned pause: %v\n%s", corednsRef, corednsDigest, err, lockb)
 	}
+	// A build that writes the cache keeps each archive there once and
+	// points the tree at it: the outputs are the same bytes.
+	cached, refsCache := filepath.Join(dir, "out-cached"), filepath.Join(dir, "cache-refs")
+	stampCached(t, dir, nil, "build", "recipe.yaml", "-o", cached, "--cache-dir", refsCache, "--work-dir", dir).mustSucceed(t)
+	if a, b := mustReadFile(t, filepath.Join(out, "SHA256SUMS")), mustReadFile(t, filepath.Join(cached, "SHA256SUMS")); !bytes.Equal(a, b) {
+		t.Fatalf("the build with the archives kept in the cache differs:\n%s\nwant\n%s", b, a)
+	}
+	if kept, _ := os.ReadDir(filepath.Join(refsCache, "records", "image-archive")); len(kept) != 3 { // two records and last/
+		t.Fatalf("the cache keeps %d image archive records, want 2", len(kept)-1)
+	}
 	tarPath := filepath.Join(out, "images.tar")
 	idx := harness.TarIndex(harness.ReadTar(t, tarPath))
 	sanitize := func(s string) string { return strings.NewReplacer(":", "_", "/", "_").Replace(s) }
