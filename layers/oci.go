@@ -200,7 +200,14 @@ func (l *OCI) applyImage(ctx context.Context, env *Env, m *ociremote.Manifest) e
 		return err
 	}
 	defer os.RemoveAll(scratchDir)
-	scratch, err := rootfs.New(filepath.Join(scratchDir, "root"), rootfs.Options{DefaultMTime: env.Epoch})
+	opts := rootfs.Options{DefaultMTime: env.Epoch}
+	if env.Tree.KeepsReferences() && env.Cache.Writable() {
+		// The layers are unpacked as references into their uncompressed
+		// archives, kept in the cache, and the files copied out of them
+		// point there too: no file is written twice, or at all.
+		opts.Archives = env.Cache.Archives()
+	}
+	scratch, err := rootfs.New(filepath.Join(scratchDir, "root"), opts)
 	if err != nil {
 		return err
 	}
@@ -292,7 +299,7 @@ func ociExtractLayer(ctx context.Context, env *Env, t *rootfs.Tree, d v1.Descrip
 		return err
 	}
 	defer dr.Close()
-	opts := rootfs.ExtractOptions{Origin: env.Origin(d.Digest.String(), ""), Whiteouts: true}
+	opts := rootfs.ExtractOptions{Origin: env.Origin(d.Digest.String(), ""), Whiteouts: true, ByReference: t.KeepsReferences()}
 	if _, err := rootfs.Extract(ctx, t, dr, opts); err != nil {
 		return err
 	}
@@ -379,6 +386,12 @@ func (c *imageCopy) copyOne(e *rootfs.Entry, dst string) error {
 	}
 	var content io.Reader
 	if e.Type == rootfs.TypeRegular {
+		if ne, ok, err := c.env.Tree.CreateLike(dst, h, c.scratch, e.Path); ok {
+			if err == nil && e.Nlink() > 1 {
+				c.links[e.Inode] = ne.Path
+			}
+			return err
+		}
 		f, err := c.scratch.Open(e.Path)
 		if err != nil {
 			return err

@@ -363,6 +363,67 @@ func TestOCIImageWhiteouts(t *testing.T) {
 	}
 }
 
+// In a build's tree an image's layers are unpacked into uncompressed
+// archives the cache keeps, and the files copied out of the merged layers
+// point into them: the same tree, origins included, as unpacking the files,
+// with none written to the tree's directory until a host process needs it.
+func TestOCIImageByReference(t *testing.T) {
+	ctx := context.Background()
+	written, byRef := ociEnv(t), ociEnvByReference(t)
+	for _, env := range []*Env{written, byRef} {
+		d := cacheImage(t, env.Cache, whiteoutImage(t, "amd64"))
+		l := &OCI{Input: Input{Kind: "oci", URI: "r.example/img@" + d, Digest: d}}
+		if err := l.Apply(ctx, env); err != nil {
+			t.Fatal(err)
+		}
+	}
+	manifest := func(env *Env) string {
+		var b bytes.Buffer
+		if err := rootfs.WriteManifest(&b, env.Tree.Entries(), true); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	if got, want := manifest(byRef), manifest(written); got != want {
+		t.Fatalf("by reference:\n%s\nwant\n%s", got, want)
+	}
+	files := 0
+	for _, p := range written.Tree.Paths() {
+		if written.Tree.Get(p).Type != rootfs.TypeRegular {
+			continue
+		}
+		files++
+		_, want := readTree(t, written, p)
+		if _, got := readTree(t, byRef, p); !bytes.Equal(got, want) {
+			t.Errorf("%s: %q, want %q", p, got, want)
+		}
+		if byRef.Tree.DiskPath(p) != "" {
+			t.Errorf("%s was written into the tree's directory", p)
+		}
+	}
+	if files < 3 {
+		t.Fatalf("the image has %d files: the test proves little", files)
+	}
+	if err := byRef.Tree.Materialize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range written.Tree.Paths() {
+		if written.Tree.Get(p).Type == rootfs.TypeRegular {
+			_, want := readTree(t, written, p)
+			if got, err := os.ReadFile(byRef.Tree.DiskPath(p)); err != nil || !bytes.Equal(got, want) {
+				t.Errorf("materialized %s: %q, %v", p, got, err)
+			}
+		}
+	}
+	a, err := os.Stat(byRef.Tree.DiskPath("/usr/local/bin/tool"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.Stat(byRef.Tree.DiskPath("/usr/local/bin/tool-link")); err != nil || !os.SameFile(a, b) {
+		t.Errorf("the materialized hard link is not one: %v", err)
+	}
+}
+
 func TestOCIImagePathsAndOverrides(t *testing.T) {
 	env := ociEnv(t)
 	d := cacheImage(t, env.Cache, whiteoutImage(t, "amd64"))

@@ -216,6 +216,30 @@ func (t *Tree) CreateKept(p string, h Header, sum string, size int64) (e *Entry,
 	return t.addRef(full, h, a, 0, size, sum), true, nil
 }
 
+// CreateLike is Create for a regular file with the content of the file at
+// the exact path srcPath of src, when that content is a reference into an
+// archive the store of both trees keeps: the new file points at the same
+// bytes, and nothing is read or written. ok is false, and nothing done,
+// when either tree cannot; the caller then copies the content.
+func (t *Tree) CreateLike(p string, h Header, src *Tree, srcPath string) (e *Entry, ok bool, err error) {
+	se := src.entries[srcPath]
+	if !t.KeepsReferences() || se == nil || se.Type != TypeRegular || se.ref == nil || !se.ref.a.kept {
+		return nil, false, nil
+	}
+	if err := t.settleWrites(); err != nil {
+		return nil, true, err
+	}
+	a, err := t.openKept(se.ref.a.sum)
+	if err != nil {
+		return nil, true, &fs.PathError{Op: "create", Path: p, Err: err}
+	}
+	full, err := t.prepareNew(p)
+	if err != nil {
+		return nil, true, err
+	}
+	return t.addRef(full, h, a, se.ref.off, se.Size, se.Digest), true, nil
+}
+
 // KeepsReferences tells whether CreateKept makes references: whether the
 // tree has an ArchiveStore.
 func (t *Tree) KeepsReferences() bool { return t.opts.Archives != nil && t.lower == nil }

@@ -209,6 +209,27 @@ func TestOCIProvision(t *testing.T) {
 			r := stampAs65534(t, dir, nil, "build", "recipe.yaml", "-o", out,
 				"--cache-dir", filepath.Join(dir, "cache"), "--work-dir", dir)
 			r.mustSucceed(t)
+			// A build that writes the cache unpacks the image's layers as
+			// references into their uncompressed archives, which the cache
+			// keeps under their diff IDs: the same bytes.
+			cached, refsCache := filepath.Join(dir, "out-cached"), filepath.Join(dir, "cache-refs")
+			stampCached(t, dir, nil, "build", "recipe.yaml", "-o", cached, "--cache-dir", refsCache, "--work-dir", dir).mustSucceed(t)
+			if a, b := mustReadFile(t, filepath.Join(out, "SHA256SUMS")), mustReadFile(t, filepath.Join(cached, "SHA256SUMS")); !bytes.Equal(a, b) {
+				t.Fatalf("the build with the layers by reference differs:\n%s\nwant\n%s", b, a)
+			}
+			ls, err := layered(arch).Layers()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, l := range ls {
+				diff, err := l.DiffID()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := os.Stat(filepath.Join(refsCache, "blobs", "sha256", diff.Hex)); err != nil {
+					t.Errorf("layer %d's uncompressed archive is not in the cache: %v", i, err)
+				}
+			}
 			tarPath := filepath.Join(out, "oci-"+arch+".tar")
 			idx := harness.TarIndex(harness.ReadTar(t, tarPath))
 			for _, f := range []struct {
