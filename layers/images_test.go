@@ -236,26 +236,22 @@ func TestImagesArchiveByReference(t *testing.T) {
 	}
 	want, wantData := readTree(t, written, pause)
 
-	build := func() (*Env, *rootfs.Entry, string) {
-		t.Helper()
-		env := ociEnvByReference(t)
-		env.Maker = "sha256:" + strings.Repeat("5", 64)
-		testIndex(t, env)
-		if err := l.Apply(ctx, env); err != nil {
-			t.Fatal(err)
-		}
-		e, data := readTree(t, env, pause)
-		if !bytes.Equal(data, wantData) || e.Digest != want.Digest || e.Size != want.Size || e.Perm != want.Perm || !e.MTime.Equal(want.MTime) {
-			t.Fatalf("the archive by reference differs from the one written (%d bytes, %s)", e.Size, e.Digest)
-		}
-		if env.Tree.DiskPath(pause) != "" {
-			t.Fatal("the archive was written into the tree's directory")
-		}
-		p, err := env.Cache.Path("sha256:" + e.Digest)
-		if err != nil {
-			t.Fatalf("the archive is not a blob of the cache: %v", err)
-		}
-		return env, e, p
+	first := ociEnvByReference(t)
+	first.Maker = "sha256:" + strings.Repeat("5", 64)
+	testIndex(t, first)
+	if err := l.Apply(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	e, data := readTree(t, first, pause)
+	if !bytes.Equal(data, wantData) || e.Digest != want.Digest || e.Size != want.Size || e.Perm != want.Perm || !e.MTime.Equal(want.MTime) {
+		t.Fatalf("the archive by reference differs from the one written (%d bytes, %s)", e.Size, e.Digest)
+	}
+	if first.Tree.DiskPath(pause) != "" {
+		t.Fatal("the archive was written into the tree's directory")
+	}
+	blob, err := first.Cache.Path("sha256:" + e.Digest)
+	if err != nil {
+		t.Fatalf("the archive is not a blob of the cache: %v", err)
 	}
 	inode := func(p string) uint64 {
 		fi, err := os.Stat(p)
@@ -264,18 +260,22 @@ func TestImagesArchiveByReference(t *testing.T) {
 		}
 		return fi.Sys().(*syscall.Stat_t).Ino
 	}
-	first, _, blob := build()
 	ino := inode(blob)
-	// The same cache again: its record points at the blob, which is not
-	// written again.
-	second := &Env{}
-	*second = *first
-	tree, err := rootfs.New(filepath.Join(t.TempDir(), "tree"), rootfs.Options{DefaultMTime: ociEpoch, Archives: first.Cache.Archives()})
-	if err != nil {
-		t.Fatal(err)
+	// sameCache is a later build's env: a new tree, first's cache.
+	sameCache := func() *Env {
+		t.Helper()
+		env := &Env{}
+		*env = *first
+		tree, err := rootfs.New(filepath.Join(t.TempDir(), "tree"), rootfs.Options{DefaultMTime: ociEpoch, Archives: first.Cache.Archives()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tree.Close() })
+		env.Tree = tree
+		return env
 	}
-	t.Cleanup(func() { tree.Close() })
-	second.Tree = tree
+	// The cache's record points at the blob, which is not written again.
+	second := sameCache()
 	if err := l.Apply(ctx, second); err != nil {
 		t.Fatal(err)
 	}
@@ -301,14 +301,7 @@ func TestImagesArchiveByReference(t *testing.T) {
 	if err := os.WriteFile(blob, damaged, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	third := &Env{}
-	*third = *first
-	tree3, err := rootfs.New(filepath.Join(t.TempDir(), "tree"), rootfs.Options{DefaultMTime: ociEpoch, Archives: first.Cache.Archives()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tree3.Close() })
-	third.Tree = tree3
+	third := sameCache()
 	if err := l.Apply(ctx, third); err != nil {
 		t.Fatal(err)
 	}

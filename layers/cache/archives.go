@@ -116,26 +116,12 @@ func (c *Cache) KeepFile(ctx context.Context, path string) (string, int64, error
 	if sum, ok := c.statLookup(abs, fi); ok && c.blobVerified(sum) {
 		return sum, fi.Size(), nil
 	}
-	tmp, err := os.CreateTemp(c.tmp, "file-*")
+	sum, n, err := c.KeepWritten(ctx, path, func(w io.Writer) error {
+		_, err := io.CopyBuffer(w, &ctxReader{ctx: ctx, r: f}, make([]byte, copyBuffer))
+		return err
+	})
 	if err != nil {
-		return "", 0, fmt.Errorf("store %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	// The file is read and hashed ahead on another goroutine while the
-	// copy is written here.
-	r := hashio.NewReader(&ctxReader{ctx: ctx, r: f})
-	n, err := io.CopyBuffer(tmp, r, make([]byte, copyBuffer))
-	r.Close()
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return "", 0, fmt.Errorf("store %s: %w", path, err)
-	}
-	h := r.Sum()
-	sum := hex.EncodeToString(h[:])
-	if err := c.fileWritten(tmp.Name(), sum); err != nil {
-		return "", 0, fmt.Errorf("store %s: %w", path, err)
+		return "", 0, err
 	}
 	c.rememberUnchanged(abs, fi, sum)
 	return sum, n, nil
