@@ -116,6 +116,14 @@ func (c *Cache) KeepFile(ctx context.Context, path string) (string, int64, error
 	if sum, ok := c.statLookup(abs, fi); ok && c.blobVerified(sum) {
 		return sum, fi.Size(), nil
 	}
+	if sum, ok := c.hashedLookup(abs, fi); ok {
+		// The build's key already read this very file (HashFile): the
+		// kernel copies it, and it is filed under the sum found then.
+		if err := c.keepHashed(abs, f, fi, sum); err != nil {
+			return "", 0, fmt.Errorf("store %s: %w", path, err)
+		}
+		return sum, fi.Size(), nil
+	}
 	sum, n, err := c.KeepWritten(ctx, path, func(w io.Writer) error {
 		_, err := io.CopyBuffer(w, &ctxReader{ctx: ctx, r: f}, make([]byte, copyBuffer))
 		return err
@@ -125,6 +133,41 @@ func (c *Cache) KeepFile(ctx context.Context, path string) (string, int64, error
 	}
 	c.rememberUnchanged(abs, fi, sum)
 	return sum, n, nil
+}
+
+// keepHashed files a copy of f, the host file at abs as fi found it, under
+// sum, which HashFile found for the file with the same stat data. As
+// everywhere the stat cache is trusted, an unchanged device, inode, size,
+// mtime and ctime mean unchanged content; a file that changes while it is
+// copied is an error.
+func (c *Cache) keepHashed(abs string, f *os.File, fi os.FileInfo, sum string) error {
+	tmp, err := os.CreateTemp(c.tmp, "file-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	// *os.File to *os.File: copy_file_range(2).
+	n, err := io.Copy(tmp, f)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	now, err := os.Stat(abs)
+	if err != nil {
+		return err
+	}
+	a, ok1 := statIdentity(now)
+	b, ok2 := statIdentity(fi)
+	if !ok1 || !ok2 || a != b || n != fi.Size() {
+		return fmt.Errorf("%s changed while it was copied into the cache", abs)
+	}
+	if err := c.fileWritten(tmp.Name(), sum); err != nil {
+		return err
+	}
+	c.statRemember(abs, fi, sum)
+	return nil
 }
 
 // KeepWritten stores what write writes as a blob a tree's file can point

@@ -87,8 +87,36 @@ func TestKeepFile(t *testing.T) {
 	}
 	h := sha256.Sum256(data)
 	want := hex.EncodeToString(h[:])
+	kubeadm := filepath.Join(t.TempDir(), "kubeadm")
+	adm := randomBytes(10, 3<<20)
+	if err := os.WriteFile(kubeadm, adm, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	// Past the racy window, so that the host file is remembered.
 	time.Sleep(racyWindow + 100*time.Millisecond)
+
+	// A file the build's key hashed is copied and filed under that sum; one
+	// changed since is hashed again.
+	if _, err := c.HashFile(kubeadm); err != nil {
+		t.Fatal(err)
+	}
+	admSum := sha256.Sum256(adm)
+	admWant := hex.EncodeToString(admSum[:])
+	if sum, _, err := c.KeepFile(context.Background(), kubeadm); err != nil || sum != admWant {
+		t.Fatalf("KeepFile after HashFile: %s %v", sum, err)
+	}
+	if got, err := os.ReadFile(c.blobPath(admWant)); err != nil || !bytes.Equal(got, adm) || !c.blobVerified(admWant) {
+		t.Fatalf("the blob of a hashed host file: %v", err)
+	}
+	adm[0] ^= 1
+	if err := os.WriteFile(kubeadm, adm, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	admSum = sha256.Sum256(adm)
+	if sum, _, err := c.KeepFile(context.Background(), kubeadm); err != nil || sum != hex.EncodeToString(admSum[:]) {
+		t.Fatalf("KeepFile of a file changed since HashFile: %s %v", sum, err)
+	}
+
 	sum, size, err := c.KeepFile(context.Background(), host)
 	if err != nil || sum != want || size != int64(len(data)) {
 		t.Fatalf("KeepFile: %s %d %v, want %s", sum, size, err, want)

@@ -90,14 +90,10 @@ func (c *Cache) HashFile(path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	key := c.statKey("hash\x00" + abs)
-	if id, ok := statIdentity(fi); ok {
-		if b, err := os.ReadFile(key); err == nil {
-			if rec, sum, ok := strings.Cut(strings.TrimSpace(string(b)), "\t"); ok && rec == id && len(sum) == hexLen {
-				return sum, nil
-			}
-		}
+	if sum, ok := c.hashedLookup(abs, fi); ok {
+		return sum, nil
 	}
+	key := c.statKey("hash\x00" + abs)
 	sum, _, err := hashio.File(abs, false)
 	if err != nil {
 		return "", err
@@ -110,6 +106,21 @@ func (c *Cache) HashFile(path string) (string, error) {
 		}
 	}
 	return sum, nil
+}
+
+// hashedLookup is the sha256 HashFile found for the file at abs when it is
+// unchanged since.
+func (c *Cache) hashedLookup(abs string, fi os.FileInfo) (string, bool) {
+	id, ok := statIdentity(fi)
+	if !ok {
+		return "", false
+	}
+	b, err := os.ReadFile(c.statKey("hash\x00" + abs))
+	if err != nil {
+		return "", false
+	}
+	rec, sum, ok := strings.Cut(strings.TrimSpace(string(b)), "\t")
+	return sum, ok && rec == id && len(sum) == hexLen
 }
 
 // blobIdentity is what says a blob is unchanged since it was last hashed:
