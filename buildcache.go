@@ -10,12 +10,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/stamp-dev/stamp/formats"
 	"github.com/stamp-dev/stamp/layers"
@@ -268,6 +270,45 @@ func (bc *buildCache) outputParts(rec *recipes.Recipe, spec *formats.Spec, base 
 
 // hostTreeDigest is the digest of a host file, or of a directory's names,
 // types, modes, link targets and contents.
+// prehash hashes every files.from host file on as many goroutines as there
+// are cores, ahead of the keys, which read them one at a time and then find
+// each sum in the stat cache: a cold build hashes hundreds of MB of
+// Kubernetes binaries here. A failure is left for the keys to report.
+func prehash(c *cache.Cache, phases []phase) {
+	var paths []string
+	for _, ph := range phases {
+		for _, st := range ph.steps {
+			f, ok := st.layer.(*layers.Files)
+			if !ok {
+				continue
+			}
+			for _, it := range f.Items {
+				if it.From == "" {
+					continue
+				}
+				filepath.WalkDir(it.From, func(p string, d fs.DirEntry, err error) error {
+					if err == nil && d.Type().IsRegular() {
+						paths = append(paths, p)
+					}
+					return nil
+				})
+			}
+		}
+	}
+	if len(paths) < 2 {
+		return
+	}
+	var g errgroup.Group
+	g.SetLimit(runtime.GOMAXPROCS(0))
+	for _, p := range paths {
+		g.Go(func() error {
+			c.HashFile(p)
+			return nil
+		})
+	}
+	g.Wait()
+}
+
 func hostTreeDigest(c *cache.Cache, root string) (string, error) {
 	h := sha256.New()
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {

@@ -289,6 +289,7 @@ func prepare(ctx context.Context, rec *recipes.Recipe, o *Options, saveLock bool
 	if bc.write {
 		o.maker = bc.self
 	}
+	prehash(c, phases)
 	sealedKey, err := bc.sealedParts(rec, phases, ep, att)
 	if err != nil {
 		return nil, err
