@@ -177,6 +177,20 @@ func (bc *buildCache) phaseInputs(rec *recipes.Recipe, ph phase, att *attestatio
 			parts = append(parts, cache.Part{Name: fmt.Sprintf("%s %s %s", d.Kind, d.Field, d.URI), Digest: d.Digest})
 		}
 	}
+	err := eachFrom(ph, func(st step, i int, from string) error {
+		d, err := hostTreeDigest(bc.c, from)
+		if err != nil {
+			return fmt.Errorf("%s[%d].from: %w", st.label, i, err)
+		}
+		parts = append(parts, cache.Part{Name: fmt.Sprintf("files %s %s", st.label, lockKey(rec.Dir, from)), Digest: d})
+		return nil
+	})
+	return parts, err
+}
+
+// eachFrom calls fn with every files.from host path of ph, in order, and
+// stops at its first error.
+func eachFrom(ph phase, fn func(st step, i int, from string) error) error {
 	for _, st := range ph.steps {
 		f, ok := st.layer.(*layers.Files)
 		if !ok {
@@ -186,14 +200,12 @@ func (bc *buildCache) phaseInputs(rec *recipes.Recipe, ph phase, att *attestatio
 			if it.From == "" {
 				continue
 			}
-			d, err := hostTreeDigest(bc.c, it.From)
-			if err != nil {
-				return nil, fmt.Errorf("%s[%d].from: %w", st.label, i, err)
+			if err := fn(st, i, it.From); err != nil {
+				return err
 			}
-			parts = append(parts, cache.Part{Name: fmt.Sprintf("files %s %s", st.label, lockKey(rec.Dir, it.From)), Digest: d})
 		}
 	}
-	return parts, nil
+	return nil
 }
 
 // phaseParts is each phase's key: what its tree depends on, the key of the
@@ -277,23 +289,14 @@ func (bc *buildCache) outputParts(rec *recipes.Recipe, spec *formats.Spec, base 
 func prehash(c *cache.Cache, phases []phase) {
 	var paths []string
 	for _, ph := range phases {
-		for _, st := range ph.steps {
-			f, ok := st.layer.(*layers.Files)
-			if !ok {
-				continue
-			}
-			for _, it := range f.Items {
-				if it.From == "" {
-					continue
+		eachFrom(ph, func(_ step, _ int, from string) error {
+			return filepath.WalkDir(from, func(p string, d fs.DirEntry, err error) error {
+				if err == nil && d.Type().IsRegular() {
+					paths = append(paths, p)
 				}
-				filepath.WalkDir(it.From, func(p string, d fs.DirEntry, err error) error {
-					if err == nil && d.Type().IsRegular() {
-						paths = append(paths, p)
-					}
-					return nil
-				})
-			}
-		}
+				return nil
+			})
+		})
 	}
 	if len(paths) < 2 {
 		return
