@@ -27,6 +27,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"mvdan.cc/sh/v3/expand"
@@ -61,9 +62,19 @@ type Env struct {
 	// the script goes on as if it had succeeded. Nil defers nothing.
 	Defer func(pkg string, argv []string) bool
 
+	// NoPrograms makes every handler that would run a program of the
+	// image (in rootfs/sandbox) unhandled: a recipe's offline-only.
+	NoPrograms bool
+
 	// debconf is the question database the scripts share, made when the
 	// first one sources debconf's confmodule.
 	debconf *debconfDB
+	// skippedKeys are the SSH host keys scripts asked for and the build
+	// did not make.
+	skippedKeys map[string]bool
+	// once makes progs, the sandbox the handlers run programs in.
+	once  sync.Once
+	progs *programs
 }
 
 // Group is a group a script asks for.
