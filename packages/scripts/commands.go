@@ -25,6 +25,14 @@ type command func(r *run, hc interp.HandlerContext, args []string) error
 var commands = map[string]command{
 	"stamp-command-v":          cmdCommandV,
 	"stamp-umask":              cmdUmask,
+	"stamp-test":               cmdTest,
+	"stamp-[":                  cmdTest,
+	"stamp-pwd":                cmdPwd,
+	"stamp-filetest":           cmdFileTest,
+	"stamp-procsubst":          cmdProcSubst,
+	"stamp-refuse":             cmdRefuse,
+	"stamp-fd":                 cmdFd,
+	"whoami":                   cmdWhoami,
 	"grep":                     cmdGrep,
 	"egrep":                    cmdGrep,
 	"fgrep":                    cmdGrep,
@@ -114,6 +122,9 @@ func (r *run) exec(ctx context.Context, args []string) error {
 	hc := interp.HandlerCtx(ctx)
 	r.cwd = hc.Dir
 	name := path.Base(args[0])
+	if strings.HasPrefix(name, "stamp-") && strings.Contains(args[0], "/") {
+		name = "" // stamp's own handlers are never a path in the image
+	}
 	h, ok := commands[name]
 	// Not in the table: these run scripts, which run commands through
 	// the table, and Go refuses a table that refers to itself.
@@ -868,21 +879,40 @@ func cmdGetent(r *run, hc interp.HandlerContext, args []string) error {
 	return exit(code)
 }
 
+// cmdID is id: scripts run as root, as under dpkg; a user operand is
+// looked up in the tree's passwd.
 func cmdID(r *run, hc interp.HandlerContext, args []string) error {
 	flags, ops := splitFlags(args[1:])
-	if len(ops) != 1 {
+	if len(ops) > 1 {
 		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
 	}
-	f := r.lookupAccount("/etc/passwd", ops[0])
-	if f == nil {
-		fmt.Fprintf(hc.Stderr, "id: '%s': no such user\n", ops[0])
-		return exit(1)
+	uid, gid, user := "0", "0", r.accountName("/etc/passwd", 0)
+	if len(ops) == 1 {
+		f := r.lookupAccount("/etc/passwd", ops[0])
+		if f == nil || len(f) < 4 {
+			fmt.Fprintf(hc.Stderr, "id: '%s': no such user\n", ops[0])
+			return exit(1)
+		}
+		uid, gid, user = f[2], f[3], f[0]
 	}
+	name := flags["-n"] || flags["--name"]
 	switch {
-	case flags["-u"]:
-		fmt.Fprintln(hc.Stdout, f[2])
-	case flags["-g"] && len(f) > 3:
-		fmt.Fprintln(hc.Stdout, f[3])
+	case flags["-u"] || flags["--user"]:
+		if name {
+			fmt.Fprintln(hc.Stdout, user)
+		} else {
+			fmt.Fprintln(hc.Stdout, uid)
+		}
+	case flags["-g"] || flags["--group"]:
+		if name {
+			n, _ := strconv.ParseUint(gid, 10, 32)
+			fmt.Fprintln(hc.Stdout, r.accountName("/etc/group", uint32(n)))
+		} else {
+			fmt.Fprintln(hc.Stdout, gid)
+		}
+	case len(flags) == 0 && len(ops) == 0:
+		g := r.accountName("/etc/group", 0)
+		fmt.Fprintf(hc.Stdout, "uid=0(%s) gid=0(%s) groups=0(%s)\n", user, g, g)
 	default:
 		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
 	}

@@ -60,6 +60,11 @@ func cmdDepmod(r *run, hc interp.HandlerContext, args []string) error {
 		fmt.Fprintf(hc.Stderr, "depmod: invalid version %q\n", version)
 		return exit(1)
 	}
+	if r.env.NoPrograms {
+		// Until packages/kmod writes the indexes in Go, depmod is the
+		// image's kmod, which an offline-only build does not run.
+		return r.unhandled("depmod runs the image's kmod, and this build runs no program of the image (offline-only)")
+	}
 	return r.depmod(r.ctx, hc, version, flags)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -141,4 +142,285 @@ func readTree(tr *rootfs.Tree, p string) ([]byte, error) {
 		}
 	}
 	return []byte(b.String()), nil
+}
+
+// viewTree is a tree whose entries answer every file test differently
+// from the host: owners and modes only the index holds, devices, a fifo,
+// links, and a passwd whose users the host lacks (and lacking the host's).
+func viewTree(t *testing.T) *rootfs.Tree {
+	t.Helper()
+	tr := newTree(t)
+	mk := func(p string, h rootfs.Header, content string) {
+		t.Helper()
+		if _, err := tr.MkdirAll(filepath.Dir(p), rootfs.Header{Perm: 0o755, MTime: epoch}); err != nil {
+			t.Fatal(err)
+		}
+		if h.MTime.IsZero() {
+			h.MTime = epoch
+		}
+		var r *strings.Reader
+		if h.Type == rootfs.TypeRegular {
+			r = strings.NewReader(content)
+		}
+		var err error
+		if r != nil {
+			_, err = tr.Create(p, h, r)
+		} else {
+			_, err = tr.Create(p, h, nil)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+	}
+	reg := func(perm, uid, gid uint32) rootfs.Header {
+		return rootfs.Header{Type: rootfs.TypeRegular, Perm: perm, UID: uid, GID: gid}
+	}
+	mk("/etc/passwd", reg(0o644, 0, 0), "root:x:0:0:root:/root-of-image:/bin/sh\nimguser:x:1000:1000::/home/imguser:/bin/sh\n")
+	mk("/etc/group", reg(0o644, 0, 0), "root:x:0:\nimguser:x:1000:\n")
+	mk("/data/rootfile", reg(0o644, 0, 0), "x")
+	mk("/data/userfile", reg(0o600, 1000, 1000), "secret")
+	mk("/data/groupfile", reg(0o640, 0, 1000), "g")
+	mk("/data/unreadable", reg(0o000, 1000, 1000), "u")
+	mk("/data/exe", reg(0o755, 0, 0), "#!/bin/sh\n")
+	mk("/data/empty", reg(0o644, 0, 0), "")
+	mk("/data/suid", reg(0o4755, 0, 0), "s")
+	mk("/data/sgid", reg(0o2755, 0, 0), "s")
+	mk("/data/older", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, MTime: epoch.Add(-3600e9)}, "o")
+	mk("/data/sticky", rootfs.Header{Type: rootfs.TypeDir, Perm: 0o1777}, "")
+	mk("/data/link", rootfs.Header{Type: rootfs.TypeSymlink, Perm: 0o777, Target: "rootfile"}, "")
+	mk("/data/abslink", rootfs.Header{Type: rootfs.TypeSymlink, Perm: 0o777, Target: "/etc/passwd"}, "")
+	mk("/data/dangling", rootfs.Header{Type: rootfs.TypeSymlink, Perm: 0o777, Target: "/nowhere"}, "")
+	mk("/data/fifo", rootfs.Header{Type: rootfs.TypeFifo, Perm: 0o644}, "")
+	mk("/data/chr", rootfs.Header{Type: rootfs.TypeChar, Perm: 0o666, Major: 1, Minor: 3}, "")
+	mk("/data/blk", rootfs.Header{Type: rootfs.TypeBlock, Perm: 0o660, Major: 8}, "")
+	mk("/data/sock", rootfs.Header{Type: rootfs.TypeSocket, Perm: 0o777}, "")
+	mk("/srv/real/inner", reg(0o644, 0, 0), "i")
+	mk("/srv/dirlink", rootfs.Header{Type: rootfs.TypeSymlink, Perm: 0o777, Target: "real"}, "")
+	return tr
+}
+
+// fileTestCases are file tests and what each says in the image, as root
+// runs it there. The host has none of /data; it has /etc/hostname, /bin/sh
+// and, relative to where the tests run, scripts.go, which the image lacks.
+var fileTestCases = []struct{ test, want string }{
+	{"-e rootfile", "y"}, {"-e /data/rootfile", "y"}, {"-e /etc/hostname", "n"}, {"-e /bin/sh", "n"},
+	{"-e scripts.go", "n"}, {"-e ../../../../etc/passwd", "y"}, {"-e ''", "n"},
+	{"-f rootfile", "y"}, {"-f sticky", "n"}, {"-f link", "y"}, {"-f dangling", "n"}, {"-f abslink", "y"},
+	{"-d sticky", "y"}, {"-d /srv/dirlink", "y"}, {"-d rootfile", "n"},
+	{"-r unreadable", "y"}, {"-r /data/userfile", "y"}, {"-r nothing", "n"}, {"-r /etc/shadow", "n"},
+	{"-w unreadable", "y"}, {"-w /etc/hostname", "n"},
+	{"-x exe", "y"}, {"-x rootfile", "n"}, {"-x sticky", "y"}, {"-x /bin/sh", "n"},
+	{"-s rootfile", "y"}, {"-s empty", "n"}, {"-s sticky", "y"},
+	{"-L link", "y"}, {"-h dangling", "y"}, {"-L rootfile", "n"}, {"-h /data/abslink", "y"},
+	{"-O rootfile", "y"}, {"-O userfile", "n"}, {"-O /data/groupfile", "y"},
+	{"-G groupfile", "n"}, {"-G rootfile", "y"}, {"-G /data/userfile", "n"},
+	{"-u suid", "y"}, {"-u exe", "n"}, {"-g sgid", "y"}, {"-g suid", "n"}, {"-k sticky", "y"}, {"-k /data", "n"},
+	{"-p fifo", "y"}, {"-p rootfile", "n"}, {"-S sock", "y"}, {"-b blk", "y"}, {"-b chr", "n"}, {"-c chr", "y"}, {"-c rootfile", "n"},
+	{"rootfile -nt older", "y"}, {"older -nt rootfile", "n"}, {"rootfile -nt nothing", "y"},
+	{"older -ot rootfile", "y"}, {"nothing -ot rootfile", "y"},
+	{"link -ef rootfile", "y"}, {"/data/link -ef /data/rootfile", "y"}, {"exe -ef rootfile", "n"},
+	{"/srv/dirlink/inner -ef /srv/real/inner", "y"},
+}
+
+// TestFileTestsAnswerFromImage: every operator, in [ ], test and [[ ]],
+// with relative and absolute operands, answers from the index as root
+// would in the image: the build user (root or uid 65534), the host's files
+// and the host's working directory change nothing.
+func TestFileTestsAnswerFromImage(t *testing.T) {
+	var script strings.Builder
+	script.WriteString("#!/bin/bash\ncd /data\n")
+	var want strings.Builder
+	for i, c := range fileTestCases {
+		for _, form := range []string{"[ %s ]", "test %s", "[[ %s ]]", "[ ! %s ]"} {
+			fmt.Fprintf(&script, "if "+form+"; then echo '%d %s y'; else echo '%d %s n'; fi >> /out\n", c.test, i, form, i, form)
+			w := c.want
+			if strings.HasPrefix(form, "[ !") {
+				w = map[string]string{"y": "n", "n": "y"}[w]
+			}
+			fmt.Fprintf(&want, "%d %s %s\n", i, form, w)
+		}
+	}
+	root, nobody := asBoth(t, nil, func(t *testing.T, _ []string) string {
+		tr := viewTree(t)
+		if err := Run(context.Background(), env(tr), Script{Package: "p", Name: "postinst", Body: []byte(script.String())}, "configure"); err != nil {
+			t.Fatal(err)
+		}
+		b, err := readTree(tr, "/out")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	})
+	if root != want.String() {
+		diffLines(t, "as root", root, want.String())
+	}
+	if nobody != root {
+		diffLines(t, "as uid 65534", nobody, root)
+	}
+}
+
+func diffLines(t *testing.T, what, got, want string) {
+	t.Helper()
+	g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
+	for i := range max(len(g), len(w)) {
+		var a, b string
+		if i < len(g) {
+			a = g[i]
+		}
+		if i < len(w) {
+			b = w[i]
+		}
+		if a != b {
+			t.Errorf("%s: got %q, want %q", what, a, b)
+		}
+	}
+}
+
+// TestShellSeesImage: pwd, $PWD, cd through a symlink, $UID, $EUID, id,
+// whoami and ~user answer from the image whoever builds it (the host has
+// a user daemon the image lacks; the image has imguser).
+func TestShellSeesImage(t *testing.T) {
+	body := `#!/bin/sh
+set -e
+{
+echo "pwd=$(pwd) PWD=$PWD"
+cd /srv/dirlink
+echo "pwd=$(pwd) PWD=$PWD P=$(pwd -P)"
+cd ..
+echo "up=$(pwd)"
+echo "UID=$UID EUID=$EUID u=$(id -u) g=$(id -g) un=$(id -un) who=$(whoami) id=$(id) imguser=$(id -u imguser)"
+echo ~imguser ~daemon ~root ~ ~/x
+echo pids $$ $PPID
+} > /out
+`
+	want := "pwd=/ PWD=/\npwd=/srv/dirlink PWD=/srv/dirlink P=/srv/real\nup=/srv\n" +
+		"UID=0 EUID=0 u=0 g=0 un=root who=root id=uid=0(root) gid=0(root) groups=0(root) imguser=1000\n" +
+		"/home/imguser ~daemon /root-of-image /root /root/x\npids 2 1\n"
+	root, nobody := asBoth(t, nil, func(t *testing.T, _ []string) string {
+		tr := viewTree(t)
+		if err := Run(context.Background(), env(tr), Script{Package: "p", Name: "postinst", Body: []byte(body)}, "configure"); err != nil {
+			t.Fatal(err)
+		}
+		b, err := readTree(tr, "/out")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	})
+	if root != want {
+		diffLines(t, "as root", root, want)
+	}
+	if nobody != root {
+		diffLines(t, "as uid 65534", nobody, root)
+	}
+}
+
+// TestRedirections: descriptors above 2 are dropped where nothing reads
+// them and refused, naming the package and script, where the script would
+// use them; never a panic, whether the script swallows the status or not,
+// and whether the code comes from the script, eval or a sourced file.
+func TestRedirections(t *testing.T) {
+	ok := []string{
+		"echo x 3>/dev/null",
+		"echo x 4>&1 5>&2 6>&-",
+		"exec 3>&-",
+		"exec 9</dev/null",
+		"echo x >&2",
+		"echo x 1>&2 2>&1",
+		"fd=2; echo x >&$fd",
+		"echo to-out > /dev/stdout; echo to-err >/dev/stderr; echo x >| /clobbered",
+		"cat < /dev/stdin",
+		"echo x >& /both",
+		"eval 'echo x 3>/dev/null'",
+	}
+	refused := []string{
+		"exec 3< /etc/passwd",
+		"echo x >&3",
+		"echo x 3> /file",
+		"exec 3>&1; echo x >&3",
+		"cat <&3",
+		"fd=5; echo x >&$fd || true",
+		"echo x 3>/file || true",
+		"cat <> /etc/passwd",
+		"eval 'exec 4< /etc/passwd' || :",
+		". /lib/sourced.sh",
+		"read -r line < <(echo x) 3</etc/passwd",
+		"echo x > >(cat)",
+	}
+	run := func(t *testing.T, line string) (*rootfs.Tree, error) {
+		tr := viewTree(t)
+		file(t, tr, "/lib/sourced.sh", "echo in-sourced\nexec 3</etc/passwd\n")
+		return tr, Run(context.Background(), env(tr), Script{Package: "pkg", Name: "postinst", Body: []byte("#!/bin/sh\n" + line + "\n")}, "configure")
+	}
+	for _, l := range ok {
+		if _, err := run(t, l); err != nil {
+			t.Errorf("%q: %v", l, err)
+		}
+	}
+	for _, l := range refused {
+		_, err := run(t, l)
+		var ue *UnhandledError
+		if !errors.As(err, &ue) || ue.Package != "pkg" || ue.Script != "postinst" {
+			t.Errorf("%q: err = %v, want pkg postinst unhandled", l, err)
+		}
+	}
+	tr, err := run(t, "echo x >| /clobbered; echo y >& /both; echo z > /dev/stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]string{"/clobbered": "x\n", "/both": "y\n"} {
+		if b, _ := readTree(tr, p); string(b) != want {
+			t.Errorf("%s holds %q, want %q", p, b, want)
+		}
+	}
+	if tr.Get("/dev/stderr") != nil {
+		t.Error("echo > /dev/stderr made a file in the tree")
+	}
+}
+
+// TestSubstitutionsLeaveNothing: process substitution and here-documents
+// work and leave nothing in the host's TMPDIR (set to an empty directory
+// of the test's, which must stay empty) or beside the tree.
+func TestSubstitutionsLeaveNothing(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	tr := viewTree(t)
+	beside := hostListing(t, filepath.Dir(tr.Dir()))
+	body := `#!/bin/bash
+set -e
+while read -r l; do echo "line $l"; done < <(printf 'a\nb\n') > /out1
+cat <(echo one) <(echo two) > /out2
+grep -c x <(printf 'x\ny\nx\n') > /out3
+diff_in=$(cat <(cat /data/rootfile))
+echo "$diff_in" > /out4
+cat > /out5 <<EOF
+heredoc $UID
+EOF
+cat <<-'EOF' > /out6
+	quoted $HOME
+	EOF
+cat <<< "here-string" > /out7
+[ -e <(true) ] && echo exists > /out8
+`
+	if err := Run(context.Background(), env(tr), Script{Package: "p", Name: "postinst", Body: []byte(body)}, "configure"); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"/out1": "line a\nline b\n", "/out2": "one\ntwo\n", "/out3": "2\n", "/out4": "x\n",
+		"/out5": "heredoc 0\n", "/out6": "quoted $HOME\n", "/out7": "here-string\n", "/out8": "exists\n"}
+	for p, w := range want {
+		if b, _ := readTree(tr, p); string(b) != w {
+			t.Errorf("%s holds %q, want %q", p, b, w)
+		}
+	}
+	if left := hostListing(t, tmp); len(left) > 0 {
+		t.Errorf("TMPDIR holds %v", left)
+	}
+	if got := hostListing(t, filepath.Dir(tr.Dir())); strings.Join(got, " ") != strings.Join(beside, " ") {
+		t.Errorf("beside the tree: %v, before %v", got, beside)
+	}
+	for _, p := range tr.Paths() {
+		if strings.HasPrefix(p, "/dev") || strings.HasPrefix(p, "/tmp") {
+			t.Errorf("%s reached the tree", p)
+		}
+	}
 }
