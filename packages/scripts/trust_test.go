@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -422,5 +423,80 @@ cat <<< "here-string" > /out7
 		if strings.HasPrefix(p, "/dev") || strings.HasPrefix(p, "/tmp") {
 			t.Errorf("%s reached the tree", p)
 		}
+	}
+}
+
+// TestSSHHostKeysNotMade: openssh-server's create_key (its postinst's
+// shape) makes no key and runs nothing; the log says why, and the
+// fingerprint of the key not made shows nothing.
+func TestSSHHostKeysNotMade(t *testing.T) {
+	tr := newTree(t)
+	file(t, tr, "/usr/bin/ssh-keygen", "#!/bin/sh\necho ran > /ran\n")
+	body := `#!/bin/sh
+set -e
+create_key() {
+	msg="$1"; shift; file="$1"; shift
+	if [ ! -f "$file" ]; then
+		printf %s "$msg"
+		ssh-keygen -q -f "$file" -N '' "$@"
+		echo
+		ssh-keygen -l -f "$file.pub"
+	fi
+}
+create_key "Creating SSH2 RSA key" /etc/ssh/ssh_host_rsa_key -t rsa
+create_key "Creating SSH2 ED25519 key" /etc/ssh/ssh_host_ed25519_key -t ed25519
+`
+	var logged []string
+	e := env(tr)
+	e.Logf = func(f string, a ...any) { logged = append(logged, fmt.Sprintf(f, a...)) }
+	if err := Run(context.Background(), e, Script{Package: "openssh-server", Name: "postinst", Body: []byte(body)}, "configure", ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range tr.Paths() {
+		if strings.HasPrefix(p, "/etc/ssh") || p == "/ran" {
+			t.Errorf("%s was made", p)
+		}
+	}
+	if !strings.Contains(strings.Join(logged, "\n"), "not making the SSH host key /etc/ssh/ssh_host_ed25519_key") {
+		t.Errorf("the log does not say the key was not made:\n%s", strings.Join(logged, "\n"))
+	}
+}
+
+// TestJournalCatalogHandler: systemd's postinst line writes the database
+// journalctl --update-catalog writes from the same catalog files, without
+// running the image's journalctl.
+func TestJournalCatalogHandler(t *testing.T) {
+	harness.RequireTools(t, "journalctl")
+	tr := newTree(t)
+	for _, d := range harness.Debs(t, "systemd") {
+		if strings.HasPrefix(filepath.Base(d), "systemd_") {
+			unpack(t, tr, d)
+		}
+	}
+	if err := Run(context.Background(), env(tr), Script{Package: "systemd", Name: "postinst", Body: []byte("#!/bin/sh\nset -e\njournalctl --update-catalog || true\n")}, "configure", ""); err != nil {
+		t.Fatal(err)
+	}
+	got, err := readTree(tr, "/var/lib/systemd/catalog/database")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := tr.Get("/var/lib/systemd/catalog/database"); e.Perm != 0o644 || e.UID != 0 {
+		t.Errorf("database mode %o owner %d", e.Perm, e.UID)
+	}
+	host := t.TempDir()
+	for _, p := range tr.Paths() {
+		if e := tr.Get(p); strings.HasPrefix(p, "/usr/lib/systemd/catalog/") && e.Type == rootfs.TypeRegular {
+			b, _ := readTree(tr, p)
+			os.MkdirAll(filepath.Join(host, "usr/lib/systemd/catalog"), 0o755)
+			os.WriteFile(filepath.Join(host, p), b, 0o644)
+		}
+	}
+	cmd := exec.Command("journalctl", "--root="+host, "--update-catalog")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("journalctl: %v\n%s", err, out)
+	}
+	want, _ := os.ReadFile(filepath.Join(host, "var/lib/systemd/catalog/database"))
+	if len(want) == 0 || string(got) != string(want) {
+		t.Errorf("database: %d bytes, journalctl's %d", len(got), len(want))
 	}
 }
