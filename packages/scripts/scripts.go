@@ -398,7 +398,7 @@ func (r *run) lookPath(name string) (string, bool) {
 	if builtins[name] {
 		return name, true
 	}
-	for _, dir := range []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"} {
+	for _, dir := range pathDirs {
 		e, err := r.env.Tree.Lookup(dir+"/"+name, true)
 		if err == nil && e.Type == rootfs.TypeRegular && e.Perm&0o111 != 0 {
 			return dir + "/" + name, true
@@ -406,6 +406,9 @@ func (r *run) lookPath(name string) (string, bool) {
 	}
 	return "", false
 }
+
+// pathDirs are the PATH scripts run with, as dpkg sets it.
+var pathDirs = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
 
 // builtins are the shell builtins command -v reports by name.
 var builtins = map[string]bool{"echo": true, "printf": true, "test": true, "[": true, "true": true, "false": true,

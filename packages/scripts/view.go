@@ -194,15 +194,13 @@ func (r *run) sourcePath(name string) (string, bool) {
 	if strings.Contains(name, "/") {
 		return r.treePath(name), true
 	}
-	for _, dir := range strings.Split(sandboxPath, ":") {
+	for _, dir := range pathDirs {
 		if e, err := r.env.Tree.Lookup(dir+"/"+name, true); err == nil && e.Type == rootfs.TypeRegular {
 			return dir + "/" + name, true
 		}
 	}
 	return r.treePath(name), true
 }
-
-const sandboxPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // cmdPwd is pwd: the working directory in the image, with -P its symlinks
 // resolved inside the tree.
