@@ -120,6 +120,10 @@ var commands = map[string]command{
 // exec runs a command through its handler; no program of the host ever runs.
 func (r *run) exec(ctx context.Context, args []string) error {
 	hc := interp.HandlerCtx(ctx)
+	if hc.Stdin == nil {
+		// Closed (<&-): a handler that reads it reads nothing.
+		hc.Stdin = strings.NewReader("")
+	}
 	r.cwd = hc.Dir
 	name := path.Base(args[0])
 	if strings.HasPrefix(name, "stamp-") && strings.Contains(args[0], "/") {

@@ -35,6 +35,8 @@ var fuzzSeeds = []string{
 	"#!/bin/sh\nfor f in /etc/* /data/*; do [ -L \"$f\" ] && readlink \"$f\"; done\nfind /data -type f\nls -la ~nobody ~daemon\n",
 	"#!/bin/sh\nalias ll='ls -l'\nf() { [ $# -gt 0 ] && f $(($1 - 1)); }\nf 5\ncommand -v ssh-keygen && ssh-keygen -q -f /etc/ssh/ssh_host_ed25519_key -N '' -t ed25519\n",
 	"#!/bin/sh\necho $UID $EUID $PWD $HOME $TMPDIR\numask 077\ntouch /secret\n: > \"$TMPDIR/x\"\nmktemp\n",
+	"#!/bin/bash\ncoproc cat\ncat <&- ; echo x >&- ; echo > /dev/tty\nbuiltin [ -O / ] && command test -G /data\nexec {fd}</etc/passwd\necho $RANDOM\n",
+	"#!/bin/bash\nshopt -s expand_aliases\nalias t='[[ -O / ]] && echo own'\nt\ntrap '[[ -G / ]]' EXIT\nf() { f; }\n",
 }
 
 // hostState is what the fuzz body holds constant outside the tree: the

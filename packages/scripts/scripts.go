@@ -33,6 +33,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"io/fs"
 	"os"
@@ -42,6 +43,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"mvdan.cc/sh/v3/expand"
@@ -248,7 +250,16 @@ func (r *run) interpret(ctx context.Context, vars, args []string, stdout, stderr
 	if err != nil {
 		return err
 	}
-	err = runner.Run(ctx, f)
+	// $RANDOM starts from a seed of the script's name, so two builds
+	// draw the same numbers.
+	seed := fnv.New64a()
+	io.WriteString(seed, s.Package+"\x00"+s.Name)
+	seeding := &syntax.File{Stmts: []*syntax.Stmt{{Cmd: &syntax.CallExpr{Assigns: []*syntax.Assign{{
+		Name: &syntax.Lit{Value: "RANDOM"}, Value: lit(strconv.FormatUint(seed.Sum64()%32768, 10))}}}}}}
+	err = runner.Run(ctx, seeding)
+	if err == nil {
+		err = runner.Run(ctx, f)
+	}
 	r.refusedMu.Lock()
 	refused := r.refused
 	r.refusedMu.Unlock()
@@ -430,6 +441,11 @@ func (r *run) open(ctx context.Context, name string, flag int, perm os.FileMode)
 			return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrPermission}
 		}
 		return nopCloser{strings.NewReader(string(b))}, nil
+	}
+	if strings.HasPrefix(p, "/dev/") && write {
+		// A device (a terminal, the console): there is none offline, and
+		// a file written there would be a file in the image's /dev.
+		return nil, &fs.PathError{Op: "open", Path: name, Err: syscall.ENXIO}
 	}
 	if p == debconfModule && flag&(os.O_WRONLY|os.O_RDWR) == 0 {
 		return nopCloser{strings.NewReader(debconfShim)}, nil

@@ -333,6 +333,8 @@ func TestRedirections(t *testing.T) {
 		"cat < /dev/stdin",
 		"echo x >& /both",
 		"eval 'echo x 3>/dev/null'",
+		"cat <&- ; echo x >&-",
+		"builtin [ -O /data/rootfile ]",
 	}
 	refused := []string{
 		"exec 3< /etc/passwd",
@@ -347,6 +349,7 @@ func TestRedirections(t *testing.T) {
 		". /lib/sourced.sh",
 		"read -r line < <(echo x) 3</etc/passwd",
 		"echo x > >(cat)",
+		"exec {fd}</etc/passwd",
 	}
 	run := func(t *testing.T, line string) (*rootfs.Tree, error) {
 		tr := viewTree(t)
@@ -498,5 +501,22 @@ func TestJournalCatalogHandler(t *testing.T) {
 	want, _ := os.ReadFile(filepath.Join(host, "var/lib/systemd/catalog/database"))
 	if len(want) == 0 || string(got) != string(want) {
 		t.Errorf("database: %d bytes, journalctl's %d", len(got), len(want))
+	}
+}
+
+// TestRandomIsSeeded: $RANDOM draws the same numbers in every build of a
+// script, so what a script makes of it is reproducible.
+func TestRandomIsSeeded(t *testing.T) {
+	var outs []string
+	for range 2 {
+		tr := newTree(t)
+		if err := Run(context.Background(), env(tr), Script{Package: "p", Name: "postinst", Body: []byte("#!/bin/bash\necho $RANDOM $RANDOM > /out\n")}, "configure"); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := readTree(tr, "/out")
+		outs = append(outs, string(b))
+	}
+	if outs[0] != outs[1] || len(outs[0]) < 4 {
+		t.Errorf("$RANDOM drew %q, then %q", outs[0], outs[1])
 	}
 }

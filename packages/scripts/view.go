@@ -123,6 +123,10 @@ func (r *run) rewriteCall(args []string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(rest) > 0 && strings.HasPrefix(rest[0], "stamp-") {
+		// builtin and command would look for a builtin of that name.
+		return rest, nil
+	}
 	return append(append([]string(nil), args[:i]...), rest...), nil
 }
 
