@@ -114,7 +114,7 @@ var commands = map[string]command{
 	"pam-auth-update":          cmdPamAuthUpdate,
 	"sed":                      cmdSed,
 	"true":                     cmdTrue,
-	"false":                    func(*run, interp.HandlerContext, []string) error { return interp.NewExitStatus(1) },
+	"false":                    func(*run, interp.HandlerContext, []string) error { return interp.ExitStatus(1) },
 }
 
 // exec runs a command through its handler; no program of the host ever runs.
@@ -161,7 +161,7 @@ func exit(code int) error {
 	if code == 0 {
 		return nil
 	}
-	return interp.NewExitStatus(uint8(code))
+	return interp.ExitStatus(uint8(code))
 }
 
 func cmdTrue(*run, interp.HandlerContext, []string) error { return nil }
@@ -893,7 +893,7 @@ func cmdID(r *run, hc interp.HandlerContext, args []string) error {
 	uid, gid, user := "0", "0", r.accountName("/etc/passwd", 0)
 	if len(ops) == 1 {
 		f := r.lookupAccount("/etc/passwd", ops[0])
-		if f == nil || len(f) < 4 {
+		if len(f) < 4 {
 			fmt.Fprintf(hc.Stderr, "id: '%s': no such user\n", ops[0])
 			return exit(1)
 		}

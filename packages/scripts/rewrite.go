@@ -170,7 +170,7 @@ func rewriteRedirs(rs []*syntax.Redirect) []*syntax.Redirect {
 			rd.N, rd.Op, rd.Word, rd.Hdoc = nil, syntax.RdrOut, refusal(fmt.Sprintf("redirection of file descriptor %d", n)), nil
 		case rd.Op == syntax.RdrInOut:
 			rd.Op, rd.Word = syntax.RdrIn, refusal("redirection <> (read and write)")
-		case rd.Op == syntax.ClbOut:
+		case rd.Op == syntax.RdrClob:
 			rd.Op = syntax.RdrOut
 		case dup && target == "-":
 		case dup && rd.Op == syntax.DplOut && (target == "1" || target == "2"):

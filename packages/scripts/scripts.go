@@ -269,11 +269,12 @@ func (r *run) interpret(ctx context.Context, vars, args []string, stdout, stderr
 	if err == nil {
 		return nil
 	}
-	if st, ok := interp.IsExitStatus(err); ok {
+	var st interp.ExitStatus
+	if errors.As(err, &st) {
 		if st == 0 {
 			return nil
 		}
-		return &ScriptError{Package: s.Package, Script: s.Name, Status: st, Output: strings.TrimSpace(output.String())}
+		return &ScriptError{Package: s.Package, Script: s.Name, Status: uint8(st), Output: strings.TrimSpace(output.String())}
 	}
 	var ue *UnhandledError
 	if errors.As(err, &ue) {
