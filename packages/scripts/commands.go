@@ -32,6 +32,7 @@ var commands = map[string]command{
 	"stamp-procsubst":          cmdProcSubst,
 	"stamp-refuse":             cmdRefuse,
 	"stamp-fd":                 cmdFd,
+	"stamp-var":                cmdVar,
 	"whoami":                   cmdWhoami,
 	"grep":                     cmdGrep,
 	"egrep":                    cmdGrep,
@@ -114,7 +115,7 @@ var commands = map[string]command{
 	"pam-auth-update":          cmdPamAuthUpdate,
 	"sed":                      cmdSed,
 	"true":                     cmdTrue,
-	"false":                    func(*run, interp.HandlerContext, []string) error { return interp.ExitStatus(1) },
+	"false":                    func(*run, interp.HandlerContext, []string) error { return interp.NewExitStatus(1) },
 }
 
 // exec runs a command through its handler; no program of the host ever runs.
@@ -161,7 +162,7 @@ func exit(code int) error {
 	if code == 0 {
 		return nil
 	}
-	return interp.ExitStatus(uint8(code))
+	return interp.NewExitStatus(uint8(code))
 }
 
 func cmdTrue(*run, interp.HandlerContext, []string) error { return nil }

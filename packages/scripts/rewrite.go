@@ -33,6 +33,7 @@ const (
 	pidVar       = "STAMP_SHELL_PID"
 	ppidVar      = "STAMP_SHELL_PPID"
 	testArgVar   = "STAMP_TEST_ARG"
+	imageVarName = "STAMP_IMAGE_VAR"
 )
 
 func lit(s string) *syntax.Word { return &syntax.Word{Parts: []syntax.WordPart{&syntax.Lit{Value: s}}} }
@@ -64,12 +65,15 @@ func rewrite(f *syntax.File) {
 			n.X = rewriteTest(n.X)
 		case *syntax.Stmt:
 			n.Redirs = rewriteRedirs(n.Redirs)
-		case *syntax.Word:
-			for i, p := range n.Parts {
-				if ps, ok := p.(*syntax.ProcSubst); ok {
-					n.Parts[i] = procSubst(ps)
-				}
+			switch n.Cmd.(type) {
+			case *syntax.CoprocClause, *syntax.TestDecl:
+				// Constructs the interpreter does not run.
+				n.Cmd = &syntax.CallExpr{Args: []*syntax.Word{lit(refuseCmd), lit("a coproc or bats test")}}
 			}
+		case *syntax.Word:
+			rewriteParts(n.Parts)
+		case *syntax.DblQuoted:
+			rewriteParts(n.Parts)
 		case *syntax.ParamExp:
 			if n.Param != nil && (n.Param.Value == "$" || n.Param.Value == "PPID") {
 				name := pidVar
@@ -82,6 +86,41 @@ func rewrite(f *syntax.File) {
 		}
 		return true
 	})
+}
+
+// rewriteParts replaces, in a word or a double-quoted string, the parts
+// the interpreter would answer from the host (process substitution, $PWD
+// and $OLDPWD, which it keeps as the tree's host path) or cannot expand
+// (extended globs, the @ operators it does not know).
+func rewriteParts(parts []syntax.WordPart) {
+	for i, p := range parts {
+		switch p := p.(type) {
+		case *syntax.ProcSubst:
+			parts[i] = procSubst(p)
+		case *syntax.ExtGlob:
+			parts[i] = refusal("extended glob").Parts[0]
+		case *syntax.ParamExp:
+			if p.Exp != nil && p.Exp.Op == syntax.OtherParamOps && p.Exp.Word.Lit() != "E" {
+				parts[i] = refusal("parameter expansion @" + p.Exp.Word.Lit()).Parts[0]
+				continue
+			}
+			if p.Param != nil && (p.Param.Value == "PWD" || p.Param.Value == "OLDPWD") {
+				parts[i] = imageVar(p)
+			}
+		}
+	}
+}
+
+// imageVar is $(STAMP_VAR=$(stamp-var NAME); printf %s "${STAMP_VAR...}"):
+// the expansion p on the variable's image value.
+func imageVar(p *syntax.ParamExp) syntax.WordPart {
+	name := p.Param.Value
+	q := *p
+	q.Param, q.Short = &syntax.Lit{Value: imageVarName}, false
+	set := &syntax.Stmt{Cmd: &syntax.CallExpr{Assigns: []*syntax.Assign{{Name: &syntax.Lit{Value: imageVarName},
+		Value: cmdSubst(call(lit("stamp-var"), lit(name)))}}}}
+	print := call(lit("printf"), lit("%s"), &syntax.Word{Parts: []syntax.WordPart{&syntax.DblQuoted{Parts: []syntax.WordPart{&q}}}})
+	return &syntax.CmdSubst{Stmts: []*syntax.Stmt{set, print}}
 }
 
 // procSubst is the word a process substitution becomes.
@@ -99,16 +138,20 @@ func procSubst(ps *syntax.ProcSubst) syntax.WordPart {
 func rewriteTest(e syntax.TestExpr) syntax.TestExpr {
 	switch e := e.(type) {
 	case *syntax.BinaryTest:
-		if e.Op == syntax.TsDevIno {
+		switch e.Op {
+		case syntax.TsDevIno:
 			return fileTestCall("-ef", e.X, e.Y)
+		case syntax.TsNewer:
+			return fileTestCall("-nt", e.X, e.Y)
+		case syntax.TsOlder:
+			return fileTestCall("-ot", e.X, e.Y)
 		}
 		e.X, e.Y = rewriteTest(e.X), rewriteTest(e.Y)
 	case *syntax.UnaryTest:
-		switch e.Op {
-		case syntax.TsUsrOwn:
-			return fileTestCall("-O", e.X)
-		case syntax.TsGrpOwn:
-			return fileTestCall("-G", e.X)
+		if op := e.Op.String(); unaryFileOps[op] {
+			// Every file operator: the interpreter would join a relative
+			// operand with the tree's host path and ask the host for some.
+			return fileTestCall(op, e.X)
 		}
 		e.X = rewriteTest(e.X)
 	case *syntax.ParenTest:
@@ -168,9 +211,10 @@ func rewriteRedirs(rs []*syntax.Redirect) []*syntax.Redirect {
 			continue
 		case n > 2:
 			rd.N, rd.Op, rd.Word, rd.Hdoc = nil, syntax.RdrOut, refusal(fmt.Sprintf("redirection of file descriptor %d", n)), nil
-		case rd.Op == syntax.RdrInOut:
-			rd.Op, rd.Word = syntax.RdrIn, refusal("redirection <> (read and write)")
-		case rd.Op == syntax.RdrClob:
+		case rd.Op != syntax.RdrIn && rd.Op != syntax.RdrOut && rd.Op != syntax.AppOut && rd.Op != syntax.RdrAll &&
+			rd.Op != syntax.AppAll && rd.Op != syntax.ClbOut && !dup && rd.Op != syntax.Hdoc && rd.Op != syntax.DashHdoc && rd.Op != syntax.WordHdoc:
+			rd.Op, rd.Word, rd.Hdoc = syntax.RdrOut, refusal("redirection "+rd.Op.String()), nil
+		case rd.Op == syntax.ClbOut:
 			rd.Op = syntax.RdrOut
 		case dup && target == "-":
 		case dup && rd.Op == syntax.DplOut && (target == "1" || target == "2"):
@@ -180,7 +224,7 @@ func rewriteRedirs(rs []*syntax.Redirect) []*syntax.Redirect {
 			// >&file is &>file.
 			rd.Op = syntax.RdrAll
 		case dup && target != "":
-			rd.Word = refusal(fmt.Sprintf("redirection %s%s", rd.Op, target))
+			rd.Op, rd.Word = syntax.RdrOut, refusal(fmt.Sprintf("redirection %s%s", rd.Op, target))
 		case dup:
 			// Decided when it runs: $fd may be 2 or 7.
 			rd.Word = cmdSubst(call(lit("stamp-fd"), lit(rd.Op.String()), &syntax.Word{Parts: rd.Word.Parts}))

@@ -11,9 +11,9 @@
 // unless Env.Defer takes it for first boot.
 //
 // The interpreter sees only the image (view.go, rewrite.go, testcmd.go):
-// its working directory and every path it handles are paths in the tree;
-// file tests of every form answer from the tree's index as root would see
-// it; $UID, $EUID and id say 0, ~user reads the image's passwd, $$ and
+// every path it hands a handler becomes a path in the image, and pwd,
+// $PWD and cd speak image paths; file tests of every form answer from the
+// tree's index as root would see it; $UID, $EUID and id say 0, ~user reads the image's passwd, $$ and
 // $PPID are fixed; process substitutions are kept in memory; descriptors
 // above 2 are dropped where nothing reads them and refused where a script
 // would. So a root build and an unprivileged one interpret every script
@@ -235,16 +235,16 @@ func (r *run) interpret(ctx context.Context, vars, args []string, stdout, stderr
 	params := append(shebangOptions(s.Body), "--")
 	runner, err := interp.New(
 		interp.Env(imageEnviron{expand.ListEnviron(vars...), r}),
-		// The image's root: the working directory, and every path the
-		// interpreter hands a handler, is a path in the image.
-		interp.Dir("/"),
+		// The tree's directory, so the interpreter's own checks (cd's) see
+		// the tree; what it says of it (pwd, $PWD) is rewritten into image
+		// paths.
+		interp.Dir(r.env.Tree.Dir()),
 		interp.Params(append(params, args...)...),
 		interp.StdIO(strings.NewReader(""), io.MultiWriter(stdout, &output), io.MultiWriter(stderr, &output)),
 		interp.CallHandler(r.call),
 		interp.ExecHandlers(func(interp.ExecHandlerFunc) interp.ExecHandlerFunc { return r.exec }),
 		interp.OpenHandler(r.open),
 		interp.StatHandler(r.stat),
-		interp.AccessHandler(r.access),
 		interp.ReadDirHandler2(r.readDir),
 	)
 	if err != nil {
@@ -269,12 +269,11 @@ func (r *run) interpret(ctx context.Context, vars, args []string, stdout, stderr
 	if err == nil {
 		return nil
 	}
-	var st interp.ExitStatus
-	if errors.As(err, &st) {
+	if st, ok := interp.IsExitStatus(err); ok {
 		if st == 0 {
 			return nil
 		}
-		return &ScriptError{Package: s.Package, Script: s.Name, Status: uint8(st), Output: strings.TrimSpace(output.String())}
+		return &ScriptError{Package: s.Package, Script: s.Name, Status: st, Output: strings.TrimSpace(output.String())}
 	}
 	var ue *UnhandledError
 	if errors.As(err, &ue) {
@@ -340,11 +339,28 @@ func (r *run) unhandled(what string) error {
 }
 
 // treePath turns a path the interpreter or a script produced (absolute
-// in the image, or relative to the script's working directory there) into
-// a clean path inside the tree.
+// in the image, under the tree's directory after the interpreter joined a
+// relative one with its working directory, or relative to that) into a
+// clean path inside the tree.
 func (r *run) treePath(p string) string {
-	if !path.IsAbs(p) && r.cwd != "" {
-		p = path.Join(r.cwd, p)
+	if !path.IsAbs(p) {
+		// A handler's relative operand is relative to the script's
+		// working directory (after a cd), and .. stops at the image's
+		// root, as it does there.
+		return path.Join(r.imagePath(r.cwd), p)
+	}
+	return r.imagePath(p)
+}
+
+// imagePath is the image's path of an absolute path the interpreter
+// produced: under the tree's directory, or already the image's.
+func (r *run) imagePath(p string) string {
+	dir := r.env.Tree.Dir()
+	if p == dir || p == "" {
+		return "/"
+	}
+	if rest, ok := strings.CutPrefix(p, dir+"/"); ok {
+		return path.Clean("/" + rest)
 	}
 	return path.Clean("/" + p)
 }
@@ -429,6 +445,16 @@ var builtins = map[string]bool{"echo": true, "printf": true, "test": true, "[": 
 	"umask": true, "wait": true, "getopts": true, "pwd": true, "alias": true, "readonly": true, "times": true}
 
 func (r *run) open(ctx context.Context, name string, flag int, perm os.FileMode) (io.ReadWriteCloser, error) {
+	r.refusedMu.Lock()
+	refused := r.refused
+	r.refusedMu.Unlock()
+	if refused != nil {
+		// The redirection's word was a refusal: open nothing.
+		return nil, refused
+	}
+	if name == "" {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
+	}
 	p := r.treePath(name)
 	if p == "/dev/null" {
 		return devNull{}, nil

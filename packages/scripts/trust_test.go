@@ -520,3 +520,18 @@ func TestRandomIsSeeded(t *testing.T) {
 		t.Errorf("$RANDOM drew %q, then %q", outs[0], outs[1])
 	}
 }
+
+// TestErrexitOnCompounds: under set -e a compound command whose status
+// comes from a failure set -e ignores (an && list) does not end the
+// script, as in dash and bash (mvdan.cc/sh from v3.12 on ends it, which is
+// why stamp stays on v3.11 and answers access checks itself).
+func TestErrexitOnCompounds(t *testing.T) {
+	tr := newTree(t)
+	body := "#!/bin/sh -e\nif true; then [ -x /nothing ] && echo y; fi\nfor i in 1; do false || false && true; done\necho after > /after\n"
+	if err := Run(context.Background(), env(tr), Script{Package: "p", Name: "postinst", Body: []byte(body)}, "configure"); err != nil {
+		t.Fatal(err)
+	}
+	if tr.Get("/after") == nil {
+		t.Error("the script ended at a compound command")
+	}
+}

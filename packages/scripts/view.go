@@ -1,10 +1,10 @@
 package scripts
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"io/fs"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,13 +15,16 @@ import (
 	"github.com/stamp-dev/stamp/rootfs"
 )
 
-// What the interpreter sees of the world is the image: its working
-// directory is a path in the image ("/" at the start, as under dpkg), so
-// pwd and $PWD say image paths and every path it hands a handler is one;
-// $UID and $EUID are 0 and ~user comes from the image's passwd; -r, -w and
-// -x are root's answers from the index. Nothing of the build host (its
-// work path, its users, its uid, its TMPDIR) reaches a script, so a root
-// build and a uid-65534 build run every script alike.
+// What the interpreter sees of the world is the image. Its working
+// directory is inside the tree's directory, so its own checks (cd's
+// search permission) look at the tree; every path it hands a handler is
+// turned into the image's (treePath), and what it would say of its
+// directory (pwd, $PWD, $OLDPWD) is said in image paths; cd is given the
+// tree's directory of the image path it names. $UID and $EUID are 0, ~user
+// comes from the image's passwd, and every file test is root's answer from
+// the index. Nothing of the build host (its work path, its users, its uid,
+// its TMPDIR) reaches a script, so a root build and a uid-65534 build run
+// every script alike.
 
 // imageEnviron is the script's starting environment plus the variables
 // the interpreter would otherwise take from the host.
@@ -53,29 +56,6 @@ func (e imageEnviron) Get(name string) expand.Variable {
 		return expand.Variable{Set: true, Kind: expand.String, Str: "~" + user}
 	}
 	return e.Environ.Get(name)
-}
-
-// access is the interpreter's -r, -w and -x (and cd's search check), as
-// root sees the index.
-func (r *run) access(ctx context.Context, name string, mode interp.AccessMode) error {
-	if name == "" {
-		return &fs.PathError{Op: "access", Path: name, Err: fs.ErrNotExist}
-	}
-	p := r.treePath(name)
-	if _, ok := r.virtualFile(p); ok {
-		if mode&interp.AccessExec != 0 {
-			return fs.ErrPermission
-		}
-		return nil
-	}
-	e, err := r.env.Tree.Lookup(p, true)
-	if err != nil {
-		return err
-	}
-	if mode&interp.AccessExec != 0 && e.Type != rootfs.TypeDir && e.Perm&0o111 == 0 {
-		return &fs.PathError{Op: "access", Path: name, Err: fs.ErrPermission}
-	}
-	return nil
 }
 
 // virtualFiles hold what process substitutions printed and the rewritten
@@ -134,6 +114,22 @@ func (r *run) rewriteBuiltin(args []string) ([]string, error) {
 	switch args[0] {
 	case "[", "test", "pwd":
 		return append([]string{"stamp-" + args[0]}, args[1:]...), nil
+	case "cd":
+		return r.rewriteCd(args)
+	case "dirs", "pushd", "popd":
+		return nil, r.unhandled(fmt.Sprintf("%s (the directory stack)", args[0]))
+	case "set", "export", "declare", "typeset", "readonly":
+		// With no operand, or only -p, they print every variable, $PWD
+		// among them as the interpreter keeps it.
+		printsAll := true
+		for _, a := range args[1:] {
+			if a != "-p" {
+				printsAll = false
+			}
+		}
+		if printsAll && (args[0] != "set" || len(args) == 1) {
+			return nil, r.unhandled(fmt.Sprintf("%s listing every variable", shorten(strings.Join(args, " "))))
+		}
 	case "eval":
 		code, ok := reprint(strings.Join(args[1:], " "))
 		if !ok {
@@ -189,6 +185,67 @@ func (r *run) rewriteBuiltin(args []string) ([]string, error) {
 		return r.rewriteTrap(args), nil
 	}
 	return args, nil
+}
+
+// rewriteCd gives cd the tree's directory of the image path it names, so
+// its search-permission check looks at the tree, never at the host; a
+// directory reached through a symlink is given resolved.
+func (r *run) rewriteCd(args []string) ([]string, error) {
+	var target string
+	switch {
+	case len(args) == 1:
+		target = "/root"
+		if h := r.lookupAccount("/etc/passwd", "root"); len(h) > 5 {
+			target = h[5]
+		}
+	case len(args) == 2 && args[1] == "-":
+		return args, nil // $OLDPWD is the tree's directory already
+	case len(args) == 2 && !strings.HasPrefix(args[1], "-"):
+		target = args[1]
+	default:
+		return nil, r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+	}
+	p := r.treePath(target)
+	if r.absoluteLinkOn(p) {
+		// The host would follow it out of the tree: give it resolved.
+		if rp, err := r.env.Tree.Resolve(p, true); err == nil {
+			p = rp
+		}
+	}
+	return []string{"cd", strings.TrimSuffix(r.env.Tree.Dir()+p, "/")}, nil
+}
+
+// absoluteLinkOn reports whether a symlink with an absolute target, or
+// one that climbs with .., lies on the image path p.
+func (r *run) absoluteLinkOn(p string) bool {
+	cur := ""
+	for _, c := range strings.Split(strings.Trim(p, "/"), "/") {
+		cur += "/" + c
+		e := r.env.Tree.Get(cur)
+		if e == nil {
+			rp, err := r.env.Tree.Resolve(cur, false)
+			if err != nil {
+				return false
+			}
+			e = r.env.Tree.Get(rp)
+		}
+		if e != nil && e.Type == rootfs.TypeSymlink && (path.IsAbs(e.Target) || strings.Contains(e.Target, "..")) {
+			return true
+		}
+	}
+	return false
+}
+
+// cmdVar prints $PWD or $OLDPWD as the image sees it.
+func cmdVar(r *run, hc interp.HandlerContext, args []string) error {
+	if len(args) == 2 && args[1] == "PWD" {
+		fmt.Fprint(hc.Stdout, r.treePath(hc.Dir))
+		return nil
+	}
+	if v := hc.Env.Get("OLDPWD"); len(args) == 2 && args[1] == "OLDPWD" && v.IsSet() {
+		fmt.Fprint(hc.Stdout, r.treePath(v.String()))
+	}
+	return nil
 }
 
 // sourcePath finds the file . names, as a shell does: a name with a slash
@@ -267,6 +324,8 @@ func cmdRefuse(r *run, _ interp.HandlerContext, args []string) error {
 }
 
 // cmdFd checks a descriptor given by a variable (>&$fd) when it is used.
+// One it refuses becomes "-", which the interpreter can apply, and the
+// script ends as unhandled.
 func cmdFd(r *run, hc interp.HandlerContext, args []string) error {
 	if len(args) == 3 {
 		switch fd := args[2]; {
@@ -275,7 +334,9 @@ func cmdFd(r *run, hc interp.HandlerContext, args []string) error {
 			return nil
 		}
 	}
-	return r.unhandled(fmt.Sprintf("redirection %s", strings.Join(args[1:], "")))
+	r.unhandled(fmt.Sprintf("redirection %s", strings.Join(args[1:], "")))
+	fmt.Fprint(hc.Stdout, "-")
+	return nil
 }
 
 // cmdWhoami is whoami: root, by the image's passwd.
