@@ -65,10 +65,27 @@ func rewrite(f *syntax.File) {
 			n.X = rewriteTest(n.X)
 		case *syntax.Stmt:
 			n.Redirs = rewriteRedirs(n.Redirs)
-			switch n.Cmd.(type) {
+			switch c := n.Cmd.(type) {
 			case *syntax.CoprocClause, *syntax.TestDecl:
 				// Constructs the interpreter does not run.
 				n.Cmd = &syntax.CallExpr{Args: []*syntax.Word{lit(refuseCmd), lit("a coproc or bats test")}}
+			case *syntax.ForClause:
+				if c.Select {
+					// It reads a choice from a terminal there is none of.
+					n.Cmd = &syntax.CallExpr{Args: []*syntax.Word{lit(refuseCmd), lit("select")}}
+				}
+			case *syntax.DeclClause:
+				// declare, export, readonly... with no name print every
+				// variable, $PWD as the interpreter keeps it among them.
+				listing := true
+				for _, a := range c.Args {
+					if a.Name != nil || a.Value == nil || a.Value.Lit() != "-p" {
+						listing = false
+					}
+				}
+				if listing {
+					n.Cmd = &syntax.CallExpr{Args: []*syntax.Word{lit(refuseCmd), lit(c.Variant.Value + " listing every variable")}}
+				}
 			}
 		case *syntax.Word:
 			rewriteParts(n.Parts)

@@ -535,3 +535,19 @@ func TestErrexitOnCompounds(t *testing.T) {
 		t.Error("the script ended at a compound command")
 	}
 }
+
+// TestRefusedConstructs: what the interpreter would panic on, hang on, or
+// answer with the host's state is refused, naming the package and script.
+func TestRefusedConstructs(t *testing.T) {
+	for _, body := range []string{
+		"coproc cat", "eval 'coproc cat'", "select x in a b; do break; done", "declare", "export -p", "set",
+		"shopt -s extglob; echo @(a|b)", "echo ${x@P}", "pushd /etc", "dirs", "x=7; echo y >&$x",
+	} {
+		tr := newTree(t)
+		err := Run(context.Background(), env(tr), Script{Package: "pkg", Name: "prerm", Body: []byte("#!/bin/bash\n" + body + "\n")}, "remove")
+		var ue *UnhandledError
+		if !errors.As(err, &ue) || ue.Package != "pkg" || ue.Script != "prerm" {
+			t.Errorf("%q: err = %v, want pkg prerm unhandled", body, err)
+		}
+	}
+}
