@@ -841,13 +841,27 @@ func (r *run) accountID(db, name string) (uint32, bool) {
 
 // lookupAccount returns the fields of the record named name, or nil.
 func (r *run) lookupAccount(db, name string) []string {
+	return r.findAccount(db, func(f []string) bool { return f[0] == name })
+}
+
+// accountName is the name of id in the tree's passwd or group, or the
+// number when it has none.
+func (r *run) accountName(db string, id uint32) string {
+	n := strconv.FormatUint(uint64(id), 10)
+	if f := r.findAccount(db, func(f []string) bool { return f[2] == n }); f != nil {
+		return f[0]
+	}
+	return n
+}
+
+// findAccount returns the fields of the first record of db that match.
+func (r *run) findAccount(db string, match func(f []string) bool) []string {
 	b, err := r.readFile(db)
 	if err != nil {
 		return nil
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Split(l, ":")
-		if len(f) > 2 && f[0] == name {
+		if f := strings.Split(l, ":"); len(f) > 2 && match(f) {
 			return f
 		}
 	}

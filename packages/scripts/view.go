@@ -345,19 +345,6 @@ func cmdWhoami(r *run, hc interp.HandlerContext, args []string) error {
 	return nil
 }
 
-// accountName is the name of id in the tree's passwd or group, or the
-// number when it has none.
-func (r *run) accountName(db string, id uint32) string {
-	b, _ := r.readFile(db)
-	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Split(l, ":")
-		if len(f) > 2 && f[2] == strconv.FormatUint(uint64(id), 10) {
-			return f[0]
-		}
-	}
-	return strconv.FormatUint(uint64(id), 10)
-}
-
 // stdStream is a /dev path that names one of the script's own streams.
 func stdStream(hc interp.HandlerContext, p string, write bool) (io.ReadWriteCloser, bool) {
 	switch p {
