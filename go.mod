@@ -18,7 +18,7 @@ require (
 	golang.org/x/sync v0.22.0
 	golang.org/x/sys v0.50.0
 	golang.org/x/term v0.48.0
-	mvdan.cc/sh/v3 v3.14.1
+	mvdan.cc/sh/v3 v3.11.0
 )
 
 require (
