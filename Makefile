@@ -5,6 +5,9 @@ DEMO    := out/demo
 # A count, not a duration: go1.26's fuzz coordinator can report a spurious
 # "context deadline exceeded" when a -fuzztime duration ends (go.dev/issue/75804).
 FUZZTIME ?= 50000x
+# FuzzScript interprets each input against a fresh tree (some 50 a second
+# on 2 cores), so it gets fewer.
+SCRIPT_FUZZTIME ?= 3000x
 
 .PHONY: all build deps demo test unit fuzz bench lint clean k8s-inputs e2e-node e2e-cluster
 
@@ -43,6 +46,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) ./disk/fat
 	$(GO) test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) ./disk/qcow2
 	$(GO) test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) ./disk/vmdk
+	$(GO) test -run '^$$' -fuzz '^FuzzScript$$' -fuzztime $(SCRIPT_FUZZTIME) ./packages/scripts
 
 # Kubernetes test inputs built from the Go module proxy, packaged and made into
 # images by stamp; cached per machine (the first run compiles Kubernetes).

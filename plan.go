@@ -110,6 +110,17 @@ func plan(rec *recipes.Recipe) ([]phase, []plannedInput, error) {
 		out.steps = append(out.steps, hooks(ph.name+".post", ph.p.Post)...)
 		phases = append(phases, out)
 	}
+	if rec.OfflineOnly {
+		// The maintainer-script handlers that would run a program of the
+		// image in the sandbox (py_compile) count as unhandled.
+		for _, ph := range phases {
+			for _, st := range ph.steps {
+				if d, ok := st.layer.(*layers.Debs); ok {
+					d.NoPrograms = true
+				}
+			}
+		}
+	}
 	return phases, inputs, nil
 }
 

@@ -59,6 +59,10 @@ type Debs struct {
 	// offline handlers: the preinsts one by one before each unpack, then
 	// dpkg --configure -a.
 	Chroot bool
+	// NoPrograms runs no program of the image even in the sandbox (a
+	// recipe's offline-only): the handlers that would (py_compile) count
+	// as unhandled.
+	NoPrograms bool
 
 	// Variant, when set, makes the layer a bootstrap (base.debs): the
 	// tree must be empty; it is laid out merged-/usr, and the variant's
@@ -807,10 +811,11 @@ func statusEntry(t *rootfs.Tree, p *debPackage) (*deb.Paragraph, error) {
 // and systemd links.
 func (l *Debs) scriptEnv(env *Env) *scripts.Env {
 	return &scripts.Env{
-		Tree:  env.Tree,
-		Arch:  env.Arch,
-		Epoch: env.Epoch,
-		Logf:  func(format string, args ...any) { env.Log.Debugf(env.Label+": "+format, args...) },
+		Tree:       env.Tree,
+		Arch:       env.Arch,
+		Epoch:      env.Epoch,
+		NoPrograms: l.NoPrograms,
+		Logf:       func(format string, args ...any) { env.Log.Debugf(env.Label+": "+format, args...) },
 		Systemctl: func(ctx context.Context, verb string, units []string) error {
 			s := &Systemd{}
 			switch verb {

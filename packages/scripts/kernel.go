@@ -60,6 +60,11 @@ func cmdDepmod(r *run, hc interp.HandlerContext, args []string) error {
 		fmt.Fprintf(hc.Stderr, "depmod: invalid version %q\n", version)
 		return exit(1)
 	}
+	if r.env.NoPrograms {
+		// Until packages/kmod writes the indexes in Go, depmod is the
+		// image's kmod, which an offline-only build does not run.
+		return r.unhandled("depmod runs the image's kmod, and this build runs no program of the image (offline-only)")
+	}
 	return r.depmod(r.ctx, hc, version, flags)
 }
 
@@ -123,18 +128,6 @@ func (r *run) depmod(ctx context.Context, hc interp.HandlerContext, version stri
 	return r.importIndexes(modHost, modDir, staged)
 }
 
-// scratchDir makes a scratch directory beside the tree, by an absolute
-// path: the staged loader runs with the scratch directory as its working
-// directory, where a relative path (a relative --work-dir) would no
-// longer lead to it.
-func (r *run) scratchDir(prefix string) (string, error) {
-	base, err := filepath.Abs(filepath.Dir(r.env.Tree.Dir()))
-	if err != nil {
-		return "", err
-	}
-	return os.MkdirTemp(base, prefix)
-}
-
 type stagedProgram struct {
 	ldso, libDir, prog string
 	// emulator, when set, is the host's qemu-ARCH-static that runs the
@@ -173,15 +166,11 @@ func (sp *stagedProgram) run(ctx context.Context, hc interp.HandlerContext, argv
 	return nil
 }
 
-// stageProgram hard-links the program at tree path p, its ELF interpreter and
-// every library it needs (resolved inside the tree, by soname) into dir.
-func (r *run) stageProgram(p, dir string) (*stagedProgram, error) {
-	return r.stage(p, dir, false)
-}
-
-// stageProgramEmulated is stageProgram for a program that may be another
-// architecture's: it then runs under the host's qemu user emulator, and
-// cannot be staged when the host has none.
+// stageProgramEmulated hard-links the program at tree path p, its ELF
+// interpreter and every library it needs into dir, for depmod alone (until
+// packages/kmod writes its indexes in Go). A program of another
+// architecture runs under the host's qemu user emulator, and cannot be
+// staged when the host has none.
 func (r *run) stageProgramEmulated(p, dir string) (*stagedProgram, error) {
 	return r.stage(p, dir, true)
 }
