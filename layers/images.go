@@ -415,6 +415,7 @@ func (l *Images) applyContainerd(ctx context.Context, env *Env) error {
 		names[full] = i
 		imgs = append(imgs, containerd.Image{Name: full, Digest: in.Digest})
 	}
+	start := time.Now()
 	r, err := containerd.Write(ctx, env.Tree, env.Cache, imgs, containerd.Options{
 		Platform:      ociremote.DefaultPlatform(env.Arch),
 		Epoch:         env.Epoch,
@@ -425,9 +426,11 @@ func (l *Images) applyContainerd(ctx context.Context, env *Env) error {
 	if err != nil {
 		return fmt.Errorf("%s: into containerd: %w", env.Label, err)
 	}
+	// The sizes and the time are what make bench reports for the node.
 	env.Log.WithField("containerd", r.Package+" "+r.Version).WithField("images", len(imgs)).
-		WithField("snapshots", len(r.Snapshots)).WithField("content", r.ContentBytes).
-		WithField("layers", r.LayerBytes).WithField("discarded", r.Discarded).
+		WithField("snapshots", len(r.Snapshots)).WithField("contentBytes", r.ContentBytes).
+		WithField("layerBytes", r.LayerBytes).WithField("snapshotBytes", r.SnapshotBytes).
+		WithField("discarded", r.Discarded).WithField("seconds", time.Since(start).Seconds()).
 		Infof("wrote %d images into containerd's state (%d names)", len(imgs), len(r.Names))
 	return nil
 }
