@@ -16,8 +16,8 @@ const Snapshotter = "overlayfs"
 
 // Config is what a containerd configuration says about where images go.
 type Config struct {
-	// Version is the file's version key (1 when it has none, as containerd
-	// reads it).
+	// Version is the file's version key: 1 when it has none, as containerd
+	// reads it, 0 when there is no file (every default).
 	Version int64
 	// Root is containerd's state directory.
 	Root string
@@ -40,6 +40,9 @@ const DefaultRoot = "/var/lib/containerd"
 // one of its runtimes, is an error naming the key.
 func ParseConfig(data []byte) (Config, error) {
 	c := Config{Version: 1, Root: DefaultRoot}
+	if len(data) == 0 {
+		c.Version = 0
+	}
 	var doc map[string]any
 	if err := toml.Unmarshal(data, &doc); err != nil {
 		return c, fmt.Errorf("%s: %w", ConfigPath, err)

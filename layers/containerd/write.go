@@ -130,7 +130,7 @@ func Write(ctx context.Context, t *rootfs.Tree, c *cache.Cache, imgs []Image, o 
 	if err != nil {
 		return nil, err
 	}
-	if !slices.Contains(schema.ConfigVersions, cfg.Version) {
+	if cfg.Version != 0 && !slices.Contains(schema.ConfigVersions, cfg.Version) {
 		return nil, fmt.Errorf("%s: version = %d, which containerd %s does not read", ConfigPath, cfg.Version, version)
 	}
 	if e, err := t.Lookup(path.Join(cfg.Root, metadataDir, metaDB), true); err == nil && e != nil {

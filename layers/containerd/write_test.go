@@ -359,3 +359,25 @@ func manifest(t *testing.T, tree *rootfs.Tree) string {
 	})
 	return b.String()
 }
+
+// ReadState reads back what Write wrote.
+func TestReadState(t *testing.T) {
+	f := newFixture(t, "2.0.0", "")
+	if _, err := f.write(t, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := ReadState(read(t, f.tree, MetaDBPath), read(t, f.tree, SnapshotsDBPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(st.Lines(), "\n")
+	for _, want := range []string{
+		"metadata version 4, 6 images, 2 snapshots",
+		"image k8s.io/registry.example:5000/k8s/app:v1 -> " + f.imgs[0].Digest,
+		"snapshot k8s.io/overlayfs/" + chain(t, f.app, 1) + " parent " + chain(t, f.app, 0) + " (committed, snapshots/2)",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("state lacks %q:\n%s", want, got)
+		}
+	}
+}

@@ -208,6 +208,18 @@ outputs:
 	t.Run("complete", func(t *testing.T) {
 		dir, tarPath := build(t, "ctd", "")
 		stamp(t, dir, nil, "verify", "recipe.yaml", "--cache-dir", filepath.Join(dir, "verify-cache")).mustSucceed(t)
+		// stamp inspect lists what containerd's databases hold.
+		insp := stamp(t, dir, nil, "inspect", tarPath).mustSucceed(t).stdout
+		for _, want := range []string{
+			"containerd:", "metadata version ",
+			"image k8s.io/" + pauseRef + " -> " + pauseDigest, "io.cri-containerd.pinned=pinned",
+			"image k8s.io/" + appRef + " -> " + appDigest + " (application/vnd.oci.image.index.v1+json",
+			"snapshot k8s.io/overlayfs/" + chainIDs(t, app)[1] + " parent " + chainIDs(t, app)[0] + " (committed, snapshots/2)",
+		} {
+			if !strings.Contains(insp, want) {
+				t.Errorf("stamp inspect does not say %q:\n%s", want, insp)
+			}
+		}
 		root := unpackAsRoot(t, tarPath)
 		state := filepath.Join(root, "var/lib/containerd")
 		t.Logf("containerd state: content %d KiB, snapshots %d KiB",
