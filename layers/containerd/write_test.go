@@ -14,7 +14,6 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	bolt "go.etcd.io/bbolt"
 
@@ -25,42 +24,6 @@ import (
 )
 
 var epoch = time.Unix(1700000000, 0).UTC()
-
-type member struct {
-	name, body, link string
-	typ              byte
-	mode             int64
-	uid              int
-	xattrs           map[string]string
-}
-
-func layer(t *testing.T, ms ...member) v1.Layer {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, m := range ms {
-		h := &tar.Header{Name: m.name, Typeflag: m.typ, Linkname: m.link, Mode: m.mode, Uid: m.uid, Gid: m.uid,
-			ModTime: time.Unix(1600000000, 0), Format: tar.FormatPAX}
-		if h.Typeflag == 0 {
-			h.Typeflag, h.Size = tar.TypeReg, int64(len(m.body))
-		}
-		if h.Mode == 0 {
-			h.Mode = 0o644
-		}
-		for k, v := range m.xattrs {
-			if h.PAXRecords == nil {
-				h.PAXRecords = map[string]string{}
-			}
-			h.PAXRecords["SCHILY.xattr."+k] = v
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		tw.Write([]byte(m.body))
-	}
-	tw.Close()
-	return static.NewLayer(buf.Bytes(), types.OCIUncompressedLayer)
-}
 
 // put stores an image's blobs in the cache as a pull would.
 func put(t *testing.T, c *cache.Cache, img v1.Image) string {
@@ -106,23 +69,23 @@ func newFixture(t *testing.T, version, config string) *fixture {
 	if config != "" {
 		rootfstest.File(t, tree, ConfigPath, 0o644, epoch, config)
 	}
-	lower := layer(t,
-		member{name: "etc/", typ: tar.TypeDir, mode: 0o755},
-		member{name: "etc/hidden", body: "hidden"},
-		member{name: "big", body: strings.Repeat("0123456789abcdef", 200000)},
-		member{name: "opq/", typ: tar.TypeDir, mode: 0o755},
-		member{name: "opq/old", body: "old"},
-		member{name: "srv/", typ: tar.TypeDir, mode: 0o750, uid: 5, xattrs: map[string]string{"user.a": "1", "trusted.x": "no"}},
-		member{name: "lnk", typ: tar.TypeSymlink, link: "/etc"},
+	lower := harness.TarLayer(t,
+		harness.TarFile{Name: "etc/", Type: tar.TypeDir, Mode: 0o755},
+		harness.TarFile{Name: "etc/hidden", Body: "hidden"},
+		harness.TarFile{Name: "big", Body: strings.Repeat("0123456789abcdef", 200000)},
+		harness.TarFile{Name: "opq/", Type: tar.TypeDir, Mode: 0o755},
+		harness.TarFile{Name: "opq/old", Body: "old"},
+		harness.TarFile{Name: "srv/", Type: tar.TypeDir, Mode: 0o750, UID: 5, GID: 5, Xattrs: map[string]string{"user.a": "1", "trusted.x": "no"}},
+		harness.TarFile{Name: "lnk", Type: tar.TypeSymlink, Link: "/etc"},
 	)
-	upper := layer(t,
-		member{name: "etc/.wh.hidden", uid: 3},
-		member{name: "opq/.wh..wh..opq"},
-		member{name: "opq/new", body: "new"},
-		member{name: "srv/app/f", body: "f"},
-		member{name: "lnk/escape", body: "stays in the snapshot"},
-		member{name: "top", body: "top", mode: 0o4755, uid: 1000, xattrs: map[string]string{"user.b": "2", "trusted.overlay.redirect": "/x"}},
-		member{name: "top2", typ: tar.TypeLink, link: "top"},
+	upper := harness.TarLayer(t,
+		harness.TarFile{Name: "etc/.wh.hidden", UID: 3, GID: 3},
+		harness.TarFile{Name: "opq/.wh..wh..opq"},
+		harness.TarFile{Name: "opq/new", Body: "new"},
+		harness.TarFile{Name: "srv/app/f", Body: "f"},
+		harness.TarFile{Name: "lnk/escape", Body: "stays in the snapshot"},
+		harness.TarFile{Name: "top", Body: "top", Mode: 0o4755, UID: 1000, GID: 1000, Xattrs: map[string]string{"user.b": "2", "trusted.overlay.redirect": "/x"}},
+		harness.TarFile{Name: "top2", Type: tar.TypeLink, Link: "top"},
 	)
 	app := harness.Image(t, "amd64", lower, upper)
 	pause := harness.Image(t, "amd64", lower)

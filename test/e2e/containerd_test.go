@@ -3,7 +3,6 @@ package e2e
 import (
 	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -20,67 +19,11 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/static"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sys/unix"
 
 	"github.com/stamp-dev/stamp/test/harness"
 )
-
-// ctdFile is one member of a layer written by ctdLayer.
-type ctdFile struct {
-	name, body, link string
-	typ              byte
-	mode             int64
-	uid, gid         int
-	xattrs           map[string]string
-}
-
-// ctdLayer is a layer tar with everything containerd's applier treats
-// specially: owners, set-id modes, hard links, symlinks, PAX xattrs and
-// whiteouts; gzip-compressed when gz is set.
-func ctdLayer(t *testing.T, gz bool, files ...ctdFile) v1.Layer {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, f := range files {
-		h := &tar.Header{Name: f.name, Typeflag: f.typ, Linkname: f.link, Mode: f.mode, Uid: f.uid, Gid: f.gid,
-			ModTime: time.Unix(1600000000, 0), Format: tar.FormatPAX}
-		if h.Typeflag == 0 {
-			h.Typeflag, h.Size = tar.TypeReg, int64(len(f.body))
-		}
-		if h.Mode == 0 {
-			h.Mode = 0o644
-		}
-		for k, v := range f.xattrs {
-			if h.PAXRecords == nil {
-				h.PAXRecords = map[string]string{}
-			}
-			h.PAXRecords["SCHILY.xattr."+k] = v
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write([]byte(f.body)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if !gz {
-		return static.NewLayer(buf.Bytes(), types.OCIUncompressedLayer)
-	}
-	// Compressed here, the diff ID is the digest of the tar itself.
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf.Bytes())), nil },
-		tarball.WithMediaType(types.OCILayer), tarball.WithCompressionLevel(gzip.BestSpeed))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
 
 // ctdBase is the tree the images are written into: a dpkg database that
 // has the host's containerd installed (the one the test runs), and its
@@ -141,31 +84,31 @@ func TestImagesIntoContainerd(t *testing.T) {
 	// The bottom layer: busybox, a file the top layer whites out, a
 	// directory it makes opaque, and a directory whose attributes the top
 	// layer's applier copies up.
-	lower := ctdLayer(t, false,
-		ctdFile{name: "bin/", typ: tar.TypeDir, mode: 0o755},
-		ctdFile{name: "bin/busybox", body: string(bb), mode: 0o755},
-		ctdFile{name: "bin/sh", typ: tar.TypeSymlink, link: "busybox", mode: 0o777},
-		ctdFile{name: "etc/", typ: tar.TypeDir, mode: 0o755},
-		ctdFile{name: "etc/hidden", body: "the top layer hides this\n"},
-		ctdFile{name: "etc/kept", body: "kept\n"},
-		ctdFile{name: "opaque/", typ: tar.TypeDir, mode: 0o755},
-		ctdFile{name: "opaque/old", body: "old\n"},
-		ctdFile{name: "srv/", typ: tar.TypeDir, mode: 0o750, uid: 5, gid: 6, xattrs: map[string]string{"user.dir": "lower"}},
+	lower := harness.TarLayer(t,
+		harness.TarFile{Name: "bin/", Type: tar.TypeDir, Mode: 0o755},
+		harness.TarFile{Name: "bin/busybox", Body: string(bb), Mode: 0o755},
+		harness.TarFile{Name: "bin/sh", Type: tar.TypeSymlink, Link: "busybox", Mode: 0o777},
+		harness.TarFile{Name: "etc/", Type: tar.TypeDir, Mode: 0o755},
+		harness.TarFile{Name: "etc/hidden", Body: "the top layer hides this\n"},
+		harness.TarFile{Name: "etc/kept", Body: "kept\n"},
+		harness.TarFile{Name: "opaque/", Type: tar.TypeDir, Mode: 0o755},
+		harness.TarFile{Name: "opaque/old", Body: "old\n"},
+		harness.TarFile{Name: "srv/", Type: tar.TypeDir, Mode: 0o750, UID: 5, GID: 6, Xattrs: map[string]string{"user.dir": "lower"}},
 	)
-	upper := ctdLayer(t, true,
-		ctdFile{name: "etc/.wh.hidden", body: ""},
-		ctdFile{name: "opaque/", typ: tar.TypeDir, mode: 0o755},
-		ctdFile{name: "opaque/.wh..wh..opq", body: ""},
-		ctdFile{name: "opaque/new", body: "new\n"},
-		ctdFile{name: "hello.txt", body: "hello from the top layer\n", mode: 0o4755, uid: 1000, gid: 1000,
-			xattrs: map[string]string{"user.stamp": "top", "trusted.overlay.redirect": "/etc"}},
-		ctdFile{name: "hello-link", typ: tar.TypeLink, link: "hello.txt"},
-		ctdFile{name: "srv/app/data", body: "data\n", uid: 7, gid: 7}, // srv/ itself is not listed
+	upper := harness.GzipLayer(t,
+		harness.TarFile{Name: "etc/.wh.hidden", Body: ""},
+		harness.TarFile{Name: "opaque/", Type: tar.TypeDir, Mode: 0o755},
+		harness.TarFile{Name: "opaque/.wh..wh..opq", Body: ""},
+		harness.TarFile{Name: "opaque/new", Body: "new\n"},
+		harness.TarFile{Name: "hello.txt", Body: "hello from the top layer\n", Mode: 0o4755, UID: 1000, GID: 1000,
+			Xattrs: map[string]string{"user.stamp": "top", "trusted.overlay.redirect": "/etc"}},
+		harness.TarFile{Name: "hello-link", Type: tar.TypeLink, Link: "hello.txt"},
+		harness.TarFile{Name: "srv/app/data", Body: "data\n", UID: 7, GID: 7}, // srv/ itself is not listed
 	)
 	app := harness.Image(t, "amd64", lower, upper)
 	pause := harness.Image(t, "amd64", lower)
 	appRef, pauseRef := reg.Addr+"/k8s/app:v1", reg.Addr+"/k8s/pause:3.10"
-	appIdx := multiArch(app, harness.Image(t, "arm64", ctdLayer(t, false, ctdFile{name: "x", body: "arm64"})))
+	appIdx := multiArch(app, harness.Image(t, "arm64", harness.TarLayer(t, harness.TarFile{Name: "x", Body: "arm64"})))
 	appDigest := harness.PushIndex(t, appRef, appIdx)
 	pauseDigest := harness.Push(t, pauseRef, pause)
 
