@@ -91,7 +91,8 @@ type Result struct {
 	// layer blobs among them, or, when Discarded, left out.
 	ContentBytes, LayerBytes int64
 	Discarded                bool
-	// SnapshotBytes is the contents of the snapshots' files.
+	// SnapshotBytes is what containerd's usage counts of the snapshots:
+	// their blocks on a file system of 4 KiB blocks (see Snapshot.Size).
 	SnapshotBytes int64
 }
 
