@@ -69,10 +69,31 @@ func hostContainerd(t *testing.T) string {
 // snapshot, and its own pull of the same image from the registry unpacks
 // the same files as stamp did.
 func TestImagesIntoContainerd(t *testing.T) {
+	testImagesIntoContainerd(t, ctdFlavor{version: hostContainerd(t)})
+}
+
+// ctdFlavor is the containerd a test hands the tree to.
+type ctdFlavor struct {
+	// version is what the tree's dpkg database says of it.
+	version string
+	// bin holds its containerd, ctr and containerd-shim-runc-v2; "" is
+	// the host's.
+	bin string
+}
+
+// tool is the path of one of the flavor's programs.
+func (f ctdFlavor) tool(name string) string {
+	if f.bin == "" {
+		return name
+	}
+	return filepath.Join(f.bin, name)
+}
+
+func testImagesIntoContainerd(t *testing.T, fl ctdFlavor) {
 	if os.Geteuid() != 0 {
 		t.Fatal("this test runs containerd, which needs root")
 	}
-	for _, tool := range []string{"containerd", "ctr", "runc", "tar", "busybox"} {
+	for _, tool := range []string{fl.tool("containerd"), fl.tool("ctr"), "runc", "tar", "busybox"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("%s is missing (test/scripts/deps.sh installs it): %v", tool, err)
 		}
@@ -113,7 +134,7 @@ func TestImagesIntoContainerd(t *testing.T) {
 	appDigest := harness.PushIndex(t, appRef, appIdx)
 	pauseDigest := harness.Push(t, pauseRef, pause)
 
-	version := hostContainerd(t)
+	version := fl.version
 	build := func(t *testing.T, name, extra string) (dir, tarPath string) {
 		dir = harness.TempDirFor65534(t)
 		recipe := fmt.Sprintf(`apiVersion: stamp.dev/v1alpha1
@@ -176,7 +197,7 @@ outputs:
 		state := filepath.Join(root, "var/lib/containerd")
 		t.Logf("containerd state: content %d KiB, snapshots %d KiB",
 			duKiB(t, filepath.Join(state, "io.containerd.content.v1.content")), duKiB(t, filepath.Join(state, "io.containerd.snapshotter.v1.overlayfs")))
-		ctd := startContainerd(t, state)
+		ctd := startContainerd(t, fl, state)
 		ls := ctd.ctr(t, "-n", "k8s.io", "images", "ls", "-q")
 		appName := strings.TrimSuffix(appRef, "")
 		for _, want := range []string{appName, pauseRef, reg.Addr + "/k8s/app@" + appDigest, reg.Addr + "/k8s/pause@" + pauseDigest} {
@@ -243,7 +264,7 @@ outputs:
 			return nil
 		})
 		db.Close()
-		ctd = startContainerd(t, state)
+		ctd = startContainerd(t, fl, state)
 		if ls := ctd.ctr(t, "-n", "k8s.io", "images", "ls", "-q"); !containsLine(ls, pauseRef) {
 			t.Errorf("after a restart, ctr images ls:\n%s", ls)
 		}
@@ -261,7 +282,7 @@ outputs:
 			}
 		}
 		t.Logf("containerd state without layers: content %d KiB", duKiB(t, filepath.Join(state, "io.containerd.content.v1.content")))
-		ctd := startContainerd(t, state)
+		ctd := startContainerd(t, fl, state)
 		// Without the layers no unpack could make the snapshot: the
 		// container runs from the one stamp wrote.
 		out := ctd.ctr(t, "-n", "k8s.io", "run", "--rm", appRef, "discarded", "/bin/busybox", "cat", "/hello.txt")
@@ -327,12 +348,13 @@ func duKiB(t *testing.T, dir string) int64 {
 // containerd is the host's containerd running on a state directory of a
 // test, with its own socket and runtime state.
 type containerd struct {
-	cmd  *exec.Cmd
-	sock string
-	log  *bytes.Buffer
+	cmd    *exec.Cmd
+	sock   string
+	log    *bytes.Buffer
+	ctrBin string
 }
 
-func startContainerd(t *testing.T, root string) *containerd {
+func startContainerd(t *testing.T, fl ctdFlavor, root string) *containerd {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "stamp-ctd-")
 	if err != nil {
@@ -343,7 +365,7 @@ func startContainerd(t *testing.T, root string) *containerd {
 	cfg := fmt.Sprintf(`version = 2
 root = %q
 state = %q
-disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.devmapper"]
+disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.cri.v1.images", "io.containerd.cri.v1.runtime", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.devmapper"]
 [grpc]
   address = %q
 [ttrpc]
@@ -352,8 +374,12 @@ disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.b
 	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c := &containerd{sock: sock, log: &bytes.Buffer{}}
-	c.cmd = exec.Command("containerd", "--config", filepath.Join(dir, "config.toml"), "--log-level", "debug")
+	c := &containerd{sock: sock, log: &bytes.Buffer{}, ctrBin: fl.tool("ctr")}
+	c.cmd = exec.Command(fl.tool("containerd"), "--config", filepath.Join(dir, "config.toml"), "--log-level", "debug")
+	if fl.bin != "" {
+		// Its own shim, found through PATH.
+		c.cmd.Env = append(os.Environ(), "PATH="+fl.bin+":"+os.Getenv("PATH"))
+	}
 	c.cmd.Stdout, c.cmd.Stderr = c.log, c.log
 	if err := c.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -368,7 +394,7 @@ disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.b
 		}
 	})
 	for i := 0; ; i++ {
-		if err := exec.Command("ctr", "-a", sock, "version").Run(); err == nil {
+		if err := exec.Command(c.ctrBin, "-a", sock, "version").Run(); err == nil {
 			break
 		}
 		if i > 100 {
@@ -383,7 +409,7 @@ func (c *containerd) ctr(t *testing.T, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "ctr", append([]string{"-a", c.sock}, args...)...)
+	cmd := exec.CommandContext(ctx, c.ctrBin, append([]string{"-a", c.sock}, args...)...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
