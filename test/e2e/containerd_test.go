@@ -198,6 +198,11 @@ outputs:
 		t.Logf("containerd state: content %d KiB, snapshots %d KiB",
 			duKiB(t, filepath.Join(state, "io.containerd.content.v1.content")), duKiB(t, filepath.Join(state, "io.containerd.snapshotter.v1.overlayfs")))
 		ctd := startContainerd(t, fl, state)
+		if v := ctd.ctr(t, "version"); !strings.Contains(v, upstreamOf(version)) {
+			t.Fatalf("the containerd running is not %s:\n%s", version, v)
+		} else {
+			t.Logf("containerd %s: %s", version, strings.Join(strings.Fields(v), " "))
+		}
 		ls := ctd.ctr(t, "-n", "k8s.io", "images", "ls", "-q")
 		appName := strings.TrimSuffix(appRef, "")
 		for _, want := range []string{appName, pauseRef, reg.Addr + "/k8s/app@" + appDigest, reg.Addr + "/k8s/pause@" + pauseDigest} {
@@ -539,4 +544,16 @@ func compareDirs(t *testing.T, a, b string) {
 	if fmt.Sprint(la) != fmt.Sprint(lb) {
 		t.Errorf("hard links: stamp %v, containerd %v", la, lb)
 	}
+}
+
+// upstreamOf is containerd's own version in a package version:
+// "1.6.20~ds1-1+deb12u3" is 1.6.20.
+func upstreamOf(v string) string {
+	if i := strings.LastIndex(v, "-"); i > 0 {
+		v = v[:i]
+	}
+	if i := strings.IndexAny(v, "~+"); i > 0 {
+		v = v[:i]
+	}
+	return v
 }
