@@ -276,7 +276,7 @@ func extractOne(t *Tree, tr *tar.Reader, hdr *tar.Header, o *ExtractOptions, cre
 			if done, err := overlayWhiteout(t, rdir, base, hdr, origin); done || err != nil {
 				return err
 			}
-		} else if done, err := whiteout(t, rdir, base, created); done || err != nil {
+		} else if done, err := whiteout(t, rdir, base, created, true); done || err != nil {
 			return err
 		}
 		p = join(rdir, base)
@@ -285,7 +285,7 @@ func extractOne(t *Tree, tr *tar.Reader, hdr *tar.Header, o *ExtractOptions, cre
 		if err != nil {
 			return err
 		}
-		if done, err := whiteout(t, rdir, base, created); done || err != nil {
+		if done, err := whiteout(t, rdir, base, created, false); done || err != nil {
 			return err
 		}
 	}
@@ -456,8 +456,9 @@ const (
 
 // whiteout applies an OCI whiteout entry named base in the directory rdir
 // (resolved). It removes only what earlier layers made, never what this
-// archive created before the marker.
-func whiteout(t *Tree, rdir, base string, created map[string]bool) (bool, error) {
+// archive created before the marker; but with always, a file's whiteout
+// removes it whoever made it, as containerd's applier does.
+func whiteout(t *Tree, rdir, base string, created map[string]bool, always bool) (bool, error) {
 	if !strings.HasPrefix(base, whiteoutPrefix) {
 		return false, nil
 	}
@@ -475,8 +476,12 @@ func whiteout(t *Tree, rdir, base string, created map[string]bool) (bool, error)
 		}
 		return true, nil
 	}
-	victim := join(rdir, strings.TrimPrefix(base, whiteoutPrefix))
-	if !created[victim] {
+	name := strings.TrimPrefix(base, whiteoutPrefix)
+	if always && (name == "" || name == "." || name == "..") {
+		return true, fmt.Errorf("invalid whiteout name %q", base)
+	}
+	victim := join(rdir, name)
+	if always || !created[victim] {
 		return true, t.remove(victim)
 	}
 	return true, nil
