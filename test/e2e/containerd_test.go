@@ -47,8 +47,12 @@ func ctdBase(t *testing.T, version, sandbox string) []byte {
 		add(d, "", tar.TypeDir, 0o755)
 	}
 	add("etc/containerd/config.toml", fmt.Sprintf("version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = %q\n", sandbox), tar.TypeReg, 0o644)
-	add("var/lib/dpkg/status", "Package: containerd\nStatus: install ok installed\nPriority: optional\nSection: admin\n"+
-		"Installed-Size: 1\nMaintainer: test\nArchitecture: amd64\nVersion: "+version+"\nDescription: the host's containerd\n\n", tar.TypeReg, 0o644)
+	status := ""
+	if version != "" {
+		status = "Package: containerd\nStatus: install ok installed\nPriority: optional\nSection: admin\n" +
+			"Installed-Size: 1\nMaintainer: test\nArchitecture: amd64\nVersion: " + version + "\nDescription: the host's containerd\n\n"
+	}
+	add("var/lib/dpkg/status", status, tar.TypeReg, 0o644)
 	tw.Close()
 	return buf.Bytes()
 }
@@ -79,6 +83,17 @@ type ctdFlavor struct {
 	// bin holds its containerd, ctr and containerd-shim-runc-v2; "" is
 	// the host's.
 	bin string
+	// repo, when set, holds it as the package containerd.io: the tree
+	// installs it, and the test runs the tree's own.
+	repo *harness.DebRepo
+}
+
+// in is the flavor whose programs are those of the tree unpacked at root.
+func (f ctdFlavor) in(root string) ctdFlavor {
+	if f.repo != nil {
+		f.bin = filepath.Join(root, "usr", "bin")
+	}
+	return f
 }
 
 // tool is the path of one of the flavor's programs.
@@ -134,7 +149,14 @@ func testImagesIntoContainerd(t *testing.T, fl ctdFlavor) {
 	appDigest := harness.PushIndex(t, appRef, appIdx)
 	pauseDigest := harness.Push(t, pauseRef, pause)
 
-	version := fl.version
+	version, baseVersion, install := fl.version, fl.version, ""
+	if fl.repo != nil {
+		// The tree gets its containerd from the package, and the test
+		// runs that one.
+		baseVersion = ""
+		install = fmt.Sprintf("customize:\n  layers:\n    - debs: {repo: %q, suite: /, keyring: %s, packages: [containerd.io]}",
+			fl.repo.FileURL(), fl.repo.Keyring)
+	}
 	build := func(t *testing.T, name, extra string) (dir, tarPath string) {
 		dir = harness.TempDirFor65534(t)
 		recipe := fmt.Sprintf(`apiVersion: stamp.dev/v1alpha1
@@ -144,6 +166,7 @@ arch: amd64
 epoch: %d
 base:
   tarball: ./base.tar
+%s
 provision:
   layers:
     - images:
@@ -151,8 +174,8 @@ provision:
         refs: ["%s@%s", "%s@%s"]%s
 outputs:
   - {format: tar}
-`, name, pullEpoch, appRef, appDigest, pauseRef, pauseDigest, extra)
-		writeFiles(t, dir, map[string]string{"recipe.yaml": recipe, "base.tar": string(ctdBase(t, version, pauseRef))})
+`, name, pullEpoch, install, appRef, appDigest, pauseRef, pauseDigest, extra)
+		writeFiles(t, dir, map[string]string{"recipe.yaml": recipe, "base.tar": string(ctdBase(t, baseVersion, pauseRef))})
 		out := filepath.Join(dir, "out")
 		stampAs65534(t, dir, nil, "build", "recipe.yaml", "-o", out, "--cache-dir", filepath.Join(dir, "cache"), "--work-dir", dir).mustSucceed(t)
 		// As root, and with the layers and blobs kept by reference in the
@@ -197,7 +220,7 @@ outputs:
 		state := filepath.Join(root, "var/lib/containerd")
 		t.Logf("containerd state: content %d KiB, snapshots %d KiB",
 			duKiB(t, filepath.Join(state, "io.containerd.content.v1.content")), duKiB(t, filepath.Join(state, "io.containerd.snapshotter.v1.overlayfs")))
-		ctd := startContainerd(t, fl, state)
+		ctd := startContainerd(t, fl.in(root), state)
 		if v := ctd.ctr(t, "version"); !strings.Contains(v, upstreamOf(version)) {
 			t.Fatalf("the containerd running is not %s:\n%s", version, v)
 		} else {
@@ -269,7 +292,7 @@ outputs:
 			return nil
 		})
 		db.Close()
-		ctd = startContainerd(t, fl, state)
+		ctd = startContainerd(t, fl.in(root), state)
 		if ls := ctd.ctr(t, "-n", "k8s.io", "images", "ls", "-q"); !containsLine(ls, pauseRef) {
 			t.Errorf("after a restart, ctr images ls:\n%s", ls)
 		}
@@ -287,7 +310,7 @@ outputs:
 			}
 		}
 		t.Logf("containerd state without layers: content %d KiB", duKiB(t, filepath.Join(state, "io.containerd.content.v1.content")))
-		ctd := startContainerd(t, fl, state)
+		ctd := startContainerd(t, fl.in(root), state)
 		// Without the layers no unpack could make the snapshot: the
 		// container runs from the one stamp wrote.
 		out := ctd.ctr(t, "-n", "k8s.io", "run", "--rm", appRef, "discarded", "/bin/busybox", "cat", "/hello.txt")

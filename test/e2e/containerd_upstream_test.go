@@ -15,3 +15,12 @@ import (
 func TestImagesIntoUpstreamContainerd(t *testing.T) {
 	testImagesIntoContainerd(t, ctdFlavor{version: harness.UpstreamContainerdPackage(), bin: harness.UpstreamContainerd(t)})
 }
+
+// TestImagesIntoTreeContainerd installs the upstream containerd in the
+// tree from a .deb of it (harness.UpstreamContainerdRepo), writes the
+// images for the version the tree's dpkg database then records, and hands
+// the state to the tree's own containerd.
+func TestImagesIntoTreeContainerd(t *testing.T) {
+	testImagesIntoContainerd(t, ctdFlavor{version: harness.UpstreamContainerdPackage(), bin: harness.UpstreamContainerd(t),
+		repo: harness.UpstreamContainerdRepo(t)})
+}

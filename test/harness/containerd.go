@@ -67,3 +67,72 @@ func UpstreamContainerd(tb testing.TB) string {
 // UpstreamContainerdPackage is the dpkg version a tree holding the upstream
 // containerd records, as a .deb of it would.
 func UpstreamContainerdPackage() string { return fmt.Sprintf("%s-1", UpstreamContainerdVersion) }
+
+// upstreamContainerdService is upstream's containerd.service, as its
+// release tarball ships it.
+const upstreamContainerdService = `[Unit]
+Description=containerd container runtime
+Documentation=https://containerd.io
+After=network.target dbus.service
+
+[Service]
+ExecStartPre=-/sbin/modprobe overlay
+ExecStart=/usr/bin/containerd
+Type=notify
+Delegate=yes
+KillMode=process
+Restart=always
+RestartSec=5
+LimitNPROC=infinity
+LimitCORE=infinity
+TasksMax=infinity
+OOMScoreAdjust=-999
+
+[Install]
+WantedBy=multi-user.target
+`
+
+// UpstreamContainerdRepo is a signed flat repository (as the Kubernetes
+// one is) holding the upstream containerd as the package containerd.io at
+// UpstreamContainerdPackage, made once per machine from UpstreamContainerd.
+func UpstreamContainerdRepo(tb testing.TB) *DebRepo {
+	tb.Helper()
+	bin := UpstreamContainerd(tb)
+	dir := filepath.Join(cacheRoot(), "containerd-"+UpstreamContainerdVersion+"-repo")
+	unlock, err := lockFile(dir + ".lock")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer unlock()
+	ctx := context.Background()
+	gnupg, err := sharedRepoKey(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ready")); err == nil {
+		return loadDebRepo(filepath.Join(dir, "repo"))
+	}
+	spec := debSpec{name: "containerd.io", version: UpstreamContainerdPackage(), section: "admin",
+		summary: "An open and reliable container runtime, upstream's build",
+		files:   []debFile{{path: "/usr/lib/systemd/system/containerd.service", mode: 0o644, content: upstreamContainerdService}}}
+	for _, t := range upstreamContainerdTools {
+		spec.files = append(spec.files, debFile{path: "/usr/bin/" + t, mode: 0o755, from: filepath.Join(bin, t)})
+	}
+	tmp := dir + ".tmp"
+	os.RemoveAll(tmp)
+	deb, err := buildDeb(ctx, spec, filepath.Join(tmp, "debs"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := BuildFlatDebRepo(ctx, filepath.Join(tmp, "repo"), []string{deb}, gnupg); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tmp, "ready"), nil, 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	os.RemoveAll(dir)
+	if err := os.Rename(tmp, dir); err != nil {
+		tb.Fatal(err)
+	}
+	return loadDebRepo(filepath.Join(dir, "repo"))
+}
