@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/stamp-dev/stamp/formats"
+	ctdstate "github.com/stamp-dev/stamp/layers/containerd"
 	"github.com/stamp-dev/stamp/recipes"
 	"github.com/stamp-dev/stamp/rootfs"
 	"github.com/stamp-dev/stamp/test/harness"
@@ -300,5 +301,28 @@ func checkNodeHygiene(t *testing.T, raw string, images []string) {
 		if im.Tree.Get(p) != nil {
 			bad("%s is there: the node imports nothing at first boot", p)
 		}
+	}
+	// What stamp inspect lists: every image under its name, from the
+	// databases read back off the raw disk's ext4 root.
+	meta, err := formats.ReadTreeFile(context.Background(), im, ctdstate.MetaDBPath, 64<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := formats.ReadTreeFile(context.Background(), im, ctdstate.SnapshotsDBPath, 64<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := ctdstate.ReadState(meta, snaps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := strings.Join(st.Lines(), "\n")
+	for _, name := range images {
+		if !strings.Contains(listed, "image k8s.io/"+name+" -> ") {
+			bad("containerd's state does not list %s:\n%s", name, listed)
+		}
+	}
+	if !strings.Contains(listed, "(committed, snapshots/7)") {
+		bad("containerd's state lists fewer than seven committed snapshots:\n%s", listed)
 	}
 }
