@@ -26,7 +26,9 @@ import (
 var epoch = time.Unix(1700000000, 0).UTC()
 
 // put stores an image's blobs in the cache as a pull would.
-func put(t *testing.T, c *cache.Cache, img v1.Image) string {
+func put(t *testing.T, c *cache.Cache, img v1.Image) string { return putB(t, c, img) }
+
+func putB(t testing.TB, c *cache.Cache, img v1.Image) string {
 	t.Helper()
 	add := func(b []byte) string {
 		d, err := c.Put(context.Background(), bytes.NewReader(b), "")
