@@ -56,10 +56,12 @@ k8s-inputs: build
 
 # The default node recipe built as uid 65534 against local repositories and
 # a local registry, checked on the image, verified (a root build, compared),
-# and booted under qemu with a NoCloud seed that checks it from inside.
+# and booted under qemu with a NoCloud seed that checks it from inside; and
+# images written into containerd's state handed to upstream containerd (the
+# version image-builder pins, built from the module proxy once per machine).
 # Leaves the outputs in out/e2e-node/ for the cluster test.
 e2e-node: deps k8s-inputs
-	STAMP_E2E_NODE_OUT=$(CURDIR)/out/e2e-node $(GO) test -tags node -count=1 -timeout 90m -v -run '^TestNodeImage$$' ./test/e2e
+	STAMP_E2E_NODE_OUT=$(CURDIR)/out/e2e-node $(GO) test -tags node -count=1 -timeout 90m -v -run '^(TestNodeImage|TestImagesInto(Upstream|Tree)Containerd)$$' ./test/e2e
 
 # Boots out/e2e-node's raw image as Cluster API boots its first control-plane
 # machine (a kubeadm init seed) and waits, under TCG, for a Ready one-node

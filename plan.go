@@ -221,7 +221,7 @@ var layerConverters = map[string]func(l *recipes.Layer, h hostInputs) layers.Lay
 		return &layers.Run{Command: l.Run.Command, Env: l.Run.Env, Network: l.Run.Network}
 	},
 	"images": func(l *recipes.Layer, _ hostInputs) layers.Layer {
-		im := &layers.Images{}
+		im := &layers.Images{Into: l.ImagesInto, DiscardLayers: l.ImagesDiscardLayers}
 		for _, i := range l.Images {
 			// A tag without a digest is resolved once and pinned in
 			// stamp.lock, as the oci layer's references are.

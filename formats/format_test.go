@@ -2,6 +2,7 @@ package formats
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -90,6 +91,18 @@ func TestTableWritesAndReadsEveryFormat(t *testing.T) {
 		}
 		if im.Tree.Len() == 0 {
 			t.Errorf("%s: %s reads back with no entries", spec.Name, res.Files[0])
+		}
+		// One file's content read back, where the format can give it.
+		data, err := ReadTreeFile(ctx, im, "/usr/bin/busybox", 1<<20)
+		switch spec.Format {
+		case "tar", "raw", "qcow2", "vhd", "vmdk", "ova":
+			if err != nil || string(data) != "\x7fELF busybox" {
+				t.Errorf("%s: ReadTreeFile: %q, %v", spec.Name, data, err)
+			}
+		default:
+			if !errors.Is(err, ErrCannotReadFile) {
+				t.Errorf("%s: ReadTreeFile: %v, want ErrCannotReadFile", spec.Name, err)
+			}
 		}
 	}
 	for _, e := range table {

@@ -99,6 +99,15 @@ type Layer struct {
 	Debs    *Debs
 	Images  []Image
 	Run     *Run
+
+	// ImagesInto is where an images layer puts its images: "" for OCI
+	// archives imported at first boot, "containerd" for containerd's own
+	// state (see ImagesInto).
+	ImagesInto string
+	// ImagesDiscardLayers, with ImagesInto containerd, leaves the layer
+	// blobs out of the content store once unpacked; nil follows the
+	// tree's containerd configuration.
+	ImagesDiscardLayers *bool
 }
 
 // Tarball is a tarball layer, extracted over the tree.
