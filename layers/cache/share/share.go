@@ -9,6 +9,15 @@
 // digest. Nothing a registry serves is trusted: a pulled entry becomes a
 // record only once it names what was asked for and every blob has been
 // re-hashed into the cache.
+//
+// That proves an entry whole, not who made it. With Options.Signer, Push
+// signs each entry: the signed payload is the record's canonical JSON
+// (Payload), which names its kind, key, parts, subject, blobs (name,
+// digest, size) and data, signed as RecordType with package sign (ed25519
+// over DSSE's PAE) and carried in the manifest's SignaturesAnnotation as a
+// JSON list of DSSE signature objects. With Options.Trust, Pull takes only
+// an entry that a trusted key signed, checked over the record as stamp
+// decoded it, before any blob is fetched.
 package share
 
 import (
@@ -33,6 +42,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/stamp-dev/stamp/layers/cache"
+	"github.com/stamp-dev/stamp/layers/cache/sign"
 	"github.com/stamp-dev/stamp/layers/ociremote"
 )
 
@@ -43,9 +53,19 @@ const (
 	BlobType   types.MediaType = "application/vnd.stamp.cache.blob.v1"
 )
 
+// SignaturesAnnotation is the manifest annotation holding an entry's
+// signatures: a JSON list of DSSE signature objects ({"keyid", "sig"}) over
+// Payload of its record, as RecordType.
+const SignaturesAnnotation = "dev.stamp.cache.signatures"
+
 // A record is a few parts and blob names; anything much bigger is not one of
 // ours and is not read into memory.
 const maxRecord = 16 << 20
+
+// ErrUnvouched is a record Push will not sign: it was pulled from a shared
+// cache without a trusted signature, and a signature vouches for what the
+// signer made or checked.
+var ErrUnvouched = errors.New("pulled without a trusted signature; not signing it")
 
 // Options configure Pull and Push.
 type Options struct {
@@ -58,6 +78,12 @@ type Options struct {
 	Keychain authn.Keychain
 	// Log is told what was pulled, pushed or skipped; nil discards it.
 	Log logrus.FieldLogger
+	// Signer, when set, signs every entry Push writes, and Push replaces an
+	// entry under the same tag that is not the one it would write.
+	Signer *sign.Signer
+	// Trust, when it holds keys, makes Pull take only entries one of them
+	// signed; anything else is an error wrapping sign.ErrUntrusted.
+	Trust *sign.Trust
 }
 
 func (o Options) log() logrus.FieldLogger {
@@ -135,6 +161,14 @@ func Pull(ctx context.Context, c *cache.Cache, repo, kind, key string, o Options
 	if err != nil {
 		return false, fmt.Errorf("pull %s: %w", ref.Name(), err)
 	}
+	signer := ""
+	if o.Trust.Len() > 0 {
+		if signer, err = verifyEntry(m, r, o.Trust); err != nil {
+			return false, fmt.Errorf("pull %s: %w", ref.Name(), err)
+		}
+	}
+	// Whatever the entry said of its origin, this is where it came from.
+	r.Pulled = &cache.Pulled{From: ref.Name(), Signer: signer}
 	for i, b := range r.Blobs {
 		if c.Has(b.Digest) {
 			// Re-hashed whenever it is read, like any blob; not worth fetching.
@@ -147,8 +181,38 @@ func Pull(ctx context.Context, c *cache.Cache, repo, kind, key string, o Options
 	if err := c.PutRecord(r); err != nil {
 		return false, fmt.Errorf("pull %s: %w", ref.Name(), err)
 	}
-	o.log().WithField("ref", ref.Name()).WithField("blobs", len(r.Blobs)).Info("pulled shared cache entry")
+	log := o.log().WithField("ref", ref.Name()).WithField("blobs", len(r.Blobs))
+	if signer != "" {
+		log = log.WithField("signer", signer)
+	}
+	log.Info("pulled shared cache entry")
 	return true, nil
+}
+
+// Payload is what an entry's signature covers: the record's JSON as the
+// entry's config holds it, compact, in the field order of cache.Record,
+// without the local note of where it was pulled from.
+func Payload(r *cache.Record) ([]byte, error) {
+	shared := *r
+	shared.Pulled = nil
+	return json.Marshal(&shared)
+}
+
+// verifyEntry checks the signatures on m against trust, over the record as
+// it was decoded: what is verified is what the build will believe, whatever
+// else the config's bytes held.
+func verifyEntry(m *v1.Manifest, r *cache.Record, trust *sign.Trust) (string, error) {
+	var sigs []sign.Signature
+	if a, ok := m.Annotations[SignaturesAnnotation]; ok {
+		if err := json.Unmarshal([]byte(a), &sigs); err != nil {
+			return "", fmt.Errorf("%w: annotation %s: %v", sign.ErrUntrusted, SignaturesAnnotation, err)
+		}
+	}
+	payload, err := Payload(r)
+	if err != nil {
+		return "", err
+	}
+	return trust.Verify(string(RecordType), payload, sigs)
 }
 
 // readEntry checks that desc is one of our artifacts holding the record
@@ -243,15 +307,27 @@ func Push(ctx context.Context, c *cache.Cache, repo string, r *cache.Record, o O
 	if err := c.Check(r, r.Kind, r.Key); err != nil {
 		return fmt.Errorf("push %s: %w", ref.Name(), err)
 	}
-	ropts := o.remote(ctx)
-	if _, err := remote.Head(ref, ropts...); err == nil {
-		o.log().WithField("ref", ref.Name()).Info("shared cache already has this entry")
-		return nil
-	} else if !notFound(err) {
+	if o.Signer != nil && r.Pulled != nil && r.Pulled.Signer == "" {
+		return fmt.Errorf("push %s: %w", ref.Name(), ErrUnvouched)
+	}
+	a, err := newArtifact(c, r, o.Signer)
+	if err != nil {
 		return fmt.Errorf("push %s: %w", ref.Name(), err)
 	}
-	a, err := newArtifact(c, r)
-	if err != nil {
+	ropts := o.remote(ctx)
+	desc, err := remote.Head(ref, ropts...)
+	switch {
+	case err == nil && (o.Signer == nil || desc.Digest == a.digest):
+		// ed25519 signs deterministically: the same record and key make
+		// the same manifest.
+		o.log().WithField("ref", ref.Name()).Info("shared cache already has this entry")
+		return nil
+	case err == nil:
+		// Unsigned, or signed by another key, or another record: whoever
+		// trusts this key would miss it, so it is replaced.
+		o.log().WithField("ref", ref.Name()).WithField("was", desc.Digest.String()).
+			Info("replacing a shared cache entry this key did not sign")
+	case !notFound(err):
 		return fmt.Errorf("push %s: %w", ref.Name(), err)
 	}
 	img, err := partial.CompressedToImage(a)
@@ -261,7 +337,11 @@ func Push(ctx context.Context, c *cache.Cache, repo string, r *cache.Record, o O
 	if err := remote.Write(ref, img, ropts...); err != nil {
 		return fmt.Errorf("push %s: %w", ref.Name(), err)
 	}
-	o.log().WithField("ref", ref.Name()).WithField("blobs", len(r.Blobs)).Info("pushed shared cache entry")
+	log := o.log().WithField("ref", ref.Name()).WithField("blobs", len(r.Blobs))
+	if o.Signer != nil {
+		log = log.WithField("signer", o.Signer.KeyID())
+	}
+	log.Info("pushed shared cache entry")
 	return nil
 }
 
@@ -272,11 +352,12 @@ type artifact struct {
 	c        *cache.Cache
 	config   []byte
 	manifest []byte
+	digest   v1.Hash // of manifest
 	sizes    map[string]int64
 }
 
-func newArtifact(c *cache.Cache, r *cache.Record) (*artifact, error) {
-	cfg, err := json.Marshal(r)
+func newArtifact(c *cache.Cache, r *cache.Record, signer *sign.Signer) (*artifact, error) {
+	cfg, err := Payload(r)
 	if err != nil {
 		return nil, err
 	}
@@ -313,7 +394,17 @@ func newArtifact(c *cache.Cache, r *cache.Record) (*artifact, error) {
 		a.sizes[h.String()] = b.Size
 		m.Layers = append(m.Layers, v1.Descriptor{MediaType: BlobType, Size: b.Size, Digest: h})
 	}
+	if signer != nil {
+		sigs, err := json.Marshal([]sign.Signature{signer.Sign(string(RecordType), cfg)})
+		if err != nil {
+			return nil, err
+		}
+		m.Annotations = map[string]string{SignaturesAnnotation: string(sigs)}
+	}
 	if a.manifest, err = json.Marshal(m); err != nil {
+		return nil, err
+	}
+	if a.digest, _, err = v1.SHA256(bytes.NewReader(a.manifest)); err != nil {
 		return nil, err
 	}
 	return a, nil

@@ -22,6 +22,7 @@ import (
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/stamp-dev/stamp/layers/cache"
+	"github.com/stamp-dev/stamp/layers/cache/sign"
 	"github.com/stamp-dev/stamp/test/harness"
 )
 
@@ -90,7 +91,13 @@ func blob(t *testing.T, c *cache.Cache, d string) []byte {
 // manifest first, to make the entries a broken or hostile registry serves.
 func pushAs(t *testing.T, c *cache.Cache, repo, tag string, r *cache.Record, edit func(m map[string]any)) {
 	t.Helper()
-	a, err := newArtifact(c, r)
+	pushSigned(t, c, repo, tag, r, nil, edit)
+}
+
+// pushSigned is pushAs with the entry signed by s (nil: unsigned).
+func pushSigned(t *testing.T, c *cache.Cache, repo, tag string, r *cache.Record, s *sign.Signer, edit func(m map[string]any)) {
+	t.Helper()
+	a, err := newArtifact(c, r, s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,6 +162,10 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if got.Pulled == nil || got.Pulled.From != repo+":"+Tag(kind, r.Key) || got.Pulled.Signer != "" {
+		t.Errorf("pulled record notes its origin as %+v", got.Pulled)
+	}
+	got.Pulled = nil
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("pulled record\n%+v\nwant\n%+v", got, want)
 	}
