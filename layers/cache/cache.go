@@ -71,12 +71,15 @@ type Options struct {
 	// Progress, when set, is called once per transfer. Either function it
 	// returns may be nil.
 	Progress rootfs.Progress
-	// HTTPClient is used for http(s) fetches; nil means a plain http.Client,
-	// which follows redirects. Cancellation comes from the context, so it
-	// needs no timeout.
+	// HTTPClient is used for http(s) fetches; nil means a plain http.Client
+	// with CheckRedirect's policy. Cancellation comes from the context, and
+	// stalls end by Retry's idle timeout, so it needs no timeout.
 	HTTPClient *http.Client
 	// UserAgent is sent with http(s) requests when not empty.
 	UserAgent string
+	// Retry says how downloads meet faults of the network; the zero value
+	// is its defaults.
+	Retry Retry
 }
 
 // Cache is a content-addressed store on disk. It is safe for concurrent use by
@@ -198,7 +201,7 @@ func Open(dir string, opts Options) (*Cache, error) {
 		c.log = l
 	}
 	if c.client == nil {
-		c.client = &http.Client{}
+		c.client = &http.Client{CheckRedirect: CheckRedirect}
 	}
 	if err := c.prepare(); err != nil {
 		return nil, err
