@@ -4,10 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	logtest "github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/stamp-dev/stamp/layers/cache"
 	"github.com/stamp-dev/stamp/test/harness"
@@ -128,5 +133,51 @@ func TestRestoreRefusesNamesOutsideStaging(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(out); len(ents) != 1 {
 		t.Errorf("something was written beside staging: %v", ents)
+	}
+}
+
+// A shared cache that does not answer costs a build one round of retries,
+// not one per record: after the first failure it is asked nothing more.
+func TestSharedCacheDownIsAskedOnce(t *testing.T) {
+	c, err := cache.Open(filepath.Join(t.TempDir(), "cache"),
+		cache.Options{Retry: cache.Retry{Attempts: 2, Backoff: time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := l.Addr().String() + "/stamp-cache"
+	l.Close()
+	log, hook := logtest.NewNullLogger()
+	bc, err := (&Options{CacheFrom: gone, CacheTo: gone, Log: log}).openBuildCache(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := range 3 {
+		if r := bc.shared.pull(ctx, "output", "s", cache.KeyOf([]cache.Part{{Name: "n", Digest: textDigest(fmt.Sprint(i))}})); r != nil {
+			t.Fatal("a record from nowhere")
+		}
+	}
+	d, err := c.Put(ctx, strings.NewReader("x"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		parts := []cache.Part{{Name: "x", Digest: d}}
+		bc.shared.push(ctx, &cache.Record{Kind: "output", Key: cache.KeyOf(parts), Subject: "s", Parts: parts})
+	}
+	var said []string
+	for _, e := range hook.AllEntries() {
+		said = append(said, e.Message)
+	}
+	all := strings.Join(said, "\n")
+	if n := strings.Count(all, "ignoring the shared"); n != 1 || strings.Count(all, "asks it for nothing more") != 1 {
+		t.Errorf("%d pulls tried of three:\n%s", n, all)
+	}
+	if n := strings.Count(all, "cannot share"); n != 1 || strings.Count(all, "shares nothing more") != 1 {
+		t.Errorf("%d pushes tried of three:\n%s", n, all)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/sirupsen/logrus"
@@ -22,6 +23,22 @@ type sharedCache struct {
 	from, to string
 	opts     share.Options
 	log      logrus.FieldLogger
+	// fromDown and toDown are set once a registry failed after every
+	// attempt: the rest of the build does without it rather than wait on
+	// it for every record.
+	mu               sync.Mutex
+	fromDown, toDown bool
+}
+
+// down tells whether the registry behind *flag failed earlier in this
+// build, and marks it so when err says it failed now.
+func (s *sharedCache) down(flag *bool, err error) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil && errors.Is(err, share.ErrUnavailable) {
+		*flag = true
+	}
+	return *flag
 }
 
 func newSharedCache(o *Options, c *cache.Cache) (*sharedCache, error) {
@@ -87,12 +104,15 @@ func (s *sharedCache) believe(r *cache.Record) bool {
 // pull brings the record into the local cache. Anything wrong with the
 // shared entry is a warning and a miss: it is built again, never trusted.
 func (s *sharedCache) pull(ctx context.Context, kind, subject, key string) *cache.Record {
-	if s.from == "" {
+	if s.from == "" || s.down(&s.fromDown, nil) {
 		return nil
 	}
 	found, err := share.Pull(ctx, s.c, s.from, kind, key, s.opts)
 	if err != nil {
 		s.log.WithError(err).Warnf("cache: ignoring the shared %s record of %s in %s; building it again", kind, subject, s.from)
+		if s.down(&s.fromDown, err) {
+			s.log.Warnf("cache: %s did not answer; this build asks it for nothing more", s.from)
+		}
 		return nil
 	}
 	if !found {
@@ -112,7 +132,7 @@ func (s *sharedCache) pull(ctx context.Context, kind, subject, key string) *cach
 // shared: the archive is the phase's input uncompressed, and a runner
 // without it unpacks the input faster than it would pull the archive.
 func (s *sharedCache) push(ctx context.Context, r *cache.Record) {
-	if s.to == "" || holdsArchive(r) {
+	if s.to == "" || holdsArchive(r) || s.down(&s.toDown, nil) {
 		return
 	}
 	err := share.Push(ctx, s.c, s.to, r, s.opts)
@@ -122,6 +142,9 @@ func (s *sharedCache) push(ctx context.Context, r *cache.Record) {
 			r.Kind, r.Subject, s.to, r.Pulled.From)
 	case err != nil:
 		s.log.WithError(err).Warnf("cache: cannot share the %s record of %s in %s", r.Kind, r.Subject, s.to)
+		if s.down(&s.toDown, err) {
+			s.log.Warnf("cache: %s did not take it; this build shares nothing more there", s.to)
+		}
 	}
 }
 

@@ -303,6 +303,10 @@ func (c *Cache) sweep() {
 // Dir is the cache's directory, absolute.
 func (c *Cache) Dir() string { return c.dir }
 
+// Retry is how the cache's downloads, and those of clients that share its
+// policy (the registry client), meet faults of the network.
+func (c *Cache) Retry() Retry { return c.opts.Retry }
+
 // Writable tells whether this user can store blobs in the cache.
 func (c *Cache) Writable() bool { return c.writable }
 

@@ -247,7 +247,7 @@ func (d *download) attempt(a *Attempt) error {
 		return fmt.Errorf("store: %w", err)
 	}
 	short := d.total >= 0 && d.n < d.total
-	if (cerr != nil || short) && d.wantHex != "" && d.req.Size < 0 && d.sum() == d.wantHex {
+	if (cerr != nil || short) && d.wantHex != "" && (d.req.Size < 0 || d.n == d.req.Size) && d.sum() == d.wantHex {
 		// A Content-Length that promised more than the file holds: what
 		// came is what was wanted.
 		return nil

@@ -23,8 +23,6 @@ package share
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -62,6 +60,12 @@ const SignaturesAnnotation = "dev.stamp.cache.signatures"
 // ours and is not read into memory.
 const maxRecord = 16 << 20
 
+// ErrUnavailable marks a registry that failed a request of its own after
+// every attempt (unreachable, refusing, answering 5xx), rather than an
+// entry that is not what it should be: asking it again in the same build
+// would cost the same wait.
+var ErrUnavailable = errors.New("shared cache unavailable")
+
 // ErrUnvouched is a record Push will not sign: it was pulled from a shared
 // cache without a trusted signature, and a signature vouches for what the
 // signer made or checked.
@@ -97,6 +101,16 @@ func (o Options) log() logrus.FieldLogger {
 
 func (o Options) remote(ctx context.Context) []remote.Option {
 	return ociremote.WriteOptions(ctx, o.Keychain, o.Insecure)
+}
+
+// client is the registry client pulls go through: every request tried
+// again as the cache's Retry says, blobs resumed and verified into c.
+func (o Options) client(c *cache.Cache) *ociremote.Client {
+	var tr http.RoundTripper
+	if o.Insecure {
+		tr = ociremote.InsecureTransport()
+	}
+	return ociremote.New(c, ociremote.Options{Keychain: o.Keychain, Transport: tr, UserAgent: "stamp", Log: o.Log})
 }
 
 // Tag is the tag an entry lives under: kind, "-" and the key's hex, which
@@ -148,16 +162,16 @@ func Pull(ctx context.Context, c *cache.Cache, repo, kind, key string, o Options
 	if err != nil {
 		return false, err
 	}
-	ropts := o.remote(ctx)
-	desc, err := remote.Get(ref, ropts...)
+	cl := o.client(c)
+	raw, mt, err := cl.FetchManifest(ctx, ref)
 	if notFound(err) {
 		o.log().WithField("ref", ref.Name()).Debug("no shared cache entry")
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("pull %s: %w", ref.Name(), err)
+		return false, fmt.Errorf("pull %s: %w (%w)", ref.Name(), err, ErrUnavailable)
 	}
-	r, m, err := readEntry(desc, ref, kind, key, c, ropts)
+	r, m, err := readEntry(ctx, cl, raw, mt, ref, kind, key, c)
 	if err != nil {
 		return false, fmt.Errorf("pull %s: %w", ref.Name(), err)
 	}
@@ -174,7 +188,7 @@ func Pull(ctx context.Context, c *cache.Cache, repo, kind, key string, o Options
 			// Re-hashed whenever it is read, like any blob; not worth fetching.
 			continue
 		}
-		if err := pullBlob(ctx, c, ref, m.Layers[i].Digest, ropts); err != nil {
+		if err := cl.FetchBlob(ctx, ref.Context(), m.Layers[i]); err != nil {
 			return false, fmt.Errorf("pull %s: blob %s (%s): %w", ref.Name(), b.Digest, b.Name, err)
 		}
 	}
@@ -215,14 +229,14 @@ func verifyEntry(m *v1.Manifest, r *cache.Record, trust *sign.Trust) (string, er
 	return trust.Verify(string(RecordType), payload, sigs)
 }
 
-// readEntry checks that desc is one of our artifacts holding the record
-// kind/key and that its layers are that record's blobs, before any blob is
-// fetched: a foreign entry costs one small download, not gigabytes.
-func readEntry(desc *remote.Descriptor, ref name.Tag, kind, key string, c *cache.Cache, ropts []remote.Option) (*cache.Record, *v1.Manifest, error) {
-	if desc.MediaType != types.OCIManifestSchema1 {
-		return nil, nil, fmt.Errorf("%w: manifest is %s, not %s", cache.ErrBadRecord, desc.MediaType, types.OCIManifestSchema1)
+// readEntry checks that the manifest is one of our artifacts holding the
+// record kind/key and that its layers are that record's blobs, before any
+// blob is fetched: a foreign entry costs one small download, not gigabytes.
+func readEntry(ctx context.Context, cl *ociremote.Client, raw []byte, mt types.MediaType, ref name.Tag, kind, key string, c *cache.Cache) (*cache.Record, *v1.Manifest, error) {
+	if mt != types.OCIManifestSchema1 {
+		return nil, nil, fmt.Errorf("%w: manifest is %s, not %s", cache.ErrBadRecord, mt, types.OCIManifestSchema1)
 	}
-	m, err := v1.ParseManifest(bytes.NewReader(desc.Manifest))
+	m, err := v1.ParseManifest(bytes.NewReader(raw))
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: manifest: %v", cache.ErrBadRecord, err)
 	}
@@ -232,23 +246,10 @@ func readEntry(desc *remote.Descriptor, ref name.Tag, kind, key string, c *cache
 	if m.Config.Size < 0 || m.Config.Size > maxRecord {
 		return nil, nil, fmt.Errorf("%w: record of %d bytes", cache.ErrBadRecord, m.Config.Size)
 	}
-	l, err := remote.Layer(ref.Context().Digest(m.Config.Digest.String()), ropts...)
+	// Read into memory and checked against its digest; not filed.
+	b, err := cl.ReadBlob(ctx, ref.Context(), m.Config, maxRecord)
 	if err != nil {
-		return nil, nil, fmt.Errorf("record %s: %w", m.Config.Digest, err)
-	}
-	rc, err := l.Compressed()
-	if err != nil {
-		return nil, nil, fmt.Errorf("record %s: %w", m.Config.Digest, err)
-	}
-	b, err := io.ReadAll(io.LimitReader(rc, m.Config.Size+1))
-	rc.Close()
-	if err != nil {
-		return nil, nil, fmt.Errorf("record %s: %w", m.Config.Digest, err)
-	}
-	// ggcr checks the digest only when the body is read to its end; the limit
-	// may stop short of that, so check here whatever it did.
-	if sum := sha256.Sum256(b); int64(len(b)) != m.Config.Size || "sha256:"+hex.EncodeToString(sum[:]) != m.Config.Digest.String() {
-		return nil, nil, fmt.Errorf("%w: record blob is not %s (%d bytes)", cache.ErrBadRecord, m.Config.Digest, m.Config.Size)
+		return nil, nil, fmt.Errorf("record: %w", err)
 	}
 	var r cache.Record
 	if err := json.Unmarshal(b, &r); err != nil {
@@ -275,21 +276,6 @@ func readEntry(desc *remote.Descriptor, ref name.Tag, kind, key string, c *cache
 		}
 	}
 	return &r, m, nil
-}
-
-func pullBlob(ctx context.Context, c *cache.Cache, ref name.Tag, d v1.Hash, ropts []remote.Option) error {
-	l, err := remote.Layer(ref.Context().Digest(d.String()), ropts...)
-	if err != nil {
-		return err
-	}
-	rc, err := l.Compressed()
-	if err != nil {
-		return err
-	}
-	defer rc.Close()
-	// Put stores nothing unless the stream hashes to d.
-	_, err = c.Put(ctx, rc, d.String())
-	return err
 }
 
 // Push uploads r and its blobs to repo as the entry for r's kind and key,
@@ -328,14 +314,18 @@ func Push(ctx context.Context, c *cache.Cache, repo string, r *cache.Record, o O
 		o.log().WithField("ref", ref.Name()).WithField("was", desc.Digest.String()).
 			Info("replacing a shared cache entry this key did not sign")
 	case !notFound(err):
-		return fmt.Errorf("push %s: %w", ref.Name(), err)
+		return fmt.Errorf("push %s: %w (%w)", ref.Name(), err, ErrUnavailable)
 	}
 	img, err := partial.CompressedToImage(a)
 	if err != nil {
 		return fmt.Errorf("push %s: %w", ref.Name(), err)
 	}
 	if err := remote.Write(ref, img, ropts...); err != nil {
-		return fmt.Errorf("push %s: %w", ref.Name(), err)
+		var ce *cache.CorruptError
+		if errors.As(err, &ce) {
+			return fmt.Errorf("push %s: %w", ref.Name(), err)
+		}
+		return fmt.Errorf("push %s: %w (%w)", ref.Name(), err, ErrUnavailable)
 	}
 	log := o.log().WithField("ref", ref.Name()).WithField("blobs", len(r.Blobs))
 	if o.Signer != nil {
