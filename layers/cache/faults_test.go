@@ -116,7 +116,7 @@ func TestFetchFaults(t *testing.T) {
 		{name: "reset every time", faults: []harness.Fault{{Kind: harness.ResetMidBody, After: 1000}},
 			wantErr: "gave up after 3 attempts"},
 		{name: "stalls every time", faults: []harness.Fault{{Kind: harness.Stall, After: 1000}},
-			wantErr: "gave up after 3 attempts: stalled: nothing arrived for 500ms"},
+			wantErr: "gave up after 3 attempts: stalled: nothing arrived for 2s"},
 		{name: "Retry-After longer than stamp waits", faults: []harness.Fault{{Kind: harness.Status, Status: 429, RetryAfter: "3600"}},
 			wantErr: "asks to try again after 1h0m0s"},
 		{name: "404 is not tried again", faults: []harness.Fault{{Kind: harness.Status, Status: 404}},

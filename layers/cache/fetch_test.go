@@ -401,4 +401,4 @@ func TestFetchFile(t *testing.T) {
 }
 
 // fastRetry tries three times without waiting long, for tests of faults.
-var fastRetry = Retry{Attempts: 3, Backoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, MaxRetryAfter: 2 * time.Second, IdleTimeout: 500 * time.Millisecond}
+var fastRetry = Retry{Attempts: 3, Backoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, MaxRetryAfter: 2 * time.Second, IdleTimeout: 2 * time.Second}

@@ -30,7 +30,7 @@ func (l login) Resolve(authn.Resource) (authn.Authenticator, error) {
 }
 
 var fastRetry = cache.Retry{Attempts: 3, Backoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
-	MaxRetryAfter: 2 * time.Second, IdleTimeout: 500 * time.Millisecond}
+	MaxRetryAfter: 2 * time.Second, IdleTimeout: 2 * time.Second}
 
 // storage serves a registry's blobs straight from its storage, with an
 // ETag and Range, as the object store a registry redirects to does; it asks
@@ -126,7 +126,7 @@ func TestPullFaults(t *testing.T) {
 		{name: "503 for the layer every time", faults: []harness.Fault{{Kind: harness.Status, Status: 503, Match: blob}},
 			wantErr: "gave up after 3 attempts"},
 		{name: "layer stalls every time", faults: []harness.Fault{{Kind: harness.Stall, After: 1000, Match: blob}},
-			wantErr: "gave up after 3 attempts: stalled: nothing arrived for 500ms"},
+			wantErr: "gave up after 3 attempts: stalled: nothing arrived for 2s"},
 		{name: "layer not found", faults: []harness.Fault{{Kind: harness.Status, Status: 404, Match: blob}},
 			wantErr: "404", checks: []check{ranges("")}},
 		{name: "Retry-After too long", faults: []harness.Fault{{Kind: harness.Status, Status: 429, RetryAfter: "600", Match: blob}},

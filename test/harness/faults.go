@@ -168,22 +168,45 @@ func (s *FaultServer) serve(w http.ResponseWriter, r *http.Request) {
 		waitGone(conn, rw.Reader)
 		return
 	}
-	// What the upstream answers, broken on the way out.
-	rec := httptest.NewRecorder()
-	s.Upstream.ServeHTTP(rec, r)
-	res := rec.Result()
-	body := rec.Body.Bytes()
-	length := int64(len(body))
-	send := body
-	switch f.Kind {
-	case ResetMidBody, Truncate, Stall:
-		send = body[:min(f.After, length)]
-	case LieLength:
-		length += f.LengthDelta
+	// What the upstream answers, streamed and broken on the way out.
+	rw2 := &rawWriter{f: f, conn: conn, rw: rw, header: http.Header{}}
+	func() {
+		defer func() {
+			// A reverse proxy whose writes fail aborts its handler.
+			if p := recover(); p != nil && p != http.ErrAbortHandler {
+				panic(p)
+			}
+		}()
+		s.Upstream.ServeHTTP(rw2, r)
+	}()
+	rw2.finish()
+}
+
+// errFaulted stops an upstream handler once its answer has been broken.
+var errFaulted = fmt.Errorf("fault injected")
+
+// rawWriter writes an upstream's answer to a hijacked connection as
+// HTTP/1.1, breaking it as its fault says.
+type rawWriter struct {
+	f       *Fault
+	conn    net.Conn
+	rw      *bufio.ReadWriter
+	header  http.Header
+	wrote   bool
+	sent    int64
+	faulted bool
+}
+
+func (w *rawWriter) Header() http.Header { return w.header }
+
+func (w *rawWriter) WriteHeader(code int) {
+	if w.wrote {
+		return
 	}
-	fmt.Fprintf(rw, "HTTP/1.1 %d %s\r\n", res.StatusCode, http.StatusText(res.StatusCode))
-	keys := make([]string, 0, len(res.Header))
-	for k := range res.Header {
+	w.wrote = true
+	fmt.Fprintf(w.rw, "HTTP/1.1 %d %s\r\n", code, http.StatusText(code))
+	keys := make([]string, 0, len(w.header))
+	for k := range w.header {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
@@ -191,18 +214,70 @@ func (s *FaultServer) serve(w http.ResponseWriter, r *http.Request) {
 		if k == "Content-Length" || k == "Transfer-Encoding" || k == "Connection" {
 			continue
 		}
-		for _, v := range res.Header[k] {
-			fmt.Fprintf(rw, "%s: %s\r\n", k, v)
+		for _, v := range w.header[k] {
+			fmt.Fprintf(w.rw, "%s: %s\r\n", k, v)
 		}
 	}
-	fmt.Fprintf(rw, "Content-Length: %s\r\nConnection: close\r\n\r\n", strconv.FormatInt(length, 10))
-	rw.Write(send)
-	rw.Flush()
-	switch f.Kind {
+	if cl := w.header.Get("Content-Length"); cl != "" {
+		n, _ := strconv.ParseInt(cl, 10, 64)
+		if w.f.Kind == LieLength {
+			n += w.f.LengthDelta
+		}
+		fmt.Fprintf(w.rw, "Content-Length: %d\r\n", n)
+	}
+	fmt.Fprintf(w.rw, "Connection: close\r\n\r\n")
+}
+
+func (w *rawWriter) Write(p []byte) (int, error) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	switch w.f.Kind {
+	case ResetMidBody, Truncate, Stall:
+		if w.sent+int64(len(p)) >= w.f.After {
+			w.rw.Write(p[:w.f.After-w.sent])
+			w.sent = w.f.After
+			w.fault()
+			return 0, errFaulted
+		}
+	}
+	if w.faulted {
+		return 0, errFaulted
+	}
+	n, err := w.rw.Write(p)
+	w.sent += int64(n)
+	return n, err
+}
+
+func (w *rawWriter) Flush() { w.rw.Flush() }
+
+// fault breaks the connection as the fault says.
+func (w *rawWriter) fault() {
+	w.faulted = true
+	w.rw.Flush()
+	switch w.f.Kind {
 	case ResetMidBody:
-		reset(conn)
+		reset(w.conn)
+	case Truncate:
+		w.conn.Close()
 	case Stall:
-		waitGone(conn, rw.Reader)
+		waitGone(w.conn, w.rw.Reader)
+	}
+}
+
+// finish ends an answer the fault did not break before its end.
+func (w *rawWriter) finish() {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	if !w.faulted {
+		switch w.f.Kind {
+		case ResetMidBody, Truncate, Stall:
+			// The body was shorter than After: break it at its end.
+			w.fault()
+			return
+		}
+		w.rw.Flush()
 	}
 }
 
