@@ -583,26 +583,37 @@ func (c *Cache) put(ctx context.Context, r io.Reader, wantHex, source string, to
 	if wantHex != "" && got != wantHex {
 		return "", &MismatchError{Source: source, Want: digestOf(wantHex), Got: digestOf(got)}
 	}
-	if err := f.Chmod(blobMode); err != nil {
-		return "", fmt.Errorf("store %s: %w", name, err)
-	}
-	if err := f.Sync(); err != nil {
-		return "", fmt.Errorf("store %s: %w", name, err)
-	}
 	closed = true
-	if err := f.Close(); err != nil {
-		return "", fmt.Errorf("store %s: %w", name, err)
+	if err := c.fileTemp(f, got, name); err != nil {
+		return "", err
+	}
+	return digestOf(got), nil
+}
+
+// fileTemp files the temp file f, complete and checked, as the blob with
+// hex sum got: readable by all, synced, closed (whatever happens) and
+// renamed into place.
+func (c *Cache) fileTemp(f *os.File, got, name string) error {
+	err := f.Chmod(blobMode)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
 	// Renaming over an existing blob is fine: same name, same content, and it
 	// heals a copy that was damaged on disk.
-	if err := os.Rename(tmpName, c.blobPath(got)); err != nil {
-		return "", fmt.Errorf("store %s: %w", name, err)
+	if err == nil {
+		err = os.Rename(f.Name(), c.blobPath(got))
+	}
+	if err != nil {
+		return fmt.Errorf("store %s: %w", name, err)
 	}
 	if err := syncDir(c.blobs); err != nil {
 		c.log.WithError(err).Debug("cannot sync cache blob directory")
 	}
 	c.log.WithField("source", name).WithField("digest", digestOf(got)).Debug("stored blob")
-	return digestOf(got), nil
+	return nil
 }
 
 // syncDir makes a rename durable, so a crash cannot leave a blob name

@@ -92,23 +92,10 @@ func (c *Cache) Download(ctx context.Context, req Request) (digest string, err e
 	if wantHex != "" && got != wantHex {
 		return "", &MismatchError{Source: src, Want: digestOf(wantHex), Got: digestOf(got)}
 	}
-	if err := f.Chmod(blobMode); err != nil {
-		return "", fmt.Errorf("store %s: %w", src, err)
-	}
-	if err := f.Sync(); err != nil {
-		return "", fmt.Errorf("store %s: %w", src, err)
-	}
 	closed = true
-	if err := f.Close(); err != nil {
-		return "", fmt.Errorf("store %s: %w", src, err)
+	if err := c.fileTemp(f, got, src); err != nil {
+		return "", err
 	}
-	if err := os.Rename(tmpName, c.blobPath(got)); err != nil {
-		return "", fmt.Errorf("store %s: %w", src, err)
-	}
-	if err := syncDir(c.blobs); err != nil {
-		c.log.WithError(err).Debug("cannot sync cache blob directory")
-	}
-	c.log.WithField("source", src).WithField("digest", digestOf(got)).Debug("stored blob")
 	return digestOf(got), nil
 }
 

@@ -299,3 +299,18 @@ func waitGone(conn net.Conn, r *bufio.Reader) {
 func PathHas(s string) func(*http.Request) bool {
 	return func(r *http.Request) bool { return strings.Contains(r.URL.Path, s) }
 }
+
+// RangesMatch tells whether the Range headers a FaultServer saw are want,
+// in order, where "resume" stands for a Range from wherever the bytes
+// stopped (not 0): a reset may destroy some that were sent.
+func RangesMatch(got, want []string) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for i := range got {
+		if got[i] != want[i] && (want[i] != "resume" || !strings.HasPrefix(got[i], "bytes=") || got[i] == "bytes=0-") {
+			return false
+		}
+	}
+	return true
+}
