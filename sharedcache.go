@@ -111,7 +111,7 @@ func (s *sharedCache) pull(ctx context.Context, kind, subject, key string) *cach
 	if err != nil {
 		s.log.WithError(err).Warnf("cache: ignoring the shared %s record of %s in %s; building it again", kind, subject, s.from)
 		if s.down(&s.fromDown, err) {
-			s.log.Warnf("cache: %s did not answer; this build asks it for nothing more", s.from)
+			s.log.Warnf("cache: %s failed after every attempt; this build asks it for nothing more", s.from)
 		}
 		return nil
 	}
@@ -143,7 +143,7 @@ func (s *sharedCache) push(ctx context.Context, r *cache.Record) {
 	case err != nil:
 		s.log.WithError(err).Warnf("cache: cannot share the %s record of %s in %s", r.Kind, r.Subject, s.to)
 		if s.down(&s.toDown, err) {
-			s.log.Warnf("cache: %s did not take it; this build shares nothing more there", s.to)
+			s.log.Warnf("cache: %s failed after every attempt; this build shares nothing more there", s.to)
 		}
 	}
 }
