@@ -84,7 +84,7 @@ func (o *Options) openBuildCache(c *cache.Cache) (*buildCache, error) {
 		// verify's second build reads directories backwards to shake out
 		// order dependence; what it makes is not filed for others.
 		write: c.Writable() && !o.ReverseReaddir && !o.NoCache}
-	if o.CacheFrom != "" || o.CacheTo != "" {
+	if o.CacheFrom != "" || o.CacheTo != "" || o.CacheSign != "" || len(o.CacheTrust) > 0 {
 		if bc.shared, err = newSharedCache(o, c); err != nil {
 			return nil, err
 		}
@@ -358,6 +358,9 @@ func (bc *buildCache) lookup(ctx context.Context, kind, subject string, parts []
 	r, err := bc.c.Record(kind, key)
 	if err != nil {
 		bc.log.WithError(err).Warnf("cache: ignoring the %s record of %s; building it again", kind, subject)
+		r = nil
+	}
+	if r != nil && bc.shared != nil && !bc.shared.believe(r) {
 		r = nil
 	}
 	if r == nil && bc.shared != nil {
