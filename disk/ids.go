@@ -75,3 +75,7 @@ func VHDUniqueID(seed, output string) [16]byte { return UUID(seed, "vhd/"+output
 // VMDKID seeds the content IDs and disk UUID in the descriptor of the VMDK
 // output named output (and of the disk inside an OVA output).
 func VMDKID(seed, output string) [16]byte { return UUID(seed, "vmdk/"+output) }
+
+// SignatureOwner is the owner GUID of the entries stamp writes into EFI
+// signature lists (the Secure Boot keys it lays out for enrolment).
+func SignatureOwner(seed string) [16]byte { return UUID(seed, "efi-signature-owner") }
