@@ -132,6 +132,9 @@ func (t *Tree) Added() []*Entry {
 	return out
 }
 
+// SameMetadata says whether two inodes show the same in a manifest line.
+func SameMetadata(a, b *Inode) bool { return sameInode(a, b) }
+
 // sameInode compares what a manifest line shows of two inodes.
 func sameInode(a, b *Inode) bool {
 	if a.Type != b.Type || a.Perm != b.Perm || a.UID != b.UID || a.GID != b.GID || !a.MTime.Equal(b.MTime) ||

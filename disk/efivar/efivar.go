@@ -147,3 +147,35 @@ func Enroll(s *authenticode.Signer, owner [16]byte, t time.Time) (*Enrollment, e
 	}
 	return &e, nil
 }
+
+// ParseSignatureList reads the X.509 certificates of EFI signature lists
+// (one after another, as db holds them); lists of other types are skipped.
+func ParseSignatureList(b []byte) ([]*x509.Certificate, error) {
+	var out []*x509.Certificate
+	x509GUID := disk.GUIDBytes(certX509)
+	for len(b) > 0 {
+		if len(b) < signatureListHeader {
+			return nil, errors.New("a signature list shorter than its header")
+		}
+		size := binary.LittleEndian.Uint32(b[16:])
+		hdr := binary.LittleEndian.Uint32(b[20:])
+		sig := binary.LittleEndian.Uint32(b[24:])
+		if size < signatureListHeader || uint64(size) > uint64(len(b)) || sig <= signatureDataOwnerSize ||
+			uint64(signatureListHeader)+uint64(hdr) > uint64(size) {
+			return nil, errors.New("a signature list whose sizes do not fit")
+		}
+		list := b[signatureListHeader+hdr : size]
+		if [16]byte(b[:16]) == x509GUID {
+			for len(list) >= int(sig) {
+				c, err := x509.ParseCertificate(list[signatureDataOwnerSize:sig])
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, c)
+				list = list[sig:]
+			}
+		}
+		b = b[size:]
+	}
+	return out, nil
+}
