@@ -245,3 +245,15 @@ func SwTPM(t testing.TB) []string {
 	t.Fatalf("swtpm made no socket %s; its log:\n%s", sock, b)
 	return nil
 }
+
+// SealedPackages are what recipes/examples/sealed.yaml installs on the
+// demo's base: a kernel, systemd-boot-efi and dmsetup.
+var SealedPackages = []string{"linux-image-cloud-amd64", "systemd-boot-efi", "dmsetup"}
+
+// SealedRepoFor returns a signed repository of what installing
+// SealedPackages brings onto an empty system, built once per machine like
+// DebRepoFor's. It is shared: copy it (CopyDebRepo) before changing it.
+func SealedRepoFor(t testing.TB) *DebRepo {
+	t.Helper()
+	return debRepoOf(t, [][]string{SealedPackages})
+}
