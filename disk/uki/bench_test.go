@@ -88,5 +88,3 @@ func BenchmarkBuildAndSign(b *testing.B) {
 		}
 	})
 }
-
-
