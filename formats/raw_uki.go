@@ -58,8 +58,11 @@ type SecureBootSpec struct {
 // hash of the same length standing in for /usr's, so that the ESP can be
 // sized; built for real once /usr's hash tree is written.
 type ukiPlan struct {
-	path    string // on the ESP
-	stub    *uki.Stub
+	path string // on the ESP
+	stub *uki.Stub
+	// phases are the boot phases the tree's systemd measures into PCR 11
+	// after the stub, in order.
+	phases  []string
 	parts   uki.Parts
 	cmdline string // without usrhash=
 	verity  bool
@@ -135,7 +138,7 @@ func ukiESPFiles(ctx context.Context, src *Source, boot *BootSpec, rootPartUUID,
 	if usrOption != "" {
 		cmdline += " " + usrOption
 	}
-	u := &ukiPlan{stub: stub, cmdline: cmdline, verity: verityUsr,
+	u := &ukiPlan{stub: stub, cmdline: cmdline, verity: verityUsr, phases: measuredPhases(t),
 		parts: uki.Parts{OSRelease: osrel, Linux: linux, Initrd: pe.Bytes(initrd)}}
 	if boot.SecureBoot != nil {
 		u.signer = boot.SecureBoot.Signer
@@ -248,10 +251,64 @@ func (u *ukiPlan) facts(esp string) []Fact {
 		fs = append(fs, Fact{"uki.section" + s.Name, fmt.Sprintf("%d bytes sha256:%x", s.Content.Size, u.digests[s.Name])})
 	}
 	fs = append(fs, Fact{"uki.cmdline", u.cmdlineBuilt}, Fact{"uki.pcr11.sha256", hex.EncodeToString(u.pcr11)})
+	pcr := u.pcr11
+	for _, ph := range u.phases {
+		pcr = uki.Extend(pcr, uki.Phases(ph))
+		fs = append(fs, Fact{"uki.pcr11.sha256.after-" + ph, hex.EncodeToString(pcr)})
+	}
 	if u.signer != nil {
 		fs = append(fs, Fact{"uki.signer", fmt.Sprintf("%s sha256:%s", u.signer.Cert.Subject, u.signer.Fingerprint())})
 	}
 	return fs
+}
+
+// pcrPhaseUnits are systemd 252's units that measure boot phases into PCR
+// 11 once the root is up, and the word each measures (the initrd's phases
+// need systemd in the initramfs, which stamp's is not).
+var pcrPhaseUnits = []struct{ unit, phase string }{
+	{"systemd-pcrphase-sysinit.service", "sysinit"},
+	{"systemd-pcrphase.service", "ready"},
+}
+
+// measuredPhases are the boot phases the tree's systemd will measure into
+// PCR 11 after the stub: those whose unit sysinit.target wants (as
+// systemd's package installs them), given systemd-pcrphase and the TPM
+// libraries it loads (libtss2-esys, -rc, -mu; without them it measures
+// nothing).
+func measuredPhases(t *rootfs.Sealed) []string {
+	var libexec string
+	for _, p := range []string{"/usr/lib/systemd/systemd-pcrphase", "/lib/systemd/systemd-pcrphase"} {
+		if _, err := treeFile(t, p); err == nil {
+			libexec = p
+		}
+	}
+	if libexec == "" {
+		return nil
+	}
+	for _, lib := range []string{"libtss2-esys.so.0", "libtss2-rc.so.0", "libtss2-mu.so.0"} {
+		found := false
+		for _, d := range []string{"/usr/lib/x86_64-linux-gnu/", "/usr/lib/aarch64-linux-gnu/", "/lib/x86_64-linux-gnu/", "/lib/aarch64-linux-gnu/"} {
+			if _, err := treeFile(t, d+lib); err == nil {
+				found = true
+			}
+		}
+		if !found {
+			return nil
+		}
+	}
+	var phases []string
+	for _, u := range pcrPhaseUnits {
+		if e, err := t.Lookup("/etc/systemd/system/"+u.unit, false); err == nil && e.Type == rootfs.TypeSymlink && e.Target == "/dev/null" {
+			continue // masked
+		}
+		for _, dir := range []string{"/usr/lib/systemd/system/sysinit.target.wants/", "/lib/systemd/system/sysinit.target.wants/", "/etc/systemd/system/sysinit.target.wants/"} {
+			if _, err := t.Lookup(dir+u.unit, false); err == nil {
+				phases = append(phases, u.phase)
+				break
+			}
+		}
+	}
+	return phases
 }
 
 // signPE signs an EFI application as it is, its COFF symbol table

@@ -244,3 +244,41 @@ func rootfsHeaderDir() rootfs.Header {
 func rootfsHeaderFile() rootfs.Header {
 	return rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, MTime: tarEpoch}
 }
+
+// TestUKIPhases: a tree whose systemd measures the boot phases sysinit and
+// ready (systemd-pcrphase, its units wanted by sysinit.target, the TPM
+// libraries it loads) gets the PCR 11 after each predicted too, each
+// phase's SHA-256 extending the stub's value, as systemd-measure computes
+// (disk/uki's test holds the two together); a masked unit measures
+// nothing.
+func TestUKIPhases(t *testing.T) {
+	kit := harness.BootParts(t)
+	tree := kit.SealedTree(t, harness.BootTreeOptions{Marker: "sealed"})
+	for _, p := range []string{"/usr/lib/systemd/systemd-pcrphase", "/usr/lib/x86_64-linux-gnu/libtss2-esys.so.0",
+		"/usr/lib/x86_64-linux-gnu/libtss2-rc.so.0", "/usr/lib/x86_64-linux-gnu/libtss2-mu.so.0",
+		"/usr/lib/systemd/system/systemd-pcrphase-sysinit.service", "/usr/lib/systemd/system/systemd-pcrphase.service"} {
+		if _, err := tree.Create(p, rootfsHeaderFile(), strings.NewReader("fake")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, u := range []string{"systemd-pcrphase-sysinit.service", "systemd-pcrphase.service"} {
+		if _, err := tree.Create("/usr/lib/systemd/system/sysinit.target.wants/"+u, rootfs.Header{Type: rootfs.TypeSymlink, Perm: 0o777, MTime: tarEpoch, Target: "../" + u}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := harness.NewSigningKey(t, "phases", 0)
+	_, res := writeRaw(t, rawSource(tree, "amd64"), sealedSpec(t, key))
+	pcr, _ := hex.DecodeString(factOf(res, "uki.pcr11.sha256"))
+	sysinit := uki.Extend(pcr, uki.Phases("sysinit"))
+	ready := uki.Extend(sysinit, uki.Phases("ready"))
+	if factOf(res, "uki.pcr11.sha256.after-sysinit") != hex.EncodeToString(sysinit) || factOf(res, "uki.pcr11.sha256.after-ready") != hex.EncodeToString(ready) {
+		t.Errorf("facts %v", res.Facts)
+	}
+	if _, err := tree.Create("/etc/systemd/system/systemd-pcrphase.service", rootfs.Header{Type: rootfs.TypeSymlink, Perm: 0o777, MTime: tarEpoch, Target: "/dev/null"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, res = writeRaw(t, rawSource(tree, "amd64"), sealedSpec(t, key))
+	if factOf(res, "uki.pcr11.sha256.after-sysinit") == "" || factOf(res, "uki.pcr11.sha256.after-ready") != "" {
+		t.Errorf("with systemd-pcrphase.service masked: %v", res.Facts)
+	}
+}
