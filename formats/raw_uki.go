@@ -217,16 +217,12 @@ func (u *ukiPlan) build(rootHash string) error {
 	if u.signer != nil {
 		sign = u.signer.PE
 	}
-	if _, err := im.Seal(sign); err != nil {
+	b, err := im.SealBytes(sign)
+	if err != nil {
 		return fmt.Errorf("boot.loader: uki: %w", err)
 	}
-	var b bytes.Buffer
-	b.Grow(int(im.Size()))
-	if _, err := im.WriteTo(&b); err != nil {
-		return fmt.Errorf("boot.loader: uki: %w", err)
-	}
-	if u.size != 0 && int64(b.Len()) != u.size {
-		return fmt.Errorf("boot.loader: uki: the image is %d bytes, not the %d it was laid out at", b.Len(), u.size)
+	if u.size != 0 && int64(len(b)) != u.size {
+		return fmt.Errorf("boot.loader: uki: the image is %d bytes, not the %d it was laid out at", len(b), u.size)
 	}
 	var ms []uki.Measurement
 	if u.pcr11, ms, err = u.stub.PCR11(secs); err != nil {
@@ -237,7 +233,7 @@ func (u *ukiPlan) build(rootHash string) error {
 		u.digests[m.What] = m.Digest
 	}
 	u.cmdlineBuilt = cmdline
-	u.built, u.secs = b.Bytes(), secs
+	u.built, u.secs = b, secs
 	sum := sha256.Sum256(u.built)
 	u.digest = hex.EncodeToString(sum[:])
 	return nil
@@ -322,14 +318,7 @@ func signPE(b []byte, s *authenticode.Signer) ([]byte, error) {
 	if err := im.StripSymbolTable(); err != nil {
 		return nil, err
 	}
-	if _, err := im.Seal(s.PE); err != nil {
-		return nil, err
-	}
-	var out bytes.Buffer
-	if _, err := im.WriteTo(&out); err != nil {
-		return nil, err
-	}
-	return out.Bytes(), nil
+	return im.SealBytes(s.PE)
 }
 
 // osRelease is the tree's os-release, which systemd-boot reads the UKI's

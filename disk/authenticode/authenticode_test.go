@@ -30,14 +30,11 @@ func signed(t *testing.T, b []byte, s *authenticode.Signer, add map[string][]byt
 			}
 		}
 	}
-	if _, err := im.Seal(s.PE); err != nil {
+	b, err = im.SealBytes(s.PE)
+	if err != nil {
 		t.Fatal(err)
 	}
-	var out bytes.Buffer
-	if _, err := im.WriteTo(&out); err != nil {
-		t.Fatal(err)
-	}
-	return out.Bytes()
+	return b
 }
 
 // TestSignedImagesVerify signs a unified kernel image made on Debian's

@@ -459,6 +459,20 @@ func (im *Image) Seal(sign Signer) ([]byte, error) {
 	return digest, nil
 }
 
+// SealBytes seals the image (see Seal) and returns its bytes, for an image
+// small enough to hold in memory.
+func (im *Image) SealBytes(sign Signer) ([]byte, error) {
+	if _, err := im.Seal(sign); err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	b.Grow(int(im.Size()))
+	if _, err := im.WriteTo(&b); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
 // WriteTo writes the sealed image.
 func (im *Image) WriteTo(w io.Writer) (int64, error) {
 	if !im.sealed {

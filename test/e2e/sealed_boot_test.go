@@ -19,10 +19,10 @@ import (
 	"github.com/stamp-dev/stamp/test/harness"
 )
 
-// The sealed disks of one tree: booted by systemd-boot, and the UKI alone
-// with another command line, both signed with key a; partitions of the
+// sealedHead starts the sealed recipes; sealedParts are partitions of the
 // Discoverable Partitions Specification with /usr verified.
-const sealedRecipe = `apiVersion: stamp.dev/v1alpha1
+const (
+	sealedHead = `apiVersion: stamp.dev/v1alpha1
 kind: Recipe
 name: sealed
 arch: amd64
@@ -30,38 +30,30 @@ epoch: 1700000000
 base:
   tarball: ./base.tar
 outputs:
-  - format: raw
-    partitions: &parts
+`
+	sealedParts = `    partitions:
       - {name: esp, type: esp, size: 64MiB}
       - {name: usr, type: usr}
       - {name: usr-verity, type: usr-verity}
       - {name: root, type: root}
-    boot: {loader: uki, cmdline: "console=ttyS0 rw panic=-1", secureBoot: {key: ./a.key, cert: ./a.crt}}
+`
+)
+
+// The sealed disks of one tree: booted by systemd-boot, and the UKI alone
+// with another command line, both signed with key a.
+const sealedRecipe = sealedHead + `  - format: raw
+` + sealedParts + `    boot: {loader: uki, cmdline: "console=ttyS0 rw panic=-1", secureBoot: {key: ./a.key, cert: ./a.crt}}
   - format: raw
     name: alone
-    partitions: *parts
-    boot: {loader: uki, systemdBoot: false, cmdline: "console=ttyS0 rw panic=-1 stamp.alone", secureBoot: {key: ./a.key, cert: ./a.crt}}
+` + sealedParts + `    boot: {loader: uki, systemdBoot: false, cmdline: "console=ttyS0 rw panic=-1 stamp.alone", secureBoot: {key: ./a.key, cert: ./a.crt}}
 `
 
 // The UKI alone signed with another key, b, which the machine does not
 // trust; and a recipe whose key is not its certificate's.
 const (
-	sealedOtherRecipe = `apiVersion: stamp.dev/v1alpha1
-kind: Recipe
-name: sealed
-arch: amd64
-epoch: 1700000000
-base:
-  tarball: ./base.tar
-outputs:
-  - format: raw
+	sealedOtherRecipe = sealedHead + `  - format: raw
     name: alone
-    partitions:
-      - {name: esp, type: esp, size: 64MiB}
-      - {name: usr, type: usr}
-      - {name: usr-verity, type: usr-verity}
-      - {name: root, type: root}
-    boot: {loader: uki, systemdBoot: false, cmdline: "console=ttyS0 rw panic=-1 stamp.alone", secureBoot: {key: ./b.key, cert: ./b.crt}}
+` + sealedParts + `    boot: {loader: uki, systemdBoot: false, cmdline: "console=ttyS0 rw panic=-1 stamp.alone", secureBoot: {key: ./b.key, cert: ./b.crt}}
 `
 	sealedMismatchRecipe = `apiVersion: stamp.dev/v1alpha1
 kind: Recipe
