@@ -301,10 +301,10 @@ func planDisk(ctx context.Context, src *Source, spec *RawSpec) (_ *diskPlan, err
 			if p.usr != nil && p.usrVerity == nil {
 				usrOption = "mount.usr=PARTUUID=" + disk.FormatUUID(p.usr.gpt.GUID)
 			}
-			files, p.uki, err = ukiESPFiles(ctx, src, spec.Boot, disk.FormatUUID(root.gpt.GUID), usrOption, p.usrVerity != nil, p.usr != nil)
-			if p.uki != nil {
-				p.uki.index += len(esp.files)
+			if spec.Boot.BIOS {
+				return nil, errors.New("boot.bios: BIOS boot needs loader systemd-boot or shim: a UKI boots from UEFI alone")
 			}
+			files, p.uki, err = ukiESPFiles(ctx, src, spec.Boot, disk.FormatUUID(root.gpt.GUID), usrOption, p.usrVerity != nil, p.usr != nil)
 		default:
 			files, err = espFiles(ctx, src, disk.FormatUUID(root.gpt.GUID), cmdline)
 		}
