@@ -22,6 +22,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"strings"
 
 	"golang.org/x/crypto/cryptobyte"
 	cbasn1 "golang.org/x/crypto/cryptobyte/asn1"
@@ -111,7 +112,7 @@ func parseKey(b []byte) (*rsa.PrivateKey, error) {
 			return nil, errors.New("no PEM private key block (RSA PRIVATE KEY or PRIVATE KEY)")
 		}
 		rest = r
-		if x509.IsEncryptedPEMBlock(blk) { //nolint:staticcheck // only to refuse it with a clear message
+		if strings.Contains(blk.Headers["Proc-Type"], "ENCRYPTED") {
 			return nil, errors.New("the key is encrypted; give it unencrypted")
 		}
 		switch blk.Type {
