@@ -295,7 +295,7 @@ func flipped(t *testing.T, p string, pattern []byte, at int) string {
 	t.Helper()
 	b := mustRead(t, p)
 	i := bytes.Index(b, pattern)
-	if i < 0 || bytes.Index(b[i+1:], pattern) >= 0 {
+	if i < 0 || bytes.Contains(b[i+1:], pattern) {
 		t.Fatalf("%q is not in %s exactly once", pattern, filepath.Base(p))
 	}
 	b[i+at] ^= 0x20
