@@ -174,6 +174,17 @@ func TestSealedDisk(t *testing.T) {
 		}
 	}
 	keyNowhere(t, a.KeyPEM, out, cacheDir)
+	// From the cache, the disks come back with what they said of
+	// themselves: the same manifest and provenance.json.
+	again := filepath.Join(dir, "again")
+	if r := stampCached(t, dir, nil, "build", "recipe.yaml", "-o", again, "--cache-dir", cacheDir).mustSucceed(t); !strings.Contains(r.stderr, "no phase runs") {
+		t.Errorf("the second build did not come from the cache:\n%s", r.stderr)
+	}
+	for _, f := range []string{"manifest.txt", "provenance.json", "SHA256SUMS"} {
+		if !bytes.Equal(mustRead(t, filepath.Join(out, f)), mustRead(t, filepath.Join(again, f))) {
+			t.Errorf("%s differs when the outputs come from the cache", f)
+		}
+	}
 
 	sameAs65534(t, dir, out, "sealed.raw", "sealed-alone.raw")
 	stamp(t, dir, nil, "verify", "recipe.yaml", "-o", filepath.Join(dir, "verify")).mustSucceed(t)
