@@ -451,8 +451,11 @@ func (p *diskPlan) write(ctx context.Context, f *os.File) error {
 			Fact{"verity.usr.partitions", p.usr.spec.Name + " " + p.usrVerity.spec.Name})
 	}
 	if p.uki != nil {
-		if err := p.uki.build(hex.EncodeToString(p.usrRootHash)); err != nil {
-			return err
+		// Without a verified /usr, the UKI laid out at planning is final.
+		if p.uki.verity {
+			if err := p.uki.build(hex.EncodeToString(p.usrRootHash)); err != nil {
+				return err
+			}
 		}
 		p.esp.digests[p.uki.index] = p.uki.digest
 		p.facts = append(p.uki.facts(p.esp.spec.Name), p.facts...)

@@ -2,7 +2,9 @@ package formats
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -280,5 +282,42 @@ func TestUKIPhases(t *testing.T) {
 	_, res = writeRaw(t, rawSource(tree, "amd64"), sealedSpec(t, key))
 	if factOf(res, "uki.pcr11.sha256.after-sysinit") == "" || factOf(res, "uki.pcr11.sha256.after-ready") != "" {
 		t.Errorf("with systemd-pcrphase.service masked: %v", res.Facts)
+	}
+}
+
+// TestRawUKIAlone: without /usr on a partition of its own, the UKI is the
+// removable media boot file alone and boots the tree's initramfs, if it has
+// one; the disk reads back with the UKI's facts.
+func TestRawUKIAlone(t *testing.T) {
+	kit := harness.BootParts(t)
+	tree := kit.SealedTree(t, harness.BootTreeOptions{Marker: "alone"})
+	if _, err := tree.Create("/boot/initrd.img-"+kit.KernelVersion, rootfsHeaderFile(), strings.NewReader("the tree's own initramfs")); err != nil {
+		t.Fatal(err)
+	}
+	no := false
+	spec := &RawSpec{Partitions: []PartitionSpec{{Name: "esp", Type: "esp", Size: 64 << 20, Filesystem: "vfat"}, {Name: "root", Type: "root", Filesystem: "ext4"}},
+		Boot: &BootSpec{Loader: "uki", Cmdline: "console=ttyS0", SystemdBoot: &no}}
+	img, res := writeRaw(t, rawSource(tree, "amd64"), spec)
+	if factOf(res, "uki") != "esp:/EFI/BOOT/BOOTX64.EFI" || factOf(res, "uki.signer") != "" || factOf(res, "verity.usr.roothash") != "" {
+		t.Errorf("facts %v", res.Facts)
+	}
+	if want := fmt.Sprintf("%d bytes sha256:%x", len("the tree's own initramfs"), sha256.Sum256([]byte("the tree's own initramfs"))); factOf(res, "uki.section.initrd") != want {
+		t.Errorf("initrd %q, want the tree's: %q", factOf(res, "uki.section.initrd"), want)
+	}
+	im, err := ReadImage(t.Context(), img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := map[string]string{}
+	for _, f := range facts(im) {
+		read[f.Key] = f.Value
+	}
+	if read["uki.pcr11.sha256"] != factOf(res, "uki.pcr11.sha256") || read["uki.signer"] != "unsigned" {
+		t.Errorf("read back: %v", facts(im))
+	}
+	for _, a := range res.Adds {
+		if strings.Contains(a, "loader.conf") {
+			t.Errorf("the UKI alone has a loader.conf: %s", a)
+		}
 	}
 }
