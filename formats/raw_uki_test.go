@@ -18,7 +18,7 @@ import (
 
 // sealedSpec is a sealed disk: the UKI booted by systemd-boot, signed with
 // key, /usr verified on a partition of its own.
-func sealedSpec(t testing.TB, key *harness.SigningKey) *RawSpec {
+func sealedSpec(t testing.TB, key *harness.SecureBootKey) *RawSpec {
 	t.Helper()
 	sb, err := LoadSecureBoot(key.KeyPEM, key.CertPEM)
 	if err != nil {
@@ -68,7 +68,7 @@ func TestRawUKISealed(t *testing.T) {
 	harness.RequireTools(t, "sgdisk", "fsck.vfat", "mcopy", "e2fsck", "dd", "veritysetup", "sbverify", "objdump")
 	kit := harness.BootParts(t)
 	tree := kit.SealedTree(t, harness.BootTreeOptions{Marker: "sealed"})
-	key := harness.NewSigningKey(t, "stamp sealed test", 0)
+	key := harness.NewSecureBootKey(t, "stamp sealed test", 0)
 	img, res := writeRaw(t, rawSource(tree, "amd64"), sealedSpec(t, key))
 	sgdiskClean(t, img)
 
@@ -175,7 +175,7 @@ func TestRawUKISealed(t *testing.T) {
 // disk file exists, naming the field.
 func TestRawUKIRefusals(t *testing.T) {
 	kit := harness.BootParts(t)
-	key := harness.NewSigningKey(t, "stamp sealed test", 0)
+	key := harness.NewSecureBootKey(t, "stamp sealed test", 0)
 	good := kit.SealedTree(t, harness.BootTreeOptions{Marker: "sealed"})
 	split := kit.SealedTree(t, harness.BootTreeOptions{Marker: "sealed"})
 	if err := split.Remove("/lib64"); err != nil {
@@ -233,7 +233,7 @@ func TestUKIStubVersionUnknown(t *testing.T) {
 	if _, err := tree.Create(uki.StubPaths["amd64"], rootfsHeaderFile(), bytes.NewReader(stub)); err != nil {
 		t.Fatal(err)
 	}
-	_, err = rawFormat{}.Write(t.Context(), rawSource(tree, "amd64"), &Spec{Format: "raw", Name: "raw", Options: sealedSpec(t, harness.NewSigningKey(t, "k", 0))}, t.TempDir(), "node")
+	_, err = rawFormat{}.Write(t.Context(), rawSource(tree, "amd64"), &Spec{Format: "raw", Name: "raw", Options: sealedSpec(t, harness.NewSecureBootKey(t, "k", 0))}, t.TempDir(), "node")
 	if err == nil || !strings.Contains(err.Error(), "boot.loader: uki: /usr/lib/systemd/boot/efi/linuxx64.efi.stub: systemd-stub 999.") {
 		t.Errorf("a stub 999: %v", err)
 	}
@@ -268,7 +268,7 @@ func TestUKIPhases(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	key := harness.NewSigningKey(t, "phases", 0)
+	key := harness.NewSecureBootKey(t, "phases", 0)
 	_, res := writeRaw(t, rawSource(tree, "amd64"), sealedSpec(t, key))
 	pcr, _ := hex.DecodeString(factOf(res, "uki.pcr11.sha256"))
 	sysinit := uki.Extend(pcr, uki.Phases("sysinit"))

@@ -46,8 +46,8 @@ func signed(t *testing.T, b []byte, s *authenticode.Signer, add map[string][]byt
 func TestSignedImagesVerify(t *testing.T) {
 	sbverify, osslsigncode := harness.Tool(t, "sbverify"), harness.Tool(t, "osslsigncode")
 	kit := harness.BootParts(t)
-	key := harness.NewSigningKey(t, "stamp test signer", 0)
-	other := harness.NewSigningKey(t, "stamp test other signer", 3072)
+	key := harness.NewSecureBootKey(t, "stamp test signer", 0)
+	other := harness.NewSecureBootKey(t, "stamp test other signer", 3072)
 	s, err := authenticode.LoadPEM(key.KeyPEM, key.CertPEM)
 	if err != nil {
 		t.Fatal(err)
@@ -140,8 +140,8 @@ func TestSignedImagesVerify(t *testing.T) {
 // TestLoadPEMRefusals: a key that is not its certificate's, a non-RSA key
 // and files that hold no PEM are refused, naming which file is wrong.
 func TestLoadPEMRefusals(t *testing.T) {
-	a := harness.NewSigningKey(t, "a", 0)
-	b := harness.NewSigningKey(t, "b", 0)
+	a := harness.NewSecureBootKey(t, "a", 0)
+	b := harness.NewSecureBootKey(t, "b", 0)
 	for _, c := range []struct {
 		name      string
 		key, cert []byte

@@ -20,7 +20,7 @@ import (
 // with PKCS#1 v1.5, so the files must be byte for byte the same.
 func TestEnrollmentMatchesEfitools(t *testing.T) {
 	certToESL, signESL := harness.Tool(t, "cert-to-efi-sig-list"), harness.Tool(t, "sign-efi-sig-list")
-	key := harness.NewSigningKey(t, "stamp enrolment test", 0)
+	key := harness.NewSecureBootKey(t, "stamp enrolment test", 0)
 	s, err := authenticode.LoadPEM(key.KeyPEM, key.CertPEM)
 	if err != nil {
 		t.Fatal(err)

@@ -34,7 +34,7 @@ func BenchmarkBuildAndSign(b *testing.B) {
 	}
 	initrd := make([]byte, 32<<20)
 	rand.Read(initrd)
-	key := harness.NewSigningKey(b, "bench", 0)
+	key := harness.NewSecureBootKey(b, "bench", 0)
 	signer, err := authenticode.LoadPEM(key.KeyPEM, key.CertPEM)
 	if err != nil {
 		b.Fatal(err)

@@ -95,7 +95,7 @@ func TestPCR11MatchesSystemdMeasure(t *testing.T) {
 	}
 
 	// Read back, signed: the same sections, PCR 11 and the signer.
-	key := harness.NewSigningKey(t, "uki test", 0)
+	key := harness.NewSecureBootKey(t, "uki test", 0)
 	signer, err := authenticode.LoadPEM(key.KeyPEM, key.CertPEM)
 	if err != nil {
 		t.Fatal(err)

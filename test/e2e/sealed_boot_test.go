@@ -134,8 +134,8 @@ func TestSealedDisk(t *testing.T) {
 	probeSum := sha256.Sum256([]byte(probe))
 
 	dir := harness.TempDirFor65534(t)
-	a := harness.NewSigningKey(t, "stamp sealed test a", 0)
-	b := harness.NewSigningKey(t, "stamp sealed test b", 0)
+	a := harness.NewSecureBootKey(t, "stamp sealed test a", 0)
+	b := harness.NewSecureBootKey(t, "stamp sealed test b", 0)
 	writeFiles(t, dir, map[string]string{"recipe.yaml": sealedRecipe, "other.yaml": sealedOtherRecipe, "mismatch.yaml": sealedMismatchRecipe,
 		"a.key": string(a.KeyPEM), "a.crt": string(a.CertPEM), "b.key": string(b.KeyPEM), "b.crt": string(b.CertPEM)})
 	writeBaseTar(t, filepath.Join(dir, "base.tar"), tree)

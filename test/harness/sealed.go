@@ -18,17 +18,17 @@ import (
 	"github.com/stamp-dev/stamp/rootfs"
 )
 
-// SigningKey is a Secure Boot signing key made for one test: an RSA key and
+// SecureBootKey is a Secure Boot signing key made for one test: an RSA key and
 // its self-signed certificate, as PEM files in the test's temp dir.
-type SigningKey struct {
+type SecureBootKey struct {
 	KeyPEM, CertPEM   []byte
 	KeyPath, CertPath string
 }
 
-// NewSigningKey makes an RSA key of bits (2048 when 0) and a self-signed
+// NewSecureBootKey makes an RSA key of bits (2048 when 0) and a self-signed
 // certificate for it named cn, valid from 2020 to 2099 so no verifier's
 // clock refuses it, and writes both as PEM files.
-func NewSigningKey(t testing.TB, cn string, bits int) *SigningKey {
+func NewSecureBootKey(t testing.TB, cn string, bits int) *SecureBootKey {
 	t.Helper()
 	if bits == 0 {
 		bits = 2048
@@ -50,7 +50,7 @@ func NewSigningKey(t testing.TB, cn string, bits int) *SigningKey {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := &SigningKey{
+	k := &SecureBootKey{
 		KeyPEM:  pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}),
 		CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 	}
