@@ -1,14 +1,12 @@
 package scripts
 
 import (
-	"bytes"
 	"context"
 	"debug/elf"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -18,22 +16,16 @@ import (
 
 	"mvdan.cc/sh/v3/interp"
 
+	"github.com/stamp-dev/stamp/packages/kmod"
 	"github.com/stamp-dev/stamp/rootfs"
 )
 
 // The kernel's maintainer scripts run depmod, linux-update-symlinks and
 // run-parts of /etc/kernel/postinst.d. These are their handlers.
 
-// cmdDepmod makes the module indexes of a kernel version as the image's own
-// depmod makes them, by running that depmod: the indexes are kmod's trie
-// formats, and only kmod's code is sure to write them byte for byte as the
-// image would. It runs outside the tree, on a scratch copy of the module
-// directory made of hard links, through the image's dynamic loader with the
-// image's libraries, so nothing of the host but the CPU takes part, and the
-// indexes it writes are copied back into the tree. An image of another
-// architecture's depmod runs the same way under the host's
-// qemu-ARCH-static (qemu-user-static), named on the command line; without
-// one, depmod is unhandled.
+// cmdDepmod makes the module indexes of a kernel version, byte for byte as
+// the image's depmod (Debian's kmod 30) would: packages/kmod writes them in
+// Go from the tree, so no program of the image runs, on any architecture.
 func cmdDepmod(r *run, hc interp.HandlerContext, args []string) error {
 	var flags []string
 	var version string
@@ -87,40 +79,58 @@ func (r *run) depmod(ctx context.Context, hc interp.HandlerContext, version stri
 		fmt.Fprintf(hc.Stderr, "depmod: ERROR: could not open directory /lib/modules/%s: No such file or directory\n", version)
 		return exit(1)
 	}
-	kmod, found := r.lookPath("depmod")
-	if !found {
+	if _, found := r.lookPath("depmod"); !found {
 		return r.unhandled("depmod: the image has no depmod (kmod) to build the module indexes with")
 	}
-	scratch, err := r.scratchDir(".stamp-depmod-")
+	if !kmod.ValidVersion(version) {
+		fmt.Fprintf(hc.Stderr, "depmod: ERROR: Bad version passed %s\n", version)
+		return exit(1)
+	}
+	warnf := func(format string, args ...any) {
+		fmt.Fprintf(hc.Stderr, "depmod: WARNING: "+format+"\n", args...)
+	}
+	opts := kmod.Options{Warnf: warnf}
+	quick := false
+	for _, f := range flags {
+		switch f {
+		case "-A", "--quick":
+			quick = true
+		case "-v", "--verbose":
+			opts.Verbosef = func(format string, args ...any) { fmt.Fprintf(hc.Stdout, format+"\n", args...) }
+		case "-w":
+			opts.WarnDups = true
+		case "-q", "--quiet":
+			warnf("Ignored deprecated option %s", f)
+		case "-e", "--errsyms":
+			// Without -E or -F (no Debian script passes them) kmod has no
+			// kernel symbols to report missing ones against.
+			warnf("-e needs -E or -F")
+		}
+	}
+	fsys := t.View().FS()
+	if quick {
+		if fresh, err := kmod.UpToDate(fsys, version); err == nil && fresh {
+			return nil
+		}
+	}
+	indexes, err := kmod.Depmod(ctx, fsys, version, opts)
+	var cycle *kmod.CycleError
+	if errors.As(err, &cycle) {
+		for _, l := range strings.Split(cycle.Error(), "\n") {
+			fmt.Fprintf(hc.Stderr, "depmod: ERROR: %s\n", l)
+		}
+		return exit(1)
+	}
 	if err != nil {
-		return fmt.Errorf("depmod: %w", err)
-	}
-	defer os.RemoveAll(scratch)
-	// depmod alone may run under qemu's user emulation when the image is
-	// another architecture's: its indexes cannot be written any other way.
-	loader, err := r.stageProgramEmulated(kmod, filepath.Join(scratch, "prog"))
-	if err != nil {
-		return r.unhandled(fmt.Sprintf("depmod: cannot run the image's depmod here: %v", err))
-	}
-	base := filepath.Join(scratch, "root")
-	modHost := filepath.Join(base, "lib", "modules", version)
-	staged, err := r.stageTree(modDir, modHost)
-	if err != nil {
-		return fmt.Errorf("depmod: %w", err)
-	}
-	conf := filepath.Join(scratch, "depmod.d")
-	if err := r.stageConfig(conf); err != nil {
-		return fmt.Errorf("depmod: %w", err)
-	}
-	if err := loader.run(ctx, hc, "depmod", append(append([]string{"-b", base, "-C", conf}, flags...), version), scratch, base); err != nil {
 		return err
 	}
-	if loader.emulator != "" {
-		r.logf("depmod: built the module indexes of %s with the image's depmod under %s", version, filepath.Base(loader.emulator))
-	} else {
-		r.logf("depmod: built the module indexes of %s with the image's depmod", version)
+	for _, ix := range indexes {
+		if err := r.writeFile(modDir+"/"+ix.Name, ix.Data, 0o644); err != nil {
+			return fmt.Errorf("depmod: %s: %w", ix.Name, err)
+		}
 	}
-	return r.importIndexes(modHost, modDir, staged)
+	r.logf("depmod: wrote the module indexes of %s", version)
+	return nil
 }
 
 // scratchDir makes a scratch directory beside the tree, by an absolute
@@ -137,56 +147,12 @@ func (r *run) scratchDir(prefix string) (string, error) {
 
 type stagedProgram struct {
 	ldso, libDir, prog string
-	// emulator, when set, is the host's qemu-ARCH-static that runs the
-	// staged loader: named on its command line, so no binfmt handler (which
-	// needs root to register) takes part.
-	emulator string
-}
-
-// qemuUser names qemu's static user-mode emulator for an ELF machine.
-var qemuUser = map[elf.Machine]string{
-	elf.EM_AARCH64: "qemu-aarch64-static", elf.EM_X86_64: "qemu-x86_64-static",
-}
-
-// run runs the staged program as argv0 with args in dir, with an empty
-// environment. Its output goes to the script's stderr with hide (the
-// scratch root) cut out of paths; a non-zero exit is the script's status.
-func (sp *stagedProgram) run(ctx context.Context, hc interp.HandlerContext, argv0 string, args []string, dir, hide string) error {
-	argv := append([]string{"--inhibit-cache", "--library-path", sp.libDir, "--argv0", argv0, sp.prog}, args...)
-	cmd := exec.CommandContext(ctx, sp.ldso, argv...)
-	if sp.emulator != "" {
-		cmd = exec.CommandContext(ctx, sp.emulator, append([]string{sp.ldso}, argv...)...)
-	}
-	cmd.Env = []string{"PATH=/nonexistent", "LC_ALL=C"}
-	cmd.Dir = dir
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	hc.Stderr.Write(bytes.ReplaceAll(out.Bytes(), []byte(hide), nil))
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) && ee.ExitCode() > 0 {
-			return exit(ee.ExitCode())
-		}
-		return fmt.Errorf("%s: %w", argv0, err)
-	}
-	return nil
 }
 
 // stageProgram hard-links the program at tree path p, its ELF interpreter and
-// every library it needs (resolved inside the tree, by soname) into dir.
+// every library it needs (resolved inside the tree, by soname) into dir. A
+// program of another architecture than the host's cannot be staged.
 func (r *run) stageProgram(p, dir string) (*stagedProgram, error) {
-	return r.stage(p, dir, false)
-}
-
-// stageProgramEmulated is stageProgram for a program that may be another
-// architecture's: it then runs under the host's qemu user emulator, and
-// cannot be staged when the host has none.
-func (r *run) stageProgramEmulated(p, dir string) (*stagedProgram, error) {
-	return r.stage(p, dir, true)
-}
-
-func (r *run) stage(p, dir string, emulate bool) (*stagedProgram, error) {
 	t := r.env.Tree
 	rp, err := t.Resolve(p, true)
 	if err != nil {
@@ -210,13 +176,7 @@ func (r *run) stage(p, dir string, emulate bool) (*stagedProgram, error) {
 	}
 	defer f.Close()
 	if f.Machine != want {
-		name, known := qemuUser[f.Machine]
-		if !emulate || !known {
-			return nil, fmt.Errorf("%s is built for %s, this machine is %s", rp, f.Machine, want)
-		}
-		if sp.emulator, err = exec.LookPath(name); err != nil {
-			return nil, fmt.Errorf("%s is built for %s, this machine is %s, and it has no %s (package qemu-user-static) to run it", rp, f.Machine, want, name)
-		}
+		return nil, fmt.Errorf("%s is built for %s, this machine is %s", rp, f.Machine, want)
 	}
 	interp := ""
 	for _, prog := range f.Progs {
@@ -353,70 +313,6 @@ func (r *run) stageTree(dir, host string) (map[string]string, error) {
 		}
 	}
 	return staged, nil
-}
-
-// stageConfig gathers the image's depmod.d files into one directory, a name
-// in /etc overriding the same name in /run and /lib, as kmod reads them.
-func (r *run) stageConfig(dst string) error {
-	if err := os.MkdirAll(dst, 0o700); err != nil {
-		return err
-	}
-	t := r.env.Tree
-	done := map[string]bool{}
-	for _, d := range []string{"/etc/depmod.d", "/run/depmod.d", "/lib/depmod.d", "/usr/lib/depmod.d"} {
-		rd, err := t.Resolve(d, true)
-		if err != nil {
-			continue
-		}
-		if e := t.Get(rd); e == nil || e.Type != rootfs.TypeDir {
-			continue
-		}
-		for _, name := range t.Children(rd) {
-			if done[name] || !strings.HasSuffix(name, ".conf") {
-				continue
-			}
-			if err := r.stageResolved(rd+"/"+name, filepath.Join(dst, name)); err == nil {
-				done[name] = true
-			}
-		}
-	}
-	return nil
-}
-
-// importIndexes copies into the tree every file depmod wrote at the top of
-// the module directory: whatever is not one of the links it was given.
-func (r *run) importIndexes(host, dir string, staged map[string]string) error {
-	ents, err := os.ReadDir(host)
-	if err != nil {
-		return fmt.Errorf("depmod: %w", err)
-	}
-	var names []string
-	for _, de := range ents {
-		if !de.Type().IsRegular() {
-			continue
-		}
-		p := filepath.Join(host, de.Name())
-		if src, ok := staged[p]; ok {
-			// Still the very file linked in: depmod left it alone.
-			a, err1 := os.Stat(p)
-			b, err2 := os.Stat(r.env.Tree.DiskPath(src))
-			if err1 == nil && err2 == nil && os.SameFile(a, b) {
-				continue
-			}
-		}
-		names = append(names, de.Name())
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		b, err := os.ReadFile(filepath.Join(host, name))
-		if err != nil {
-			return fmt.Errorf("depmod: %w", err)
-		}
-		if err := r.writeFile(dir+"/"+name, b, 0o644); err != nil {
-			return fmt.Errorf("depmod: %s: %w", name, err)
-		}
-	}
-	return nil
 }
 
 // cmdLinuxUpdateSymlinks is linux-base's linux-update-symlinks: it points

@@ -10,10 +10,8 @@
 // stops the script with an *UnhandledError naming the package, the script
 // and the command, unless Env.Defer takes it for first boot.
 //
-// One handler runs a program: depmod's indexes are kmod's own trie formats,
-// so the image's kmod writes them, run through the image's dynamic loader
-// and libraries on a scratch copy of the module directory, never on the
-// tree and never a program of the host.
+// depmod's indexes are written in Go by packages/kmod, byte for byte as the
+// image's kmod would write them, for any architecture.
 package scripts
 
 import (
