@@ -39,7 +39,8 @@ import (
 // (+ZSTD +XZ -ZLIB) takes for modules.
 var moduleExts = []string{".ko", ".ko.xz", ".ko.zst"}
 
-// Options adjust a run; the zero value is `depmod -b ROOT VERSION`.
+// Options adjust a run; the zero value is the image's own `depmod VERSION`
+// (kmod's `depmod -b ROOT VERSION` with the image's depmod.d).
 type Options struct {
 	// ConfigDirs replace DefaultConfigDirs (image paths, directories or
 	// files), as depmod's -C does.
@@ -53,6 +54,9 @@ type Options struct {
 	WarnDups bool
 	// Workers read modules in parallel; 0 means GOMAXPROCS.
 	Workers int
+	// MaxModuleSize bounds what a compressed module may decompress to;
+	// 0 means DefaultMaxModuleSize.
+	MaxModuleSize int64
 }
 
 // Index is one file depmod writes into the module directory.
@@ -114,14 +118,18 @@ type module struct {
 	path, rel string
 	// order is relpath cut to the module's name plus ".ko": how
 	// modules.order names it.
-	order      string
-	sortIdx    int
-	idx        int
-	depSortIdx int
-	users      int
-	deps       []*module
-	data       moduleData
-	depLine    string
+	order string
+	// sortIdx places the module by modules.order; idx is its place in
+	// the module order (an index value's priority), depSortIdx in the
+	// topological sort.
+	sortIdx, idx, depSortIdx int
+	// users counts the modules that need this one, deps are the modules
+	// it needs, in the order it first needs them.
+	users int
+	deps  []*module
+	data  moduleData
+	// depLine is its modules.dep line without the newline.
+	depLine string
 }
 
 // shown is how the indexes name a module: relative to the module
@@ -467,7 +475,11 @@ func (d *depmod) load(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := newReader(d.fsys)
+			limit := d.opts.MaxModuleSize
+			if limit <= 0 {
+				limit = DefaultMaxModuleSize
+			}
+			r := newReader(d.fsys, limit)
 			defer r.close()
 			for m := range next {
 				m.data = r.read(fsPath(m.path))

@@ -12,6 +12,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
 
 	"github.com/stamp-dev/stamp/rootfs"
 	"github.com/stamp-dev/stamp/rootfs/rootfstest"
@@ -436,5 +439,74 @@ func TestValidVersion(t *testing.T) {
 		if got := ValidVersion(v); got != want {
 			t.Errorf("ValidVersion(%q) = %v, want %v", v, got, want)
 		}
+	}
+}
+
+// depmod -A: nothing to do while no module is newer than modules.dep, to
+// the second, as kmod's depfile_up_to_date compares them.
+func TestUpToDate(t *testing.T) {
+	root := t.TempDir()
+	tree{modules: map[string]testModule{"kernel/a/a.ko": {}, "kernel/b.ko": {}},
+		files: map[string]string{"$MODDIR/build/new.ko": "", "$MODDIR/kernel/a/notes.txt": ""}}.write(t, root)
+	dir := filepath.Join(root, "lib/modules", testVersion)
+	fsys := os.DirFS(root)
+	if fresh, err := UpToDate(fsys, testVersion); err == nil || fresh {
+		t.Errorf("without modules.dep: %v, %v; want stale, with an error", fresh, err)
+	}
+	writeFile(t, filepath.Join(dir, "modules.dep"), nil)
+	at := func(rel string, sec int64) {
+		tm := time.Unix(sec, 500_000_000)
+		if err := os.Chtimes(filepath.Join(dir, rel), tm, tm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at("modules.dep", 1000)
+	at("kernel/a/a.ko", 1000)
+	at("kernel/b.ko", 999)
+	// Not modules, or not walked: newer, and they do not count.
+	at("build/new.ko", 2000)
+	at("kernel/a/notes.txt", 2000)
+	if fresh, err := UpToDate(fsys, testVersion); err != nil || !fresh {
+		t.Errorf("nothing newer: %v, %v; want up to date", fresh, err)
+	}
+	at("kernel/a/a.ko", 1001)
+	if fresh, err := UpToDate(fsys, testVersion); err != nil || fresh {
+		t.Errorf("a.ko newer: %v, %v; want stale", fresh, err)
+	}
+}
+
+// A module that decompresses to more than MaxModuleSize is not read whole
+// into memory: it is listed, as one kmod cannot open is, with a warning.
+func TestDecompressionBomb(t *testing.T) {
+	root := t.TempDir()
+	tree{modules: map[string]testModule{"kernel/user.ko": {needs: []string{"bomb_sym"}}}}.write(t, root)
+	var buf bytes.Buffer
+	zw, err := zstd.NewWriter(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zw.Write(testModule{exports: []string{"bomb_sym"}}.bytes())
+	zeros := make([]byte, 1<<20)
+	const limit = 4 << 20
+	for range limit >> 20 {
+		zw.Write(zeros)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(root, "lib/modules", testVersion, "kernel/bomb.ko.zst"), buf.Bytes())
+	var warnings []string
+	idx, err := Depmod(context.Background(), os.DirFS(root), testVersion, Options{MaxModuleSize: limit,
+		Warnf: func(f string, a ...any) { warnings = append(warnings, fmt.Sprintf(f, a...)) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ix := range idx {
+		if ix.Name == "modules.dep" && string(ix.Data) != "kernel/bomb.ko.zst:\nkernel/user.ko:\n" {
+			t.Errorf("modules.dep:\n%s", ix.Data)
+		}
+	}
+	if !slices.ContainsFunc(warnings, func(w string) bool { return strings.Contains(w, "bomb.ko.zst") && strings.Contains(w, "more than") }) {
+		t.Errorf("no warning names the module: %q", warnings)
 	}
 }

@@ -1,6 +1,7 @@
 package kmod
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -23,12 +24,31 @@ var (
 )
 
 // The decompressors' limits: a module is a few MiB at most, and a frame that
-// asks for more is refused before it is decompressed.
+// asks for more is refused before it is decompressed. kmod itself has no
+// bound; a module that decompresses to more than Options.MaxModuleSize is
+// taken for what it is, a bomb, and read as a module that cannot be opened.
 const (
 	zstdMaxWindow = 128 << 20
 	zstdMaxMemory = 1 << 30
 	xzDictCap     = 64 << 20
+	// DefaultMaxModuleSize is Options.MaxModuleSize's default: more than
+	// ten times the largest module of Debian's kernels (amdgpu, 19 MB).
+	DefaultMaxModuleSize = 256 << 20
 )
+
+// readLimited reads r whole into the reader's buffer, refusing more than
+// the reader's limit.
+func (r *reader) readLimited(in io.Reader) (source, error) {
+	r.buf.Reset()
+	n, err := r.buf.ReadFrom(io.LimitReader(in, r.limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if n > r.limit {
+		return nil, fmt.Errorf("decompresses to more than %d bytes", r.limit)
+	}
+	return wholeSource(r.buf.Bytes()), nil
+}
 
 // moduleData is what depmod reads of one module file.
 type moduleData struct {
@@ -50,12 +70,13 @@ type modinfo struct{ key, value string }
 // reader reads modules; one per worker, as its zstd decoder and buffer are
 // reused from module to module.
 type reader struct {
-	fsys fs.FS
-	zstd *zstd.Decoder
-	buf  bytes.Buffer
+	fsys  fs.FS
+	limit int64 // of a decompressed module
+	zstd  *zstd.Decoder
+	buf   bytes.Buffer
 }
 
-func newReader(fsys fs.FS) *reader { return &reader{fsys: fsys} }
+func newReader(fsys fs.FS, limit int64) *reader { return &reader{fsys: fsys, limit: limit} }
 
 func (r *reader) close() {
 	if r.zstd != nil {
@@ -152,11 +173,14 @@ func (r *reader) source(f fs.File) (source, error) {
 	if seekable {
 		rest = io.NewSectionReader(ra, int64(n), 1<<62)
 	}
+	compressed := func() io.Reader {
+		return bufio.NewReaderSize(io.MultiReader(bytes.NewReader(head[:]), rest), 64<<10)
+	}
 	switch {
 	case bytes.HasPrefix(head[:], magicZstd):
-		return r.unzstd(io.MultiReader(bytes.NewReader(head[:]), rest))
+		return r.unzstd(compressed())
 	case bytes.Equal(head[:], magicXZ):
-		return r.unxz(io.MultiReader(bytes.NewReader(head[:]), rest))
+		return r.unxz(compressed())
 	}
 	size := fi.Size()
 	if seekable && size > wholeSize {
@@ -200,11 +224,11 @@ func (r *reader) unzstd(in io.Reader) (source, error) {
 	if err := r.zstd.Reset(in); err != nil {
 		return nil, fmt.Errorf("zstd: %w", err)
 	}
-	r.buf.Reset()
-	if _, err := r.buf.ReadFrom(r.zstd); err != nil {
+	src, err := r.readLimited(r.zstd)
+	if err != nil {
 		return nil, fmt.Errorf("zstd: %w", err)
 	}
-	return wholeSource(r.buf.Bytes()), nil
+	return src, nil
 }
 
 func (r *reader) unxz(in io.Reader) (source, error) {
@@ -212,11 +236,11 @@ func (r *reader) unxz(in io.Reader) (source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("xz: %w", err)
 	}
-	r.buf.Reset()
-	if _, err := r.buf.ReadFrom(xr); err != nil {
+	src, err := r.readLimited(xr)
+	if err != nil {
 		return nil, fmt.Errorf("xz: %w", err)
 	}
-	return wholeSource(r.buf.Bytes()), nil
+	return src, nil
 }
 
 // isKmodErr tells a failure kmod reports from errNoSymbols, which it does
