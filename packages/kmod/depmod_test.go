@@ -510,3 +510,14 @@ func TestDecompressionBomb(t *testing.T) {
 		t.Errorf("no warning names the module: %q", warnings)
 	}
 }
+
+// A byte above 127 cannot go into kmod's tries (kmod indexes out of its
+// child table with it): the run fails, naming the module.
+func TestNonASCIIRefused(t *testing.T) {
+	root := t.TempDir()
+	tree{modules: map[string]testModule{"kernel/ok.ko": {}, "kernel/odd.ko": {modinfo: []string{"alias=caf\xc3\xa9"}}}}.write(t, root)
+	_, err := runOurs(t, root, testVersion)
+	if err == nil || !strings.Contains(err.Error(), "kernel/odd.ko") || !strings.Contains(err.Error(), "7-bit ASCII") {
+		t.Errorf("err = %v, want the module and the byte named", err)
+	}
+}

@@ -55,7 +55,8 @@ type section struct {
 }
 
 type elfFile struct {
-	r source
+	r     source
+	limit int64 // of a section read from r
 	// whole is the whole file when it is in memory: sections are then
 	// slices of it.
 	whole    []byte
@@ -76,6 +77,11 @@ func (f *elfFile) read(off, n uint64) ([]byte, error) {
 	if f.whole != nil {
 		return f.whole[off : off+n : off+n], nil
 	}
+	if n > uint64(f.limit) {
+		// A sparse file in place can claim any size; its sections are
+		// read into memory only up to the bound compressed modules have.
+		return nil, fmt.Errorf("a section of %d bytes, more than %d", n, f.limit)
+	}
 	b := make([]byte, n)
 	if _, err := f.r.ReadAt(b, int64(off)); err != nil && !(err == io.EOF && n == 0) {
 		return nil, err
@@ -83,14 +89,15 @@ func (f *elfFile) read(off, n uint64) ([]byte, error) {
 	return b, nil
 }
 
-// openELF reads the header and the section headers as kmod_elf_new does.
-func openELF(r source) (*elfFile, error) {
+// openELF reads the header and the section headers as kmod_elf_new does,
+// reading no section of more than limit bytes into memory.
+func openELF(r source, limit int64) (*elfFile, error) {
 	size := uint64(r.Size())
 	var ident [eiNident + 1]byte
 	if size <= eiNident {
 		return nil, errNoExec
 	}
-	f := &elfFile{r: r, size: size}
+	f := &elfFile{r: r, limit: limit, size: size}
 	if w, ok := r.(wholeSource); ok {
 		f.whole = w.Bytes()
 	}

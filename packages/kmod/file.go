@@ -127,7 +127,7 @@ func (r *reader) read(name string) moduleData {
 	if err != nil {
 		return failed(err)
 	}
-	e, err := openELF(src)
+	e, err := openELF(src, r.limit)
 	if err != nil {
 		return failed(err)
 	}

@@ -45,11 +45,14 @@ type indexEntry struct {
 	key, value string
 	priority   uint32
 	seq        int
+	// from names where the entry comes from, for an error.
+	from string
 }
 
-// add is kmod's index_insert.
-func (x *index) add(key, value string, priority uint32) {
-	x.entries = append(x.entries, indexEntry{key, value, priority, len(x.entries)})
+// add is kmod's index_insert; from names the module or file the entry
+// comes from.
+func (x *index) add(key, value string, priority uint32, from string) {
+	x.entries = append(x.entries, indexEntry{key, value, priority, len(x.entries), from})
 }
 
 // checkASCII fails for a byte kmod's trie cannot hold.
@@ -66,10 +69,10 @@ func checkASCII(s string) error {
 func (x *index) write() ([]byte, error) {
 	for _, e := range x.entries {
 		if err := checkASCII(e.key); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", e.from, err)
 		}
 		if err := checkASCII(e.value); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", e.from, err)
 		}
 	}
 	slices.SortFunc(x.entries, func(a, b indexEntry) int {

@@ -102,7 +102,7 @@ func (d *depmod) outputDepsBin() ([]byte, error) {
 	dups := d.dupWarner("duplicate module deps:\n%[2]s")
 	for _, m := range d.modules {
 		dups(m.name, m.depLine)
-		x.add(m.name, m.depLine, uint32(m.idx))
+		x.add(m.name, m.depLine, uint32(m.idx), m.path)
 	}
 	return x.write()
 }
@@ -127,7 +127,7 @@ func (d *depmod) outputAliasesBin() ([]byte, error) {
 				return
 			}
 			dups(alias, m.name)
-			x.add(alias, m.name, uint32(m.idx))
+			x.add(alias, m.name, uint32(m.idx), m.path)
 		})
 	}
 	return x.write()
@@ -166,7 +166,7 @@ func (d *depmod) outputSymbolsBin() ([]byte, error) {
 	var x index
 	for _, s := range d.symbolOrder() {
 		m := d.symbols[s]
-		x.add("symbol:"+s, m.name, uint32(m.idx))
+		x.add("symbol:"+s, m.name, uint32(m.idx), m.path)
 	}
 	return x.write()
 }
@@ -201,7 +201,7 @@ func (d *depmod) outputBuiltinBin() ([]byte, error) {
 		}
 		// An empty file name leaves kmod's buffer as the line before left it.
 		if have {
-			x.add(prev, "", 0)
+			x.add(prev, "", 0, d.dirname+"/modules.builtin")
 		}
 	}
 	return x.write()
@@ -240,7 +240,7 @@ func (d *depmod) outputBuiltinAliasBin() ([]byte, error) {
 			d.opts.Warnf("Unmatched bracket in %s", value)
 			continue
 		}
-		x.add(alias, modname, 0)
+		x.add(alias, modname, 0, d.dirname+"/modules.builtin.modinfo")
 	}
 	return x.write()
 }
