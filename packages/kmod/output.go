@@ -27,7 +27,9 @@ var outputs = []struct {
 	{"modules.devname", (*depmod).outputDevname},
 }
 
-// output makes every file, each on its own goroutine.
+// output makes every file, each on its own goroutine. Their warnings are
+// given in the order of the files, as kmod, which writes them one by one,
+// gives them.
 func (d *depmod) output() ([]Index, error) {
 	var wg sync.WaitGroup
 	for _, part := range split(d.modules, runtime.GOMAXPROCS(0)) {
@@ -40,14 +42,22 @@ func (d *depmod) output() ([]Index, error) {
 	wg.Wait()
 	out := make([]Index, len(outputs))
 	errs := make([]error, len(outputs))
+	warnings := make([][]string, len(outputs))
 	for i, o := range outputs {
 		wg.Go(func() {
+			own := *d
+			own.opts.Warnf = func(format string, args ...any) {
+				warnings[i] = append(warnings[i], fmt.Sprintf(format, args...))
+			}
 			out[i].Name = o.name
-			out[i].Data, errs[i] = o.make(d)
+			out[i].Data, errs[i] = o.make(&own)
 		})
 	}
 	wg.Wait()
 	for i, err := range errs {
+		for _, w := range warnings[i] {
+			d.opts.Warnf("%s", w)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("depmod: %s: %w", outputs[i].name, err)
 		}
