@@ -29,6 +29,9 @@ var epoch = time.Unix(1700000000, 0)
 func makeRoot(t *testing.T) string {
 	t.Helper()
 	root := filepath.Join(t.TempDir(), "root")
+	// Its read-only directory would keep an unprivileged TempDir from
+	// removing it.
+	t.Cleanup(func() { removeScratch(root) })
 	files := map[string]string{
 		"etc/passwd":                "root:x:0:0:root:/root:/bin/sh\n",
 		"etc/group":                 "root:x:0:\n",
