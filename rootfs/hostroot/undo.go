@@ -70,14 +70,7 @@ func Undo(ctx context.Context, root string, o UndoOptions) (*UndoResult, error) 
 	if err != nil {
 		return nil, fmt.Errorf("undo: %w", err)
 	}
-	u := &undo{live: live, rec: rec, force: o.Force, log: logger(o.Log), changes: map[string]Change{},
-		before: map[string]*Entry{}, linkable: map[string]bool{}, restored: map[string]bool{}}
-	for _, ch := range rec.Changes {
-		u.changes[ch.Path] = ch
-		if ch.Before != nil {
-			u.before[ch.Path] = ch.Before
-		}
-	}
+	u := newUndo(live, rec, o)
 	if err := u.check(ctx); err != nil {
 		return nil, fmt.Errorf("undo: %w", err)
 	}
@@ -86,6 +79,18 @@ func Undo(ctx context.Context, root string, o UndoOptions) (*UndoResult, error) 
 		return nil, fmt.Errorf("undo: %w", err)
 	}
 	return res, nil
+}
+
+func newUndo(live *dirTree, rec *record, o UndoOptions) *undo {
+	u := &undo{live: live, rec: rec, force: o.Force, log: logger(o.Log), changes: map[string]Change{},
+		before: map[string]*Entry{}, linkable: map[string]bool{}, restored: map[string]bool{}}
+	for _, ch := range rec.Changes {
+		u.changes[ch.Path] = ch
+		if ch.Before != nil {
+			u.before[ch.Path] = ch.Before
+		}
+	}
+	return u
 }
 
 // restores says whether undo puts ch's path back from its before state.
@@ -126,8 +131,8 @@ func (u *undo) check(ctx context.Context) error {
 
 // checkReach refuses a record any of whose paths undo would reach through
 // a symlink or a file: each is resolved in the root one directory at a
-// time, following nothing. A path that is not there is for undoProblems
-// to judge.
+// time, following nothing. A path that is not there is for problems to
+// judge.
 func (u *undo) checkReach() error {
 	var paths []string
 	for _, ch := range u.rec.Changes {

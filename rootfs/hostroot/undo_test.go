@@ -359,14 +359,7 @@ func TestUndoChecksWhatItRestores(t *testing.T) {
 	defer live.Close()
 	rec, err := readRecord(live, root)
 	must(t, err)
-	u := &undo{live: live, rec: rec, log: logger(nil), changes: map[string]Change{}, before: map[string]*Entry{},
-		linkable: map[string]bool{}, restored: map[string]bool{}}
-	for _, ch := range rec.Changes {
-		u.changes[ch.Path] = ch
-		if ch.Before != nil {
-			u.before[ch.Path] = ch.Before
-		}
-	}
+	u := newUndo(live, rec, UndoOptions{})
 	must(t, u.check(context.Background()))
 	must(t, os.WriteFile(hostnameBackup(root), []byte("bad\n"), 0o600))
 	if _, err := u.run(); err == nil || !strings.Contains(err.Error(), "restoring /etc/hostname") || !strings.Contains(err.Error(), "not what apply recorded") {
