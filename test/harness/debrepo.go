@@ -366,26 +366,7 @@ func AptSimulate(t testing.TB, r *DebRepo, repoURL, status string, pkgs ...strin
 // status stands for an empty system.
 func aptSimulate(t testing.TB, src, status string, pkgs ...string) ([]string, error) {
 	t.Helper()
-	dir := t.TempDir()
-	for _, d := range []string{"lists/partial", "cache/archives/partial", "etc/sources.list.d", "etc/preferences.d", "etc/apt.conf.d", "log"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(dir, "etc", "sources.list"), []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if status == "" {
-		status = filepath.Join(dir, "status")
-		if err := os.WriteFile(status, nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	opts := AptOptions(dir, status)
-	upd := exec.Command("apt-get", append(opts, "update")...)
-	if out, err := upd.CombinedOutput(); err != nil {
-		t.Fatalf("apt-get update: %v\n%s", err, out)
-	}
+	opts := aptUpdated(t, src, status)
 	args := append(opts, "install", "--simulate", "--no-install-recommends")
 	out, err := exec.Command("apt-get", append(args, pkgs...)...).CombinedOutput()
 	if err != nil {
@@ -412,26 +393,7 @@ func aptSimulate(t testing.TB, src, status string, pkgs ...string) ([]string, er
 // dpkg's --recursive directory, so their order shows.
 func AptDpkgCalls(t testing.TB, r *DebRepo, status string, pkgs ...string) [][]string {
 	t.Helper()
-	dir := t.TempDir()
-	for _, d := range []string{"lists/partial", "cache/archives/partial", "etc/sources.list.d", "etc/preferences.d", "etc/apt.conf.d", "log"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	src := fmt.Sprintf("deb [signed-by=%s] %s %s %s\n", r.Keyring, r.FileURL(), r.Suite, r.Component)
-	if err := os.WriteFile(filepath.Join(dir, "etc", "sources.list"), []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if status == "" {
-		status = filepath.Join(dir, "status")
-		if err := os.WriteFile(status, nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	opts := AptOptions(dir, status)
-	if out, err := exec.Command("apt-get", append(opts, "update")...).CombinedOutput(); err != nil {
-		t.Fatalf("apt-get update: %v\n%s", err, out)
-	}
+	opts := aptUpdated(t, fmt.Sprintf("deb [signed-by=%s] %s %s %s\n", r.Keyring, r.FileURL(), r.Suite, r.Component), status)
 	args := append(opts, "-o", "Debug::pkgDpkgPm=1", "-o", "Dpkg::Install::Recursive::force=true",
 		"-o", "Dpkg::Use-Pty=0", "install", "--yes", "--no-install-recommends")
 	out, err := exec.Command("apt-get", append(args, pkgs...)...).CombinedOutput()
@@ -477,6 +439,33 @@ func isDigits(s string) bool {
 		}
 	}
 	return s != ""
+}
+
+// aptUpdated makes apt a state of its own for the sources.list text src
+// and the status file status (an empty system when ""), runs apt-get
+// update, and returns the options that confine apt to it.
+func aptUpdated(t testing.TB, src, status string) []string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, d := range []string{"lists/partial", "cache/archives/partial", "etc/sources.list.d", "etc/preferences.d", "etc/apt.conf.d", "log"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "etc", "sources.list"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if status == "" {
+		status = filepath.Join(dir, "status")
+		if err := os.WriteFile(status, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts := AptOptions(dir, status)
+	if out, err := exec.Command("apt-get", append(opts, "update")...).CombinedOutput(); err != nil {
+		t.Fatalf("apt-get update: %v\n%s", err, out)
+	}
+	return opts
 }
 
 // AptOptions are apt-get options that confine apt to dir (lists, cache,
