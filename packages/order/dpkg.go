@@ -114,7 +114,6 @@ type dpkgPkg struct {
 	// parsed them: the status file's (Depends first) for what the
 	// process read at its start, the control file's for what it unpacked.
 	deps []*dDep
-	seq  int // when the process's hash table first met the name
 	// Per-process state.
 	istobe, enqueued, deferred bool
 	color                      int
@@ -126,7 +125,7 @@ type Dpkg struct {
 	r    Runner
 
 	// Per process.
-	seq          int
+	seqOf        map[string]int // when the hash table first met each name
 	queue        []*dpkgPkg
 	deferred     []*dpkgPkg
 	sincenothing int
@@ -156,8 +155,7 @@ func NewDpkg(known []Known, r Runner) *Dpkg {
 func (d *Dpkg) get(name string) *dpkgPkg {
 	p := d.pkgs[name]
 	if p == nil {
-		p = &dpkgPkg{name: name, seq: d.seq}
-		d.seq++
+		p = &dpkgPkg{name: name}
 		d.pkgs[name] = p
 	}
 	return p
@@ -213,12 +211,14 @@ func (d *Dpkg) begin(triggers, forceDepends bool) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	d.seq = 0
+	d.seqOf = map[string]int{}
 	for _, n := range names {
 		p := d.pkgs[n]
 		p.istobe, p.enqueued, p.deferred = false, false, false
-		p.seq = d.seq
-		d.seq++
+		if p.pkg != nil {
+			d.meet(p.pkg.Paragraph, statusRelations, p.pkg)
+		}
+		d.meetName(n)
 		if p.pkg == nil || p.status < stHalfInstalled {
 			p.deps = nil
 			continue
@@ -226,6 +226,55 @@ func (d *Dpkg) begin(triggers, forceDepends bool) {
 		p.deps = depsOf(p.pkg, nil)
 		d.link(p)
 		d.addInterests(p)
+	}
+}
+
+// statusRelations are the relationship fields in the order dpkg writes
+// them into its status file.
+var statusRelations = []string{"Replaces", "Provides", "Depends", "Pre-Depends", "Recommends", "Suggests", "Breaks", "Conflicts", "Enhances"}
+
+// isRelation reports whether a field names packages.
+func isRelation(f string) bool {
+	return slices.ContainsFunc(statusRelations, func(r string) bool { return strings.EqualFold(r, f) })
+}
+
+// meetName is the process's hash table meeting a name: a name met first
+// comes first in its bin.
+func (d *Dpkg) meetName(name string) {
+	if _, ok := d.seqOf[name]; !ok {
+		d.seqOf[name] = len(d.seqOf)
+	}
+}
+
+// meet is the hash table meeting the names of a stanza's relationships as
+// dpkg parses it, before the package's own: in the order of fields (the
+// status file's when fields is given, the stanza's own otherwise).
+func (d *Dpkg) meet(para *deb.Paragraph, fields []string, p *repo.Package) {
+	var order []string
+	switch {
+	case fields != nil:
+		order = fields
+	case para != nil:
+		for _, f := range para.Fields {
+			if isRelation(f.Name) {
+				order = append(order, f.Name)
+			}
+		}
+	}
+	for _, f := range order {
+		v := ""
+		if para != nil {
+			v = para.Get(f)
+		}
+		rels, err := deb.ParseRelations(v)
+		if err != nil {
+			continue
+		}
+		for _, alts := range rels {
+			for _, a := range alts {
+				d.meetName(a.Name)
+			}
+		}
 	}
 }
 
@@ -317,7 +366,7 @@ func (d *Dpkg) hashOrder() []*dpkgPkg {
 		if bi != bj {
 			return bi < bj
 		}
-		return out[i].seq < out[j].seq
+		return d.seqOf[out[i].name] < d.seqOf[out[j].name]
 	})
 	return out
 }
@@ -349,6 +398,8 @@ func (d *Dpkg) unpack(rp *repo.Package) error {
 	if err != nil {
 		return err
 	}
+	d.meet(u.Control, nil, rp)
+	d.meetName(rp.Name)
 	p.pkg, p.status, p.pending = rp, stUnpacked, nil
 	p.postinst, p.triggers, p.conffiles = u.Postinst, u.Triggers, u.Conffiles
 	p.deps = depsOf(rp, u.Control)

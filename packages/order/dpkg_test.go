@@ -174,7 +174,8 @@ func newRoot(t *testing.T) string {
 // order: chains, a two-package and a three-package dependency cycle (one
 // member of each without a postinst, where dpkg prefers to break it, one
 // with postinsts throughout), a Pre-Depends, a virtual package, an or-group
-// whose first choice is absent, and names spread over dpkg's hash bins.
+// whose first choice is absent, names spread over dpkg's hash bins and two
+// in the same bin.
 // The trigger packages come last: tw is interested in /usr/share/tw, which
 // later packages install into.
 var dpkgSpecs = []testPkg{
@@ -193,6 +194,11 @@ var dpkgSpecs = []testPkg{
 	{name: "libthing1", postinst: true},
 	{name: "either", depends: "absent | libthing1", postinst: true},
 	{name: "omega", depends: "ring-1, cyc-a", postinst: true},
+	// Two names in one hash bin, the later one met first, as a
+	// dependency of a package the status lists before both.
+	{name: "aaa-first", depends: "libpython3.11-stdlib"},
+	{name: "libcbor0.8", postinst: true},
+	{name: "libpython3.11-stdlib", postinst: true},
 	{name: "tw", triggers: "interest-noawait /usr/share/tw\n", postinst: true},
 	{name: "tw-user-1", files: []string{"/usr/share/tw/one"}, depends: "tw"},
 	{name: "tw-user-2", files: []string{"/usr/share/tw/two"}, postinst: true},
