@@ -259,6 +259,9 @@ func (l *Debs) apply(ctx context.Context, env *Env) error {
 		if err != nil {
 			return err
 		}
+		for _, c := range calls {
+			env.Log.Debugf("%s: planned: dpkg %s", env.Label, c)
+		}
 		byName := map[string]*debPackage{}
 		for _, p := range pkgs {
 			byName[p.pkg.Name] = p

@@ -31,9 +31,12 @@ func (l *Debs) plan(env *Env, status *dpkg.Status, pkgs []*debPackage) ([]order.
 		return nil, nil, err
 	}
 	if l.Variant == "" {
-		calls, err := order.Apt(installedOf(known), repoPackages(pkgs))
+		calls, err := order.Apt(installedOf(known), repoPackages(pkgs), order.AptOptions{})
 		return calls, known, err
 	}
+	// mmdebstrap configures its apt with pkgCacheGen::ForceEssential ","
+	// for every variant but apt.
+	o := order.AptOptions{AptNotEssential: l.Variant != "apt"}
 	batches := essentialFirst(pkgs)
 	var essential, rest []*repo.Package
 	var uim *repo.Package
@@ -49,7 +52,7 @@ func (l *Debs) plan(env *Env, status *dpkg.Status, pkgs []*debPackage) ([]order.
 		standIn := &repo.Package{Name: usrIsMerged, Version: "1", Arch: "all", MultiArch: "foreign", Priority: "optional"}
 		known = append(known, order.Known{Pkg: standIn, Status: "installed"})
 	}
-	first, err := order.Apt(installedOf(known), essential)
+	first, err := order.Apt(installedOf(known), essential, o)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -59,7 +62,7 @@ func (l *Debs) plan(env *Env, status *dpkg.Status, pkgs []*debPackage) ([]order.
 		after = append(after, order.Installed{Pkg: p, Status: "installed"})
 	}
 	if uim != nil {
-		merged, err := order.Apt(after, []*repo.Package{uim})
+		merged, err := order.Apt(after, []*repo.Package{uim}, o)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -71,7 +74,7 @@ func (l *Debs) plan(env *Env, status *dpkg.Status, pkgs []*debPackage) ([]order.
 		}
 	}
 	if len(rest) > 0 {
-		second, err := order.Apt(after, rest)
+		second, err := order.Apt(after, rest, o)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -142,6 +145,7 @@ func (r *debsRunner) Unpack(rp *repo.Package) (*order.Unpacked, error) {
 	if p == nil {
 		return nil, fmt.Errorf("%s: planned, but not fetched", rp.Name)
 	}
+	r.env.Log.Debugf("%s: unpack %s", r.env.Label, rp.Name)
 	d, err := r.next(p)
 	if err != nil {
 		return nil, err
@@ -166,6 +170,7 @@ func (r *debsRunner) Configure(rp *repo.Package) error {
 		return err
 	}
 	p := r.byName[rp.Name]
+	r.env.Log.Debugf("%s: configure %s", r.env.Label, rp.Name)
 	err := r.l.configure(r.ctx, r.env, r.se, p)
 	var ue *scripts.UnhandledError
 	switch {

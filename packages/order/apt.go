@@ -44,6 +44,16 @@ func (c Call) String() string {
 	return strings.TrimSpace(c.Op.String() + " " + strings.Join(names, " "))
 }
 
+// AptOptions are the apt configuration that changes its plan.
+type AptOptions struct {
+	// AptNotEssential is pkgCacheGen::ForceEssential ",", as mmdebstrap
+	// configures apt for every variant but apt: the apt package is then
+	// no more Essential than its control file says. By default apt
+	// treats itself as Essential, which has what it depends on
+	// configured at once.
+	AptNotEssential bool
+}
+
 // Installed is one package of the dpkg status.
 type Installed struct {
 	Pkg *repo.Package
@@ -192,7 +202,7 @@ func (c *aptCache) newVer(pkg *aPkg, p *repo.Package) *aVer {
 	return v
 }
 
-func newAptCache(installed []Installed, install []*repo.Package) *aptCache {
+func newAptCache(installed []Installed, install []*repo.Package, o AptOptions) *aptCache {
 	c := &aptCache{pkgs: map[string]*aPkg{}}
 	// apt reads the index before the status: an installed version the
 	// index also has is the same version.
@@ -223,7 +233,7 @@ func newAptCache(installed []Installed, install []*repo.Package) *aptCache {
 	for _, n := range c.names {
 		p := c.pkgs[n]
 		for _, v := range []*aVer{p.inst, p.cur} {
-			if v != nil && (v.p.Essential || p.name == "apt") {
+			if v != nil && (v.p.Essential || p.name == "apt" && !o.AptNotEssential) {
 				p.essential = true
 			}
 		}

@@ -98,9 +98,10 @@ func planNames(calls []Call) [][]string {
 // TestAptMatchesApt is the judge of the planner: for an install onto an
 // empty system (the Essential set, as mmdebstrap has apt order it), onto
 // that set installed (minbase's required packages with systemd-sysv, as
-// mmdebstrap's second stage), and onto the node's base (the node's
-// packages), the dpkg calls Apt plans are the ones the host's apt-get
-// prints under Debug::pkgDpkgPm, package for package.
+// mmdebstrap's second stage), onto the node's base (the node's packages),
+// and onto the Essential set with apt configured as mmdebstrap configures
+// it (the node's bootstrap), the dpkg calls Apt plans are the ones the
+// host's apt-get prints under Debug::pkgDpkgPm, package for package.
 func TestAptMatchesApt(t *testing.T) {
 	minbase := harness.MinbaseNodeRepoFor(t)
 	available := loadRepo(t, minbase)
@@ -121,16 +122,28 @@ func TestAptMatchesApt(t *testing.T) {
 	}
 	afterEssential := writeStatus(t, resEssential.Install)
 	node := harness.NodeRepoFor(t)
+	var nodePkgs []string
+	for _, p := range harness.NodeDebPackages {
+		if p != harness.KernelPackage {
+			nodePkgs = append(nodePkgs, p)
+		}
+	}
+	mmdebstrap := []string{"-o", "pkgCacheGen::ForceEssential=,"}
 	cases := []struct {
 		name      string
 		repo      *harness.DebRepo
 		available []*repo.Package
 		status    string
 		request   []string
+		aptOpts   []string
 	}{
-		{"essential onto nothing", minbase, available, "", essential},
-		{"minbase and systemd-sysv onto the Essential set", minbase, available, afterEssential, append(slices.Clone(required), "systemd-sysv")},
-		{"the node's packages onto its base", node, loadRepo(t, node), harness.NodeBaseFor(t).Status, harness.NodeDebPackages},
+		{"essential onto nothing", minbase, available, "", essential, nil},
+		{"minbase and systemd-sysv onto the Essential set", minbase, available, afterEssential, append(slices.Clone(required), "systemd-sysv"), nil},
+		{"the node's packages onto its base", node, loadRepo(t, node), harness.NodeBaseFor(t).Status, harness.NodeDebPackages, nil},
+		// mmdebstrap's second step for the node: its apt does not take
+		// itself for Essential.
+		{"the node's packages onto the Essential set as mmdebstrap's apt", minbase, available, afterEssential,
+			append(slices.DeleteFunc(slices.Clone(required), func(n string) bool { return n == "apt" }), nodePkgs...), mmdebstrap},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -146,12 +159,12 @@ func TestAptMatchesApt(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			calls, err := Apt(installed, res.Install)
+			calls, err := Apt(installed, res.Install, AptOptions{AptNotEssential: c.aptOpts != nil})
 			if err != nil {
 				t.Fatal(err)
 			}
 			got := planNames(calls)
-			want := harness.AptDpkgCalls(t, c.repo, c.status, c.request...)
+			want := harness.AptDpkgCalls(t, c.repo, c.status, c.aptOpts, c.request...)
 			if !slices.EqualFunc(got, want, slices.Equal) {
 				t.Errorf("%d packages: Apt plans\n%s\napt-get plans\n%s", len(res.Install), showPlan(got), showPlan(want))
 			}

@@ -29,8 +29,8 @@ const maxLoops = 5000
 // packages of install (new ones and upgrades, as the resolver chose them)
 // on a system whose dpkg status lists installed: stretches of --unpack and
 // --configure, then --configure --pending.
-func Apt(installed []Installed, install []*repo.Package) ([]Call, error) {
-	m := &packageManager{c: newAptCache(installed, install), list: newOrderList()}
+func Apt(installed []Installed, install []*repo.Package, o AptOptions) ([]Call, error) {
+	m := &packageManager{c: newAptCache(installed, install, o), list: newOrderList()}
 	m.createOrderList()
 	m.list.orderUnpack()
 	for _, p := range m.list.list {

@@ -87,6 +87,15 @@ var mmdebstrapOnly = []string{
 	"/var/log/**",           // logs, which Seal cleans (directories stay)
 }
 
+// shadowBackups are the backups systemd-sysusers and pwconv leave of the
+// shadow databases; stamp edits the databases without keeping any.
+var shadowBackups = []string{"/etc/shadow-", "/etc/gshadow-"}
+
+// machineID differs in mode only: mmdebstrap empties /etc/machine-id by
+// writing a new file (0644); stamp empties systemd's, which keeps its
+// 0444.
+const machineID = "/etc/machine-id"
+
 // stampOnly are what a stamp build adds to every image.
 var stampOnly = []string{"/usr/lib/stamp", "/usr/lib/stamp/**"}
 
@@ -105,9 +114,11 @@ func TestBaseDebsMinbase(t *testing.T) {
 		name    string
 		repo    func(testing.TB) *harness.DebRepo
 		include []string
+		diff    tarballDiff
 	}{
-		{"minbase", harness.MinbaseRepoFor, nil},
-		{"systemd-sysv", harness.MinbaseNodeRepoFor, []string{"systemd-sysv"}},
+		{"minbase", harness.MinbaseRepoFor, nil, tarballDiff{oursOnly: stampOnly, theirsOnly: mmdebstrapOnly}},
+		{"systemd-sysv", harness.MinbaseNodeRepoFor, []string{"systemd-sysv"},
+			tarballDiff{oursOnly: stampOnly, theirsOnly: append(slices.Clone(mmdebstrapOnly), shadowBackups...), differ: []string{machineID}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -121,7 +132,7 @@ func TestBaseDebsMinbase(t *testing.T) {
 			stampAs65534(t, dir, nil, "build", "recipe.yaml", "-o", out, "--cache-dir", cache, "--work-dir", dir).mustSucceed(t)
 			t.Logf("bootstrap as uid 65534: %s", time.Since(start).Round(time.Millisecond))
 
-			diffs := compareTarballs(t, filepath.Join(out, "e2e-bootstrap-rootfs.tar"), oracle, tarballDiff{oursOnly: stampOnly, theirsOnly: mmdebstrapOnly})
+			diffs := compareTarballs(t, filepath.Join(out, "e2e-bootstrap-rootfs.tar"), oracle, c.diff)
 			for _, d := range diffs {
 				t.Error(d)
 			}
@@ -375,15 +386,12 @@ func TestBaseDebsNodePackages(t *testing.T) {
 	t.Logf("bootstrap as uid 65534: %s", time.Since(start).Round(time.Second))
 	diffs := compareTarballs(t, filepath.Join(out, "e2e-bootstrap-rootfs.tar"), oracle, tarballDiff{
 		oursOnly: stampOnly,
-		theirsOnly: append([]string{
-			"/etc/ssh/ssh_host_*",           // machine state, which Seal cleans
-			"/etc/shadow-", "/etc/gshadow-", // shadow-utils' backups
+		theirsOnly: append(append([]string{
+			"/etc/ssh/ssh_host_*",                    // machine state, which Seal cleans
 			"/etc/.resolv.conf.systemd-resolved.bak", // resolved's backup of the host's resolv.conf mmdebstrap copied in
-		}, mmdebstrapOnly...),
+		}, shadowBackups...), mmdebstrapOnly...),
 		differ: []string{
-			// mmdebstrap empties /etc/machine-id by writing a new file
-			// (0644); stamp empties systemd's, which keeps its 0444.
-			"/etc/machine-id",
+			machineID,
 			// the apt that drove mmdebstrap downloaded into the image's
 			// own cache, and made it _apt's
 			"/var/cache/apt/archives/partial",

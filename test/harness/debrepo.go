@@ -389,12 +389,12 @@ func aptSimulate(t testing.TB, src, status string, pkgs ...string) ([]string, er
 // empty system) with Debug::pkgDpkgPm, so apt plans the whole install and
 // prints each dpkg call instead of making it, and returns the calls: the
 // dpkg action ("--unpack", "--configure", "--configure --pending") and the
-// package names, in order. Unpacks are listed by file, never through
+// package names, in order. aptOpts are more apt-get options. Unpacks are listed by file, never through
 // dpkg's --recursive directory, so their order shows.
-func AptDpkgCalls(t testing.TB, r *DebRepo, status string, pkgs ...string) [][]string {
+func AptDpkgCalls(t testing.TB, r *DebRepo, status string, aptOpts []string, pkgs ...string) [][]string {
 	t.Helper()
 	opts := aptUpdated(t, fmt.Sprintf("deb [signed-by=%s] %s %s %s\n", r.Keyring, r.FileURL(), r.Suite, r.Component), status)
-	args := append(opts, "-o", "Debug::pkgDpkgPm=1", "-o", "Dpkg::Install::Recursive::force=true",
+	args := append(append(opts, aptOpts...), "-o", "Debug::pkgDpkgPm=1", "-o", "Dpkg::Install::Recursive::force=true",
 		"-o", "Dpkg::Use-Pty=0", "install", "--yes", "--no-install-recommends")
 	out, err := exec.Command("apt-get", append(args, pkgs...)...).CombinedOutput()
 	if err != nil {
