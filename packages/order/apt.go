@@ -133,7 +133,6 @@ type aPkg struct {
 	essential bool
 	provides  []*aPrv // newest first, as apt links them
 	revDeps   []*aDep
-	flags     int
 }
 
 func (p *aPkg) state() okState {
