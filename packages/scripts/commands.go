@@ -112,6 +112,8 @@ var commands = map[string]command{
 	"ischroot":                 cmdIschroot,
 	"shadowconfig":             cmdShadowconfig,
 	"update-shells":            cmdUpdateShells,
+	"add-shell":                cmdAddShell,
+	"remove-shell":             cmdRemoveShell,
 	"pam-auth-update":          cmdPamAuthUpdate,
 	"sed":                      cmdSed,
 	"true":                     cmdTrue,
