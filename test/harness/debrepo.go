@@ -180,7 +180,12 @@ func repoKey(ctx context.Context, dir string) (string, error) {
 		return dir, nil
 	}
 	os.RemoveAll(dir)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	// The parents first, readable: MkdirAll would make them 0700 as well,
+	// and the repositories beside the key are read by uid 65534's builds.
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return "", err
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
 		return "", err
 	}
 	cmd := exec.CommandContext(ctx, "gpg", "--batch", "--homedir", dir, "--passphrase", "",
