@@ -18,6 +18,8 @@ type decoder struct {
 	// substituted holds the scalars ${name} was replaced in, so a type
 	// error there can say why a parameter cannot give a number.
 	substituted map[*yaml.Node]bool
+	// hostPaths collects every host path a field names, for Recipe.HostPaths.
+	hostPaths []HostPath
 }
 
 // notString explains a type error on a scalar a parameter filled.

@@ -339,3 +339,27 @@ func (d *decoder) checkSet(ps *params) {
 		}
 	}
 }
+
+// Declared is the parameters a recipe declares, in declaration order,
+// without values: what a caller must or may give before the recipe loads
+// (a recipe whose parameter has no default does not load without it).
+func Declared(data []byte, filename string) ([]Param, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, syntaxError(filename, err)
+	}
+	d := &decoder{file: filename, budget: nodeBudget}
+	root := &doc
+	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
+		root = doc.Content[0]
+	}
+	ps := d.declareParams(root, Options{})
+	if len(d.errs) > 0 {
+		return nil, join(d.errs)
+	}
+	out := make([]Param, 0, len(ps.list))
+	for _, p := range ps.list {
+		out = append(out, *p)
+	}
+	return out, nil
+}
