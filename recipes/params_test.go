@@ -262,18 +262,23 @@ func TestLoadWithParams(t *testing.T) {
 }
 
 // HostPaths lists every host path a field names, in document order, and
-// says which ones a parameter made: a service building for others checks
+// says which parameters made it: a service building for others checks
 // where those lead.
 func TestHostPaths(t *testing.T) {
 	y := strings.Replace(paramsRecipe, "${HOME} is ", "", 1)
 	r := mustParse(t, y, Options{Set: map[string]string{"mirror": "file:///srv/debian"}})
 	want := []HostPath{
-		{Field: "base.tarball", Path: "./base-bookworm.tar", FromParam: true},
+		{Field: "base.tarball", Path: "./base-bookworm.tar", Params: []string{"suite"}},
 		{Field: "customize.layers[2].hook.run", Path: "./hooks/x.sh"},
-		{Field: "provision.layers[0].debs.repo", Path: "/srv/debian", Repo: true, FromParam: true},
+		{Field: "provision.layers[0].debs.repo", Path: "/srv/debian", Repo: true, Params: []string{"mirror"}},
 	}
 	if !reflect.DeepEqual(r.HostPaths, want) {
 		t.Errorf("HostPaths = %+v\nwant %+v", r.HostPaths, want)
+	}
+	// A path made of two parameters names both.
+	r = mustParse(t, head+"params: {b: x, a: y}\ncustomize:\n  layers:\n    - files: [{path: /k, from: \"./${b}/${a}-${b}\"}]\n", Options{})
+	if got := r.HostPaths[1]; got.Path != "./x/y-x" || !reflect.DeepEqual(got.Params, []string{"a", "b"}) {
+		t.Errorf("HostPaths[1] = %+v", got)
 	}
 	// A URL is no host path, nor an http repository.
 	r = mustParse(t, head+"customize:\n  layers:\n    - tarball: {path: \"https://example.invalid/a.tar\", sha256: \""+strings.Repeat("a", 64)+"\"}\n"+

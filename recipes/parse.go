@@ -201,7 +201,7 @@ func (d *decoder) hostPath(n *yaml.Node, field string) string {
 		d.fail(d.resolveQuiet(n), field, "contains a NUL byte")
 	}
 	if s != "" && !strings.Contains(s, "://") {
-		d.hostPaths = append(d.hostPaths, HostPath{Field: field, Path: s, FromParam: d.substituted[d.resolveQuiet(n)]})
+		d.hostPaths = append(d.hostPaths, HostPath{Field: field, Path: s, Params: d.substituted[d.resolveQuiet(n)]})
 	}
 	return s
 }

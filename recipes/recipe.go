@@ -64,8 +64,9 @@ type HostPath struct {
 	Path string
 	// Repo marks a file:// repository's directory.
 	Repo bool
-	// FromParam reports that a parameter's value is part of the path.
-	FromParam bool
+	// Params are the parameters whose values are part of the path, in
+	// name order.
+	Params []string
 }
 
 // Output returns the output with the given name.

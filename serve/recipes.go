@@ -89,8 +89,8 @@ func isRecipeName(rel string) bool {
 }
 
 // load makes a build request good: the recipe under the recipe directory,
-// parameters it declares within the limits, every host path a parameter
-// made inside the recipe directory, and the build's ID.
+// parameters it declares within the limits, every host path a given
+// parameter is part of inside the recipe directory, and the build's ID.
 func (s *Server) load(rel string, params map[string]string) (*loaded, *httpError) {
 	file, herr := s.recipeFile(rel)
 	if herr != nil {
@@ -121,12 +121,12 @@ func (s *Server) load(rel string, params map[string]string) (*loaded, *httpError
 		return nil, recipeError(err, s)
 	}
 	rec.Dir = filepath.Dir(file)
+	// A path the recipe's author wrote, defaults included, is theirs to
+	// place; one a client's value is part of must stay in the directory.
 	for _, hp := range rec.HostPaths {
-		if !hp.FromParam {
-			continue
-		}
-		if !within(s.dir, resolveHost(rec.Dir, hp.Path)) {
-			return nil, failf(http.StatusBadRequest, hp.Field, "a parameter made this path %q, which leads out of the recipe directory", hp.Path)
+		given := slices.IndexFunc(hp.Params, func(p string) bool { _, ok := params[p]; return ok })
+		if given >= 0 && !within(s.dir, resolveHost(rec.Dir, hp.Path)) {
+			return nil, failf(http.StatusBadRequest, hp.Field, "parameter %s made this path %q, which leads out of the recipe directory", hp.Params[given], hp.Path)
 		}
 	}
 	l := &loaded{rel: rel, rec: rec}

@@ -79,20 +79,23 @@ customize:
 outputs:
   - {format: tar}
 `
-	// from takes a host file a parameter names: the server must keep it
-	// inside the recipe directory.
+	// from takes host files parameters name: one a client gives must stay
+	// inside the recipe directory; a default is the recipe author's to
+	// place, outside it too.
 	serveFrom = `apiVersion: stamp.dev/v1alpha1
 kind: Recipe
 name: from
 epoch: 1700000000
 params:
   src: ./motd.txt
+  release: /etc/os-release
 base:
   tarball: ./base.tar
 customize:
   layers:
     - files:
         - {path: /etc/motd, from: "${src}"}
+        - {path: /etc/host-release, from: "${release}"}
 outputs:
   - {format: tar}
 `
@@ -837,6 +840,7 @@ func TestServeHostile(t *testing.T) {
 	for _, src := range []string{"/etc/passwd", "../outside/r.yaml", "./../../../../etc/shadow"} {
 		refused("host path "+src, http.StatusBadRequest, "customize.layers[0].files[0].from", post("from.yaml", map[string]string{"src": src}))
 	}
+	refused("a default's path given", http.StatusBadRequest, "customize.layers[0].files[1].from", post("from.yaml", map[string]string{"release": "/etc/passwd"}))
 	refused("a second JSON value", http.StatusBadRequest, "", postRaw(`{"recipe":"tars.yaml"} {}`))
 	refused("an unknown field", http.StatusBadRequest, "", postRaw(`{"recipe":"tars.yaml","run":"rm -rf /"}`))
 	if st := s.mustBuild("from.yaml", map[string]string{"src": "./motd.txt"}); st.State != "done" {
