@@ -16,6 +16,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log"
 	"net"
 	"net/http"
 	"os"
@@ -253,7 +255,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			}
 		})
 	}
-	if err := s.recover(buildCtx); err != nil {
+	if err := s.resume(buildCtx); err != nil {
 		stopBuilds()
 		workers.Wait()
 		ln.Close()
@@ -267,7 +269,15 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
-		ErrorLog:          nil,
+	}
+	// What net/http has to say (a failed accept, a handler's misstep) goes
+	// to the server's log too.
+	if lw, ok := s.log.(interface {
+		WriterLevel(logrus.Level) *io.PipeWriter
+	}); ok {
+		w := lw.WriterLevel(logrus.WarnLevel)
+		defer w.Close()
+		hs.ErrorLog = log.New(w, "", 0)
 	}
 	s.ready.Store(true)
 	s.log.WithField("addr", ln.Addr().String()).WithField("recipes", s.dir).WithField("cache", s.o.CacheDir).
@@ -281,9 +291,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		s.ready.Store(false)
 		s.log.Info("shutting down: no new requests; the builds running now run again at the next start")
 		shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err = hs.Shutdown(shutdown)
+		if hs.Shutdown(shutdown) != nil {
+			// Downloads still going after the grace: the clients resume
+			// them (Range) from another replica or the next start.
+			hs.Close()
+		}
 		cancel()
-		<-done
+		err = <-done
 	}
 	stopBuilds()
 	workers.Wait()

@@ -92,11 +92,11 @@ func (s *Server) unmark(id string) {
 	}
 }
 
-// recover takes up the builds a previous run left queued or running: each
+// resume takes up the builds a previous run left queued or running: each
 // is queued again, or, once it has been started maxAttempts times, failed.
 // Its files were never filed as a record, so nothing of it was or will be
 // served until it finishes.
-func (s *Server) recover(ctx context.Context) error {
+func (s *Server) resume(ctx context.Context) error {
 	ents, err := os.ReadDir(filepath.Join(s.state, "inflight"))
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
