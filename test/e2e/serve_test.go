@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -79,6 +80,22 @@ customize:
 outputs:
   - {format: tar}
 `
+	// live is a network-boot bundle: a stand-in kernel, and a stand-in
+	// busybox for its live /init.
+	serveLive = `apiVersion: stamp.dev/v1alpha1
+kind: Recipe
+name: live
+epoch: 1700000000
+base:
+  tarball: ./base.tar
+customize:
+  layers:
+    - files:
+        - {path: /boot/vmlinuz-6.1.0-stamp, content: "a stand-in kernel\n"}
+        - {path: /bin/busybox, content: "a stand-in busybox\n", mode: "0755"}
+outputs:
+  - {format: pxe}
+`
 	// from takes host files parameters name: one a client gives must stay
 	// inside the recipe directory; a default is the recipe author's to
 	// place, outside it too.
@@ -117,6 +134,7 @@ func serveDir(t *testing.T) string {
 		"recipes/from.yaml":    serveFrom,
 		"recipes/motd.txt":     "from a file\n",
 		"recipes/notes/x.yaml": "kind: Kustomization\n",
+		"recipes/live.yaml":    serveLive,
 		"outside/r.yaml":       serveTar,
 		"tokens":               "# name token\ne2e " + serveToken + "\n",
 	})
@@ -421,10 +439,10 @@ func TestServeAPI(t *testing.T) {
 	for _, r := range list.Recipes {
 		names = append(names, r.Recipe)
 	}
-	if strings.Join(names, " ") != "from.yaml slow.yaml tars.yaml tiny.yaml" {
+	if strings.Join(names, " ") != "from.yaml live.yaml slow.yaml tars.yaml tiny.yaml" {
 		t.Fatalf("recipes %q (a YAML file that is no recipe is left out)", names)
 	}
-	tiny := list.Recipes[3]
+	tiny := list.Recipes[4]
 	if tiny.Name != "tiny" || len(tiny.Params) != 1 || tiny.Params[0].Name != "motd" || *tiny.Params[0].Default != "hello\n" ||
 		tiny.Params[0].Required || len(tiny.Outputs) != 2 || tiny.Outputs[1].Format != "raw" {
 		t.Fatalf("tiny: %+v", tiny)
@@ -1086,4 +1104,56 @@ func TestServePrune(t *testing.T) {
 		t.Fatalf("the prune ended before the build: %+v", now)
 	}
 	s.fetch(s.wait(slow.ID), "slow.tar")
+}
+
+// TestServeLiveOutput asks for boot.ipxe of a build with a live output, and
+// follows it as iPXE does: the redirect to the script inside the output,
+// and the script's kernel and initrd by names relative to where it is.
+func TestServeLiveOutput(t *testing.T) {
+	dir := serveDir(t)
+	s := startServe(t, dir, filepath.Join(dir, "cache"))
+	st := s.mustBuild("live.yaml", nil)
+	resp := s.do("GET", "/v1/images/"+st.ID+"/boot.ipxe", "-", nil)
+	read(t, resp)
+	loc := resp.Header.Get("Location")
+	if resp.StatusCode != http.StatusTemporaryRedirect || !strings.HasSuffix(loc, "/boot.ipxe") || loc == "/v1/images/"+st.ID+"/boot.ipxe" {
+		t.Fatalf("boot.ipxe: %d to %q", resp.StatusCode, loc)
+	}
+	script, err := url.Parse(s.url + loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, body := read(t, s.do("GET", script.Path, "-", nil))
+	if code != http.StatusOK || !strings.HasPrefix(string(body), "#!ipxe\n") {
+		t.Fatalf("the script: %d %s", code, body)
+	}
+	sums := map[string]string{}
+	for _, f := range st.Outputs {
+		sums[f.URL] = f.SHA256
+	}
+	fetched := 0
+	for _, line := range strings.Split(string(body), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || (f[0] != "kernel" && f[0] != "initrd") {
+			continue
+		}
+		ref, err := url.Parse(f[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := script.ResolveReference(ref)
+		code, b := read(t, s.do("GET", u.Path, "-", nil))
+		if sum := sha256.Sum256(b); code != http.StatusOK || hex.EncodeToString(sum[:]) != sums[u.Path] {
+			t.Fatalf("%s %s from the script: %d, sha256 %x, listed %s", f[0], u.Path, code, sum, sums[u.Path])
+		}
+		fetched++
+	}
+	if fetched != 2 {
+		t.Fatalf("the script names %d files, not a kernel and an initrd:\n%s", fetched, body)
+	}
+	// A build without a live output has no boot.ipxe.
+	tars := s.mustBuild("tars.yaml", nil)
+	if code, _ := read(t, s.do("GET", "/v1/images/"+tars.ID+"/boot.ipxe", "-", nil)); code != http.StatusNotFound {
+		t.Fatalf("boot.ipxe of a tar: %d", code)
+	}
 }
