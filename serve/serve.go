@@ -184,11 +184,9 @@ func New(o Options) (*Server, error) {
 		return nil, err
 	}
 	// A build killed with the server leaves its work behind; none of it is
-	// anything but scratch.
-	if err := os.RemoveAll(s.work); err != nil {
-		s.lock.Close()
-		return nil, fmt.Errorf("serve: clearing %s: %w", s.work, err)
-	}
+	// anything but scratch. A hook of that build may outlive the server
+	// and still write there, so it is moved aside and removed as it can be.
+	s.clearWork()
 	if err := os.MkdirAll(s.work, 0o700); err != nil {
 		s.lock.Close()
 		return nil, fmt.Errorf("serve: %s: %w", s.work, err)
@@ -225,6 +223,25 @@ func (s *Server) takeState() error {
 	}
 	s.lock = f
 	return nil
+}
+
+// clearWork moves the work directory a previous run left aside, and
+// removes it and any earlier one left so, in the background.
+func (s *Server) clearWork() {
+	if _, err := os.Lstat(s.work); err == nil {
+		aside := fmt.Sprintf("%s.old-%d", s.work, time.Now().UnixNano())
+		if err := os.Rename(s.work, aside); err != nil {
+			s.log.WithError(err).Warn("cannot move the last run's work directory aside")
+		}
+	}
+	old, _ := filepath.Glob(s.work + ".old-*")
+	go func() {
+		for _, d := range old {
+			if err := os.RemoveAll(d); err != nil {
+				s.log.WithError(err).WithField("dir", d).Warn("cannot remove the last run's work yet; the next start tries again")
+			}
+		}
+	}()
 }
 
 // ListenAndServe listens on addr and serves until ctx ends.

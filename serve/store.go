@@ -17,6 +17,7 @@ import (
 //	builds/<id>.log   its log, one JSON object a line
 //	inflight/<id>     a build queued or running, to run again after a crash
 //	work/             the builds' work and output directories, cleared at start
+//	work.old-*        a last run's, being removed
 //	lock              held by the one server using the directory
 //
 // What a finished build made is not here: it is a record in the cache.
