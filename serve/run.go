@@ -264,8 +264,8 @@ func (s *Server) build(ctx context.Context, b *build) ([]OutputFile, error) {
 	defer os.RemoveAll(out)
 	_, err = stamp.Build(ctx, l.rec, stamp.Options{
 		OutputDir: out, WorkDir: s.work, CacheDir: s.o.CacheDir,
-		CacheFrom: s.o.CacheFrom, CacheTo: s.o.CacheTo, InsecureRegistries: s.o.InsecureRegistries,
-		Log: blog, Progress: b.progress,
+		CacheFrom: s.o.CacheFrom, CacheTo: s.o.CacheTo, CacheSign: s.o.CacheSign, CacheTrust: s.o.CacheTrust,
+		InsecureRegistries: s.o.InsecureRegistries, Log: blog, Progress: b.progress,
 	})
 	if err != nil {
 		return nil, err

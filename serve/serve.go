@@ -30,6 +30,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
+	"github.com/stamp-dev/stamp"
 	"github.com/stamp-dev/stamp/layers/cache"
 )
 
@@ -46,6 +47,11 @@ type Options struct {
 	// CacheFrom and CacheTo share the build cache through a registry
 	// repository, as stamp build's flags do.
 	CacheFrom, CacheTo string
+	// CacheSign is the PEM file of the ed25519 key that signs what CacheTo
+	// receives; CacheTrust the public keys a record pulled from CacheFrom
+	// must be signed by, as stamp build's --cache-sign and --cache-trust.
+	CacheSign  string
+	CacheTrust []string
 	// InsecureRegistries are reached over plain HTTP.
 	InsecureRegistries []string
 	// Tokens are the bearer tokens that may build; nil takes no builds.
@@ -146,6 +152,11 @@ func New(o Options) (*Server, error) {
 	}
 	if o.RecipeDir == "" {
 		return nil, errors.New("serve: the recipe directory is required")
+	}
+	// A key the shared cache cannot load is refused now, not at the first
+	// build a client asks for.
+	if err := (stamp.Options{CacheFrom: o.CacheFrom, CacheTo: o.CacheTo, CacheSign: o.CacheSign, CacheTrust: o.CacheTrust}).CheckSharedCache(); err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
 	}
 	if o.CacheDir == "" {
 		d, err := cache.DefaultDir(os.Getenv)

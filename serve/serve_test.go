@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stamp-dev/stamp/test/harness"
 )
 
 const testRecipe = `apiVersion: stamp.dev/v1alpha1
@@ -181,4 +184,33 @@ func TestServeStops(t *testing.T) {
 	if _, err := http.Get(url + "/healthz"); err == nil {
 		t.Fatal("still answering after the context ended")
 	}
+}
+
+// The shared cache's keys are loaded when the server starts: a key that
+// cannot sign, or a flag without the registry it works on, is refused
+// then, naming the flag, not at the first build a client asks for.
+func TestSharedCacheKeysCheckedAtStart(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, map[string]string{"recipes/r.yaml": testRecipe})
+	k := harness.NewSigningKey(t, t.TempDir(), "ci")
+	const reg = "reg.invalid/stamp-cache"
+	for i, tc := range []struct {
+		o    Options
+		says string
+	}{
+		{Options{CacheSign: k.Private}, "give --cache-to"},
+		{Options{CacheTo: reg, CacheSign: k.Public}, "--cache-sign: signing key " + k.Public},
+		{Options{CacheFrom: reg, CacheTrust: []string{k.Public + ".missing"}}, "--cache-trust: trusted key " + k.Public + ".missing"},
+	} {
+		tc.o.RecipeDir, tc.o.CacheDir = filepath.Join(dir, "recipes"), filepath.Join(dir, fmt.Sprintf("cache%d", i))
+		if _, err := New(tc.o); err == nil || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%+v: %v; want an error saying %q", tc.o, err, tc.says)
+		}
+	}
+	s, err := New(Options{RecipeDir: filepath.Join(dir, "recipes"), CacheDir: filepath.Join(dir, "cache"),
+		CacheFrom: reg, CacheTo: reg, CacheSign: k.Private, CacheTrust: []string{k.Public}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.lock.Close()
 }

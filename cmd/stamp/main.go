@@ -358,6 +358,7 @@ func newApp(getenv func(string) string, code *int) *cli.App {
 					&cli.IntFlag{Name: "max-builds-per-token", Value: serve.DefaultMaxPerToken, Usage: "builds one token may have queued or running"},
 					&cli.StringFlag{Name: "cache-from", Usage: "read cache records from registry repository REF (HOST/NAME), as OCI artifacts"},
 					&cli.StringFlag{Name: "cache-to", Usage: "write cache records to registry repository REF (HOST/NAME), with the docker config's credentials"},
+					cacheSign(), cacheTrust(),
 					insecure(),
 					common[0], common[1], common[2],
 				},
@@ -396,6 +397,7 @@ func serveCommand(c *cli.Context, code *int) error {
 		return err
 	}
 	o := serve.Options{RecipeDir: c.String("recipes"), CacheDir: cacheDir, CacheFrom: c.String("cache-from"), CacheTo: c.String("cache-to"),
+		CacheSign: c.String("cache-sign"), CacheTrust: c.StringSlice("cache-trust"),
 		InsecureRegistries: c.StringSlice("insecure-registry"), AuthReads: c.Bool("auth-reads"),
 		MaxBuilds: c.Int("max-builds"), Queue: c.Int("queue"), MaxPerToken: c.Int("max-builds-per-token"), Log: log}
 	if f := c.String("tokens"); f != "" {
