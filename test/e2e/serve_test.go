@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -22,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stamp-dev/stamp/formats"
 	"github.com/stamp-dev/stamp/serve"
 	"github.com/stamp-dev/stamp/test/harness"
 )
@@ -1030,14 +1032,18 @@ func TestServeFullDisk(t *testing.T) {
 }
 
 // TestServeReplicas runs two servers with caches of their own, sharing one
-// registry, as two replicas behind a Service: the second serves a build the
-// first made, with no phase run, and the same bytes.
+// registry, as two replicas behind a Service, signing what they push and
+// trusting only their key: the second serves a build the first made, with
+// no phase run, and the same bytes. A server that trusts another key does
+// not take it, and builds it itself.
 func TestServeReplicas(t *testing.T) {
 	reg := harness.StartRegistry(t)
 	ref := reg.Addr + "/stamp-serve-cache"
 	dir := serveDir(t)
-	a := startServe(t, dir, filepath.Join(dir, "cache-a"), "--cache-from", ref, "--cache-to", ref)
-	b := startServe(t, dir, filepath.Join(dir, "cache-b"), "--cache-from", ref, "--cache-to", ref)
+	key, other := harness.NewSigningKey(t, dir, "replicas"), harness.NewSigningKey(t, dir, "other")
+	shared := []string{"--cache-from", ref, "--cache-to", ref, "--cache-sign", key.Private, "--cache-trust", key.Public}
+	a := startServe(t, dir, filepath.Join(dir, "cache-a"), shared...)
+	b := startServe(t, dir, filepath.Join(dir, "cache-b"), shared...)
 	params := map[string]string{"motd": "replicated\n"}
 	first := a.mustBuild("tiny.yaml", params)
 	if len(first.Phases) == 0 {
@@ -1055,6 +1061,10 @@ func TestServeReplicas(t *testing.T) {
 		if !bytes.Equal(a.fetch(first, f.Name), b.fetch(second, f.Name)) {
 			t.Errorf("%s differs between the replicas", f.Name)
 		}
+	}
+	c := startServe(t, dir, filepath.Join(dir, "cache-c"), "--cache-from", ref, "--cache-trust", other.Public)
+	if third := c.mustBuild("tiny.yaml", params); third.ID != first.ID || len(third.Phases) == 0 {
+		t.Fatalf("a server trusting another key: ID %s (first %s), phases %q", third.ID, first.ID, third.Phases)
 	}
 }
 
@@ -1155,5 +1165,61 @@ func TestServeLiveOutput(t *testing.T) {
 	tars := s.mustBuild("tars.yaml", nil)
 	if code, _ := read(t, s.do("GET", "/v1/images/"+tars.ID+"/boot.ipxe", "-", nil)); code != http.StatusNotFound {
 		t.Fatalf("boot.ipxe of a tar: %d", code)
+	}
+}
+
+// TestServeIPXEBoot is the acceptance's real consumer: qemu's iPXE ROM is
+// handed the server's boot.ipxe URL by DHCP, follows its redirect to the
+// live output's script, fetches the kernel and initramfs beside it over
+// HTTP, and the live system boots and checks itself from inside.
+func TestServeIPXEBoot(t *testing.T) {
+	k := harness.BootParts(t)
+	var base bytes.Buffer
+	if err := formats.WriteTar(context.Background(), liveTree(t, k).View(), &base, formats.TarOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"recipes/base.tar": base.String(),
+		"recipes/live.yaml": `apiVersion: stamp.dev/v1alpha1
+kind: Recipe
+name: live
+epoch: 1700000000
+base: {tarball: ./base.tar}
+customize:
+  layers:
+    - files: [{path: /etc/hostname, content: "served\n"}]
+outputs:
+  - {format: cpio}
+  - {format: pxe, from: cpio}
+`,
+		"tokens": "e2e " + serveToken + "\n",
+	})
+	s := startServe(t, dir, filepath.Join(dir, "cache"))
+	st := s.mustBuild("live.yaml", nil)
+	// qemu's user network reaches the host's 127.0.0.1 as 10.0.2.2.
+	_, port, err := net.SplitHostPort(strings.TrimPrefix(s.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bootURL := fmt.Sprintf("http://10.0.2.2:%s/v1/images/%s/boot.ipxe", port, st.ID)
+	log := harness.RunQEMU(t, []string{
+		"-netdev", "user,id=n,bootfile=" + bootURL,
+		"-device", "virtio-net-pci,netdev=n", "-boot", "n",
+	}, liveMarker, bootTimeout)
+	if !strings.Contains(log, "iPXE") || !strings.Contains(log, "/boot.ipxe") {
+		t.Errorf("the log shows no iPXE fetching the script")
+	}
+	checkLiveLog(t, log)
+	// The kernel and initramfs were the server's to send, whole: nothing
+	// else was downloaded.
+	var bundle int64
+	for _, f := range st.Outputs {
+		if f.Name == "live.pxe/vmlinuz" || f.Name == "live.pxe/initrd.img" {
+			bundle += f.Size
+		}
+	}
+	if n := s.metric("stamp_serve_bytes_served_total"); bundle == 0 || n < float64(bundle) {
+		t.Errorf("%v bytes served, the kernel and initramfs are %d", n, bundle)
 	}
 }
