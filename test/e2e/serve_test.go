@@ -1223,3 +1223,42 @@ outputs:
 		t.Errorf("%v bytes served, the kernel and initramfs are %d", n, bundle)
 	}
 }
+
+// TestServePerToken gives each token one build at a time: a second
+// distinct build of the same token is told 429 with a Retry-After while
+// its first runs, joining its own build in flight is not a second one,
+// another token builds meanwhile, and once the first ends the token may
+// build again.
+func TestServePerToken(t *testing.T) {
+	dir := serveDir(t)
+	const other = "e2e-other-token-0123456789"
+	writeFiles(t, dir, map[string]string{"tokens": "e2e " + serveToken + "\nother " + other + "\n"})
+	s := startServe(t, dir, filepath.Join(dir, "cache"), "--max-builds-per-token", "1", "--max-builds", "2")
+	code, slow, _ := s.post("slow.yaml", nil)
+	if code != http.StatusAccepted {
+		t.Fatalf("POST slow: %d", code)
+	}
+	if code, joined, _ := s.post("slow.yaml", nil); code != http.StatusAccepted || joined.ID != slow.ID {
+		t.Fatalf("the same request again: %d %s", code, joined.ID)
+	}
+	resp := s.do("POST", "/v1/builds", serveToken, strings.NewReader(`{"recipe":"tars.yaml"}`))
+	code, b := read(t, resp)
+	if e := apiError(t, b); code != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" ||
+		!strings.Contains(e.Message, "this token has 1 builds queued or running; at most 1") {
+		t.Fatalf("a second build of the token: %d %v %s", code, resp.Header, b)
+	}
+	code, b = read(t, s.do("POST", "/v1/builds", other, strings.NewReader(`{"recipe":"tars.yaml"}`)))
+	var st serve.Status
+	if code != http.StatusAccepted || json.Unmarshal(b, &st) != nil {
+		t.Fatalf("another token's build: %d %s", code, b)
+	}
+	if st := s.wait(st.ID); st.State != "done" {
+		t.Fatalf("another token's build: %+v", st)
+	}
+	if st := s.wait(slow.ID); st.State != "done" {
+		t.Fatalf("the slow build: %+v", st)
+	}
+	if st := s.mustBuild("tars.yaml", map[string]string{"motd": "after\n"}); st.State != "done" {
+		t.Fatalf("the token's next build: %+v", st)
+	}
+}
