@@ -3,7 +3,6 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -23,7 +22,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stamp-dev/stamp/formats"
 	"github.com/stamp-dev/stamp/serve"
 	"github.com/stamp-dev/stamp/test/harness"
 )
@@ -1174,26 +1172,11 @@ func TestServeLiveOutput(t *testing.T) {
 // HTTP, and the live system boots and checks itself from inside.
 func TestServeIPXEBoot(t *testing.T) {
 	k := harness.BootParts(t)
-	var base bytes.Buffer
-	if err := formats.WriteTar(context.Background(), liveTree(t, k).View(), &base, formats.TarOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{
-		"recipes/base.tar": base.String(),
-		"recipes/live.yaml": `apiVersion: stamp.dev/v1alpha1
-kind: Recipe
-name: live
-epoch: 1700000000
-base: {tarball: ./base.tar}
-customize:
-  layers:
-    - files: [{path: /etc/hostname, content: "served\n"}]
-outputs:
-  - {format: cpio}
-  - {format: pxe, from: cpio}
-`,
-		"tokens": "e2e " + serveToken + "\n",
+		"recipes/base.tar":  liveBaseTar(t, k),
+		"recipes/live.yaml": liveRecipe,
+		"tokens":            "e2e " + serveToken + "\n",
 	})
 	s := startServe(t, dir, filepath.Join(dir, "cache"))
 	st := s.mustBuild("live.yaml", nil)
