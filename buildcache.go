@@ -180,7 +180,7 @@ func (bc *buildCache) phaseInputs(rec *recipes.Recipe, ph phase, att *attestatio
 		}
 	}
 	err := eachFrom(ph, func(st step, i int, from string) error {
-		d, err := hostTreeDigest(bc.c, from)
+		d, err := bc.c.HashTree(from)
 		if err != nil {
 			return fmt.Errorf("%s[%d].from: %w", st.label, i, err)
 		}
@@ -272,7 +272,7 @@ func (bc *buildCache) outputParts(rec *recipes.Recipe, spec *formats.Spec, base 
 				}
 				p = lp
 			}
-			d, err := hostTreeDigest(bc.c, p)
+			d, err := bc.c.HashTree(p)
 			if err != nil {
 				continue
 			}
@@ -282,8 +282,6 @@ func (bc *buildCache) outputParts(rec *recipes.Recipe, spec *formats.Spec, base 
 	return parts, nil
 }
 
-// hostTreeDigest is the digest of a host file, or of a directory's names,
-// types, modes, link targets and contents.
 // prehash hashes every files.from host file on as many goroutines as there
 // are cores, ahead of the keys, which read them one at a time and then find
 // each sum in the stat cache: a cold build hashes hundreds of MB of
@@ -312,41 +310,6 @@ func prehash(c *cache.Cache, phases []phase) {
 		})
 	}
 	g.Wait()
-}
-
-func hostTreeDigest(c *cache.Cache, root string) (string, error) {
-	h := sha256.New()
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		fmt.Fprintf(h, "%q %o", rel, fi.Mode())
-		switch {
-		case fi.Mode()&fs.ModeSymlink != 0:
-			t, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(h, " -> %q", t)
-		case fi.Mode().IsRegular():
-			sum, err := c.HashFile(p)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(h, " %s", sum)
-		}
-		h.Write([]byte{'\n'})
-		return nil
-	})
-	if err != nil {
-		return "", err
-	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // lookup finds the record of kind under the key of parts, in this cache or

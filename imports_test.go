@@ -20,10 +20,11 @@ type importRule struct {
 
 // importRules are the directions of DESIGN's "Imports point one way": cmd →
 // root → recipes, layers, formats; layers → rootfs, packages; formats → disk,
-// rootfs; disk → rootfs. Nothing below cmd imports the root, and nothing that
-// ships imports test. The packages split off the conductor sit where these
-// rules place them: rootfs/hostroot (apply and undo) is rootfs's, so it knows
-// no recipe or layer, and the root and cmd (for undo) may both import it.
+// rootfs; disk → rootfs; and cmd → serve → root. Nothing below cmd imports
+// the root, and nothing that ships imports test. The packages split off the
+// conductor sit where these rules place them: rootfs/hostroot (apply and undo)
+// is rootfs's, so it knows no recipe or layer, and the root and cmd (for undo)
+// may both import it.
 var importRules = []importRule{
 	{"rootfs", []string{"layers", "formats", "recipes", "disk", "packages", ".", "cmd", "test"}},
 	{"formats", []string{"layers", "recipes", "packages", ".", "cmd", "test"}},
@@ -32,6 +33,9 @@ var importRules = []importRule{
 	{"layers", []string{"formats", "recipes", "disk", ".", "cmd", "test"}},
 	{"recipes", []string{".", "cmd", "test"}},
 	{".", []string{"cmd", "test"}},
+	// stamp serve calls the conductor as the CLI does, and only the CLI
+	// calls it.
+	{"serve", []string{"cmd", "test"}},
 	{"cmd", []string{"test"}},
 }
 

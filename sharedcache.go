@@ -65,6 +65,14 @@ func newSharedCache(o *Options, c *cache.Cache) (*sharedCache, error) {
 	return s, nil
 }
 
+// CheckSharedCache refuses shared cache flags that cannot work as given and
+// loads their keys, as a build does first: for a long-lived caller (stamp
+// serve) that must refuse them when it starts, not at its first build.
+func (o Options) CheckSharedCache() error {
+	_, err := newSharedCache(&o, nil)
+	return err
+}
+
 // checkSharedCache refuses flags of the shared cache that cannot work as
 // given, before anything is read.
 func (o *Options) checkSharedCache() error {

@@ -6,11 +6,13 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	kjson "sigs.k8s.io/json"
@@ -41,14 +43,16 @@ func documents(t *testing.T) map[string][]byte {
 }
 
 // TestManifests decodes every document strictly into its Kubernetes type
-// (an unknown or misspelt field fails), and holds each Job to what a
-// restricted pod needs and what stamp needs: non-root, no capabilities, no
-// privilege escalation, a read-only root, emptyDir work and cache volumes,
-// every mount backed by a volume, and every recipe it carries parsing as a
-// stamp recipe.
+// (an unknown or misspelt field fails), and holds each Job and Deployment to
+// what a restricted pod needs and what stamp needs: non-root, no
+// capabilities, no privilege escalation, a read-only root, emptyDir work and
+// cache volumes, every mount backed by a volume, and every recipe it carries
+// parsing as a stamp recipe; stamp serve's Deployment also to its Service.
 func TestManifests(t *testing.T) {
 	var cms []*corev1.ConfigMap
 	var jobs []*batchv1.Job
+	var deployments []*appsv1.Deployment
+	var services []*corev1.Service
 	for name, doc := range documents(t) {
 		var meta struct{ APIVersion, Kind string }
 		if err := yaml.Unmarshal(doc, &meta); err != nil {
@@ -64,6 +68,14 @@ func TestManifests(t *testing.T) {
 			j := &batchv1.Job{}
 			obj = j
 			jobs = append(jobs, j)
+		case "apps/v1 Deployment":
+			d := &appsv1.Deployment{}
+			obj = d
+			deployments = append(deployments, d)
+		case "v1 Service":
+			svc := &corev1.Service{}
+			obj = svc
+			services = append(services, svc)
 		default:
 			t.Fatalf("%s: %s %s is not a kind this test knows", name, meta.APIVersion, meta.Kind)
 		}
@@ -92,6 +104,12 @@ func TestManifests(t *testing.T) {
 	for _, j := range jobs {
 		checkJob(t, j, configMaps)
 	}
+	if len(deployments) == 0 {
+		t.Fatal("no Deployment")
+	}
+	for _, d := range deployments {
+		checkServe(t, d, services, configMaps)
+	}
 }
 
 func checkJob(t *testing.T, j *batchv1.Job, configMaps map[string]*corev1.ConfigMap) {
@@ -100,36 +118,8 @@ func checkJob(t *testing.T, j *batchv1.Job, configMaps map[string]*corev1.Config
 	if pod.RestartPolicy != corev1.RestartPolicyNever && pod.RestartPolicy != corev1.RestartPolicyOnFailure {
 		t.Errorf("%s: restartPolicy %q, a Job needs Never or OnFailure", j.Name, pod.RestartPolicy)
 	}
-	psc := pod.SecurityContext
-	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser == 0 {
-		t.Errorf("%s: the pod must run as a non-root user: %+v", j.Name, psc)
-	}
-	volumes := map[string]corev1.Volume{}
-	for _, v := range pod.Volumes {
-		volumes[v.Name] = v
-	}
+	checkPod(t, j.Name, pod, []string{"/work", "/cache"}, configMaps)
 	for _, c := range append(pod.InitContainers, pod.Containers...) {
-		sc := c.SecurityContext
-		switch {
-		case sc == nil:
-			t.Errorf("%s/%s: no securityContext", j.Name, c.Name)
-			continue
-		case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
-			t.Errorf("%s/%s: the root file system must be read-only", j.Name, c.Name)
-		case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
-			t.Errorf("%s/%s: privilege escalation must be off", j.Name, c.Name)
-		case sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") || len(sc.Capabilities.Add) != 0:
-			t.Errorf("%s/%s: every capability must be dropped and none added", j.Name, c.Name)
-		case sc.Privileged != nil && *sc.Privileged:
-			t.Errorf("%s/%s: privileged", j.Name, c.Name)
-		}
-		mounted := map[string]string{}
-		for _, m := range c.VolumeMounts {
-			if _, ok := volumes[m.Name]; !ok {
-				t.Errorf("%s/%s: mount %s names no volume", j.Name, c.Name, m.Name)
-			}
-			mounted[m.MountPath] = m.Name
-		}
 		// Pods start with empty disks: the build cache is shared through a
 		// registry, read and written under one reference.
 		cmd := strings.Join(append(append([]string{}, c.Command...), c.Args...), " ")
@@ -140,9 +130,54 @@ func checkJob(t *testing.T, j *batchv1.Job, configMaps map[string]*corev1.Config
 		if j.Spec.CompletionMode != nil && *j.Spec.CompletionMode == batchv1.IndexedCompletion {
 			checkMatrix(t, j, cmd, pod.Volumes, configMaps)
 		}
-		for _, p := range []string{"/work", "/cache"} {
+	}
+}
+
+// checkPod holds a pod to the restricted pod security every manifest here
+// keeps, and to what stamp needs: emptyDir volumes at each of emptyDirs,
+// every mount backed by a volume, and every recipe of a ConfigMap it
+// mounts parsing as a stamp recipe.
+func checkPod(t *testing.T, name string, pod corev1.PodSpec, emptyDirs []string, configMaps map[string]*corev1.ConfigMap) {
+	t.Helper()
+	psc := pod.SecurityContext
+	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser == 0 {
+		t.Errorf("%s: the pod must run as a non-root user: %+v", name, psc)
+	}
+	if psc != nil && (psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault) {
+		t.Errorf("%s: the pod must use the runtime's default seccomp profile", name)
+	}
+	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
+		t.Errorf("%s: stamp needs no service account token; do not mount one", name)
+	}
+	volumes := map[string]corev1.Volume{}
+	for _, v := range pod.Volumes {
+		volumes[v.Name] = v
+	}
+	for _, c := range append(pod.InitContainers, pod.Containers...) {
+		sc := c.SecurityContext
+		switch {
+		case sc == nil:
+			t.Errorf("%s/%s: no securityContext", name, c.Name)
+			continue
+		case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+			t.Errorf("%s/%s: the root file system must be read-only", name, c.Name)
+		case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+			t.Errorf("%s/%s: privilege escalation must be off", name, c.Name)
+		case sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") || len(sc.Capabilities.Add) != 0:
+			t.Errorf("%s/%s: every capability must be dropped and none added", name, c.Name)
+		case sc.Privileged != nil && *sc.Privileged:
+			t.Errorf("%s/%s: privileged", name, c.Name)
+		}
+		mounted := map[string]string{}
+		for _, m := range c.VolumeMounts {
+			if _, ok := volumes[m.Name]; !ok {
+				t.Errorf("%s/%s: mount %s names no volume", name, c.Name, m.Name)
+			}
+			mounted[m.MountPath] = m.Name
+		}
+		for _, p := range emptyDirs {
 			if v, ok := volumes[mounted[p]]; !ok || v.EmptyDir == nil {
-				t.Errorf("%s/%s: %s must be an emptyDir volume", j.Name, c.Name, p)
+				t.Errorf("%s/%s: %s must be an emptyDir volume", name, c.Name, p)
 			}
 		}
 	}
@@ -152,7 +187,7 @@ func checkJob(t *testing.T, j *batchv1.Job, configMaps map[string]*corev1.Config
 		}
 		cm := configMaps[v.ConfigMap.Name]
 		if cm == nil {
-			t.Errorf("%s: volume %s names ConfigMap %s, which no manifest here defines", j.Name, v.Name, v.ConfigMap.Name)
+			t.Errorf("%s: volume %s names ConfigMap %s, which no manifest here defines", name, v.Name, v.ConfigMap.Name)
 			continue
 		}
 		for key, data := range cm.Data {
@@ -165,6 +200,115 @@ func checkJob(t *testing.T, j *batchv1.Job, configMaps map[string]*corev1.Config
 			}
 		}
 	}
+}
+
+// checkServe holds stamp serve's Deployment to what the server needs: two
+// replicas or more sharing the cache through the registry, the recipes from
+// a ConfigMap, tokens from a Secret, the cache on an emptyDir, probes on
+// /healthz and /readyz, and a Service that reaches the pods' port and keeps
+// a client on one replica.
+func checkServe(t *testing.T, d *appsv1.Deployment, services []*corev1.Service, configMaps map[string]*corev1.ConfigMap) {
+	t.Helper()
+	pod := d.Spec.Template.Spec
+	if pod.RestartPolicy != "" && pod.RestartPolicy != corev1.RestartPolicyAlways {
+		t.Errorf("%s: restartPolicy %q, a Deployment restarts always", d.Name, pod.RestartPolicy)
+	}
+	checkPod(t, d.Name, pod, []string{"/cache", "/tmp"}, configMaps)
+	if d.Spec.Replicas == nil || *d.Spec.Replicas < 2 {
+		t.Errorf("%s: fewer than two replicas share nothing", d.Name)
+	}
+	if d.Spec.Selector == nil || !labelsMatch(d.Spec.Selector.MatchLabels, d.Spec.Template.Labels) {
+		t.Errorf("%s: the selector does not select the pods", d.Name)
+	}
+	if len(pod.Containers) != 1 {
+		t.Fatalf("%s: %d containers, want the server's alone", d.Name, len(pod.Containers))
+	}
+	c := pod.Containers[0]
+	args := map[string]string{}
+	for _, a := range c.Args {
+		k, v, _ := strings.Cut(a, "=")
+		args[k] = v
+	}
+	if cmd := strings.Join(c.Command, " "); cmd != "stamp serve" {
+		t.Errorf("%s: command %q, want stamp serve", d.Name, cmd)
+	}
+	if args["--cache-from"] != "$(CACHE_REF)" || args["--cache-to"] != "$(CACHE_REF)" || !hasEnv(c, "CACHE_REF") {
+		t.Errorf("%s: the replicas must read and write the shared cache (--cache-from and --cache-to $(CACHE_REF)): %q", d.Name, c.Args)
+	}
+	mounts := map[string]corev1.VolumeMount{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.MountPath] = m
+	}
+	volume := func(flag string) *corev1.Volume {
+		dir := args[flag]
+		if flag == "--tokens" {
+			dir = path.Dir(dir)
+		}
+		for _, v := range pod.Volumes {
+			if m, ok := mounts[dir]; ok && m.Name == v.Name {
+				return &v
+			}
+		}
+		t.Errorf("%s: %s %q is on no volume", d.Name, flag, args[flag])
+		return nil
+	}
+	if v := volume("--recipes"); v != nil && (v.ConfigMap == nil || !mounts[args["--recipes"]].ReadOnly) {
+		t.Errorf("%s: the recipes come from a ConfigMap, mounted read-only", d.Name)
+	}
+	if v := volume("--tokens"); v != nil && v.Secret == nil {
+		t.Errorf("%s: the tokens come from a Secret", d.Name)
+	}
+	if v := volume("--cache-dir"); v != nil && v.EmptyDir == nil {
+		t.Errorf("%s: the cache is an emptyDir", d.Name)
+	}
+	var port corev1.ContainerPort
+	for _, p := range c.Ports {
+		if strings.HasSuffix(args["--listen"], fmt.Sprintf(":%d", p.ContainerPort)) {
+			port = p
+		}
+	}
+	if port.Name == "" {
+		t.Fatalf("%s: no named container port is the --listen %q", d.Name, args["--listen"])
+	}
+	for _, probe := range []struct {
+		p    *corev1.Probe
+		path string
+	}{{c.LivenessProbe, "/healthz"}, {c.ReadinessProbe, "/readyz"}} {
+		if probe.p == nil || probe.p.HTTPGet == nil || probe.p.HTTPGet.Path != probe.path || probe.p.HTTPGet.Port.String() != port.Name {
+			t.Errorf("%s: want a probe of %s on port %s", d.Name, probe.path, port.Name)
+		}
+	}
+	found := false
+	for _, svc := range services {
+		if !labelsMatch(svc.Spec.Selector, d.Spec.Template.Labels) {
+			continue
+		}
+		found = true
+		if svc.Spec.SessionAffinity != corev1.ServiceAffinityClientIP {
+			t.Errorf("Service %s: a client must stay on one replica (sessionAffinity: ClientIP)", svc.Name)
+		}
+		for _, p := range svc.Spec.Ports {
+			if p.TargetPort.String() != port.Name {
+				t.Errorf("Service %s: port %d targets %s, not the server's %s", svc.Name, p.Port, p.TargetPort.String(), port.Name)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("%s: no Service selects its pods", d.Name)
+	}
+}
+
+// labelsMatch tells whether every label of sel is among labels.
+func labelsMatch(sel, labels map[string]string) bool {
+	if len(sel) == 0 {
+		return false
+	}
+	for k, v := range sel {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 // placeholders gives every parameter the recipe declares without a

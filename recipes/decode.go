@@ -15,14 +15,17 @@ type decoder struct {
 	file   string
 	errs   []*Error
 	budget int // nodes left to visit; aliases can multiply a small document
-	// substituted holds the scalars ${name} was replaced in, so a type
-	// error there can say why a parameter cannot give a number.
-	substituted map[*yaml.Node]bool
+	// substituted holds the scalars ${name} was replaced in, with the
+	// parameters' names, so a type error there can say why a parameter
+	// cannot give a number, and a host path which parameters made it.
+	substituted map[*yaml.Node][]string
+	// hostPaths collects every host path a field names, for Recipe.HostPaths.
+	hostPaths []HostPath
 }
 
 // notString explains a type error on a scalar a parameter filled.
 func (d *decoder) notString(n *yaml.Node) string {
-	if d.substituted[n] {
+	if len(d.substituted[n]) > 0 {
 		return "; a parameter's value is always a string, so it cannot give a number or a boolean"
 	}
 	return ""

@@ -416,6 +416,9 @@ func (d *decoder) debs(n *yaml.Node, field string, base bool) Debs {
 			if !d.failed(v) && (!ok || scheme != "http" && scheme != "https" && scheme != "file") {
 				d.fail(d.resolveQuiet(v), f, "repo %q must be an http://, https:// or file:// URL", b.Repo)
 			}
+			if rest, ok := strings.CutPrefix(b.Repo, "file://"); ok && !d.failed(v) {
+				d.hostPaths = append(d.hostPaths, HostPath{Field: f, Path: rest, Repo: true, Params: d.substituted[d.resolveQuiet(v)]})
+			}
 		},
 		"suite":        func(v *yaml.Node, f string) { b.Suite = d.str(v, f) },
 		"suites":       func(v *yaml.Node, f string) { b.Suites = d.strList(v, f) },

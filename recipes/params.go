@@ -255,20 +255,24 @@ func (d *decoder) substitute(n *yaml.Node, field string, ps *params, seen map[*y
 		if n.ShortTag() != "!!str" || !strings.Contains(n.Value, "$") {
 			return
 		}
-		if v, ok := d.expand(n, field, ps); ok && v != n.Value {
+		if v, names, ok := d.expand(n, field, ps); ok && v != n.Value {
 			n.Value, n.Tag = v, "!!str"
-			if d.substituted == nil {
-				d.substituted = map[*yaml.Node]bool{}
+			if len(names) > 0 {
+				if d.substituted == nil {
+					d.substituted = map[*yaml.Node][]string{}
+				}
+				d.substituted[n] = names
 			}
-			d.substituted[n] = true
 		}
 	}
 }
 
-// expand substitutes one string; ok is false after an error.
-func (d *decoder) expand(n *yaml.Node, field string, ps *params) (string, bool) {
+// expand substitutes one string, and names the parameters it used, in
+// name order; ok is false after an error.
+func (d *decoder) expand(n *yaml.Node, field string, ps *params) (string, []string, bool) {
 	s := n.Value
 	var b strings.Builder
+	var names []string
 	for i := 0; i < len(s); {
 		switch {
 		case strings.HasPrefix(s[i:], "$${"):
@@ -278,15 +282,18 @@ func (d *decoder) expand(n *yaml.Node, field string, ps *params) (string, bool) 
 			end := strings.IndexByte(s[i+2:], '}')
 			if end < 0 {
 				d.fail(n, field, "unterminated ${ in %q (write $${ for a literal ${)", s)
-				return "", false
+				return "", nil, false
 			}
 			name := s[i+2 : i+2+end]
 			p := ps.byName[name]
 			if p == nil {
 				d.fail(n, field, "%s", undeclared(name, ps))
-				return "", false
+				return "", nil, false
 			}
 			d.value(ps, p)
+			if !slices.Contains(names, name) {
+				names = append(names, name)
+			}
 			b.WriteString(p.Value)
 			i += 2 + end + 1
 		default:
@@ -294,7 +301,8 @@ func (d *decoder) expand(n *yaml.Node, field string, ps *params) (string, bool) 
 			i++
 		}
 	}
-	return b.String(), true
+	slices.Sort(names)
+	return b.String(), names, true
 }
 
 func undeclared(name string, ps *params) string {
@@ -338,4 +346,28 @@ func (d *decoder) checkSet(ps *params) {
 			d.fail(&yaml.Node{Line: p.Line}, "--set "+name, "parameter %q is declared but no field uses it, so setting it would change nothing", name)
 		}
 	}
+}
+
+// Declared is the parameters a recipe declares, in declaration order,
+// without values: what a caller must or may give before the recipe loads
+// (a recipe whose parameter has no default does not load without it).
+func Declared(data []byte, filename string) ([]Param, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, syntaxError(filename, err)
+	}
+	d := &decoder{file: filename, budget: nodeBudget}
+	root := &doc
+	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
+		root = doc.Content[0]
+	}
+	ps := d.declareParams(root, Options{})
+	if len(d.errs) > 0 {
+		return nil, join(d.errs)
+	}
+	out := make([]Param, 0, len(ps.list))
+	for _, p := range ps.list {
+		out = append(out, *p)
+	}
+	return out, nil
 }

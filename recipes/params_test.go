@@ -260,3 +260,56 @@ func TestLoadWithParams(t *testing.T) {
 		t.Fatalf("LoadWith: %+v, %v", r, err)
 	}
 }
+
+// HostPaths lists every host path a field names, in document order, and
+// says which parameters made it: a service building for others checks
+// where those lead.
+func TestHostPaths(t *testing.T) {
+	y := strings.Replace(paramsRecipe, "${HOME} is ", "", 1)
+	r := mustParse(t, y, Options{Set: map[string]string{"mirror": "file:///srv/debian"}})
+	want := []HostPath{
+		{Field: "base.tarball", Path: "./base-bookworm.tar", Params: []string{"suite"}},
+		{Field: "customize.layers[2].hook.run", Path: "./hooks/x.sh"},
+		{Field: "provision.layers[0].debs.repo", Path: "/srv/debian", Repo: true, Params: []string{"mirror"}},
+	}
+	if !reflect.DeepEqual(r.HostPaths, want) {
+		t.Errorf("HostPaths = %+v\nwant %+v", r.HostPaths, want)
+	}
+	// A path made of two parameters names both.
+	r = mustParse(t, head+"params: {b: x, a: y}\ncustomize:\n  layers:\n    - files: [{path: /k, from: \"./${b}/${a}-${b}\"}]\n", Options{})
+	if got := r.HostPaths[1]; got.Path != "./x/y-x" || !reflect.DeepEqual(got.Params, []string{"a", "b"}) {
+		t.Errorf("HostPaths[1] = %+v", got)
+	}
+	// A URL is no host path, nor an http repository.
+	r = mustParse(t, head+"customize:\n  layers:\n    - tarball: {path: \"https://example.invalid/a.tar\", sha256: \""+strings.Repeat("a", 64)+"\"}\n"+
+		"    - files: [{path: /k, from: ./k}]\n    - debs: {repo: \"http://127.0.0.1/debian\", suite: s, packages: [p]}\n", Options{})
+	want = []HostPath{{Field: "base.tarball", Path: "./b.tar"}, {Field: "customize.layers[1].files[0].from", Path: "./k"}}
+	if !reflect.DeepEqual(r.HostPaths, want) {
+		t.Errorf("HostPaths = %+v\nwant %+v", r.HostPaths, want)
+	}
+}
+
+// Declared gives the parameters of a recipe that does not load without
+// values, with their defaults and descriptions.
+func TestDeclared(t *testing.T) {
+	if _, err := ParseWith([]byte(paramsRecipe), "r.yaml", Options{}); err == nil {
+		t.Fatal("paramsRecipe loads without a mirror; the test proves nothing")
+	}
+	ps, err := Declared([]byte(paramsRecipe), "r.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range ps {
+		names = append(names, p.Name)
+	}
+	if !reflect.DeepEqual(names, []string{"host", "mode", "mirror", "suite", "size", "unused"}) {
+		t.Fatalf("names %q", names)
+	}
+	if *ps[0].Default != "node-a" || ps[1].Description != "the hostname file's mode" || !ps[2].FromHostApt || ps[5].Default != nil || ps[0].Used {
+		t.Errorf("params = %+v", ps)
+	}
+	if _, err := Declared([]byte("params: {1x: a}\n"), "r.yaml"); err == nil || !strings.Contains(err.Error(), "params.1x") {
+		t.Errorf("a bad name: %v", err)
+	}
+}

@@ -97,6 +97,7 @@ func ParseWith(data []byte, filename string, o Options) (r *Recipe, err error) {
 		return nil, join(d.errs)
 	}
 	r.Path = filename
+	r.HostPaths = d.hostPaths
 	if r.TreeDigest, err = treeDigest(root); err != nil {
 		return nil, &Error{File: filename, Line: 1, Msg: err.Error()}
 	}
@@ -198,6 +199,9 @@ func (d *decoder) hostPath(n *yaml.Node, field string) string {
 	}
 	if strings.ContainsRune(s, 0) {
 		d.fail(d.resolveQuiet(n), field, "contains a NUL byte")
+	}
+	if s != "" && !strings.Contains(s, "://") {
+		d.hostPaths = append(d.hostPaths, HostPath{Field: field, Path: s, Params: d.substituted[d.resolveQuiet(n)]})
 	}
 	return s
 }

@@ -98,6 +98,9 @@ func TestParseDesignExample(t *testing.T) {
 			{Line: 45, Field: "outputs[5]", Format: "oci", Name: "oci", Kind: "rootfs", Layout: "dir", Compression: "gzip"},
 		},
 		Path: "k8s-node.yaml",
+		HostPaths: []HostPath{{Field: "base.tarball", Path: "./base.tar.zst"}, {Field: "base.pre[0]", Path: "./hooks/check.sh"},
+			{Field: "customize.layers[0].files[1].from", Path: "./overlay/kubernetes/"},
+			{Field: "provision.layers[2].debs.repo", Path: "/srv/debian", Repo: true}},
 		// Checked by TestTreeDigest.
 		TreeDigest: got.TreeDigest,
 	}

@@ -48,6 +48,25 @@ type Recipe struct {
 	// substituted, without its outputs, comments or layout: what decides
 	// the tree, and so what an image records of its recipe.
 	TreeDigest string
+	// HostPaths are the files and directories of the build host the
+	// recipe reads, in document order.
+	HostPaths []HostPath
+}
+
+// HostPath is a host file or directory a recipe field names: a tarball,
+// a files.from source, a hook, a keyring, or the directory of a file://
+// repository. A service that builds recipes with parameters its clients
+// give checks where the ones a parameter made lead.
+type HostPath struct {
+	Field string
+	// Path is as the recipe gives it: relative to the recipe's directory,
+	// or absolute.
+	Path string
+	// Repo marks a file:// repository's directory.
+	Repo bool
+	// Params are the parameters whose values are part of the path, in
+	// name order.
+	Params []string
 }
 
 // Output returns the output with the given name.

@@ -22,6 +22,7 @@ import (
 	"github.com/stamp-dev/stamp"
 	"github.com/stamp-dev/stamp/recipes"
 	"github.com/stamp-dev/stamp/rootfs/hostroot"
+	"github.com/stamp-dev/stamp/serve"
 	"github.com/stamp-dev/stamp/verify"
 )
 
@@ -345,6 +346,25 @@ func newApp(getenv func(string) string, code *int) *cli.App {
 				}},
 			},
 			{
+				Name:  "serve",
+				Usage: "build the recipes under --recipes DIR on request over HTTP, and serve their outputs from the cache",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "recipes", Required: true, Usage: "the directory of the recipes the server builds; nothing outside it is built"},
+					&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8080", Usage: "the address to listen on, HOST:PORT"},
+					&cli.StringFlag{Name: "tokens", Usage: "a file of NAME TOKEN lines: the bearer tokens that may build (without it, nobody may)"},
+					&cli.BoolFlag{Name: "auth-reads", Usage: "reading recipes, builds and images needs a token too"},
+					&cli.IntFlag{Name: "max-builds", Usage: "builds that run at once (default half the cores, at least 1)"},
+					&cli.IntFlag{Name: "queue", Value: serve.DefaultQueue, Usage: "builds that may wait for a place; more are answered 429"},
+					&cli.IntFlag{Name: "max-builds-per-token", Value: serve.DefaultMaxPerToken, Usage: "builds one token may have queued or running"},
+					&cli.StringFlag{Name: "cache-from", Usage: "read cache records from registry repository REF (HOST/NAME), as OCI artifacts"},
+					&cli.StringFlag{Name: "cache-to", Usage: "write cache records to registry repository REF (HOST/NAME), with the docker config's credentials"},
+					cacheSign(), cacheTrust(),
+					insecure(),
+					common[0], common[1], common[2],
+				},
+				Action: func(c *cli.Context) error { return serveCommand(c, code) },
+			},
+			{
 				Name:  "version",
 				Usage: "print stamp's own build information",
 				Action: func(c *cli.Context) error {
@@ -360,6 +380,41 @@ func newApp(getenv func(string) string, code *int) *cli.App {
 		},
 	}
 	return app
+}
+
+// serveCommand is stamp serve: it runs until interrupted.
+func serveCommand(c *cli.Context, code *int) error {
+	*code = exitUsage
+	if c.NArg() != 0 {
+		return errors.New("serve takes no arguments")
+	}
+	log, err := newLogger(c)
+	if err != nil {
+		return err
+	}
+	cacheDir, err := privateDir(c, "cache-dir")
+	if err != nil {
+		return err
+	}
+	o := serve.Options{RecipeDir: c.String("recipes"), CacheDir: cacheDir, CacheFrom: c.String("cache-from"), CacheTo: c.String("cache-to"),
+		CacheSign: c.String("cache-sign"), CacheTrust: c.StringSlice("cache-trust"),
+		InsecureRegistries: c.StringSlice("insecure-registry"), AuthReads: c.Bool("auth-reads"),
+		MaxBuilds: c.Int("max-builds"), Queue: c.Int("queue"), MaxPerToken: c.Int("max-builds-per-token"), Log: log}
+	if f := c.String("tokens"); f != "" {
+		if o.Tokens, err = serve.LoadTokens(f); err != nil {
+			return err
+		}
+	}
+	s, err := serve.New(o)
+	if err != nil {
+		return err
+	}
+	*code = exitFailed
+	if err := s.ListenAndServe(c.Context, c.String("listen")); err != nil {
+		return err
+	}
+	*code = exitOK
+	return nil
 }
 
 // undo is stamp apply --undo: no recipe, only the root's own record.

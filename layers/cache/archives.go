@@ -47,17 +47,7 @@ func (s archiveStore) Keep(path, sum string) (string, error) {
 // unchanged since it last hashed to its name. A corrupt one is removed and
 // reported as a *CorruptError.
 func (s archiveStore) Open(sum string) (*os.File, error) {
-	if !s.c.blobVerified(sum) {
-		if err := s.c.Verify(digestOf(sum)); err != nil {
-			return nil, err
-		}
-		s.c.rememberBlob(sum)
-	}
-	f, err := os.Open(s.c.blobPath(sum))
-	if err != nil {
-		return nil, fmt.Errorf("blob %s: %w", digestOf(sum), err)
-	}
-	return f, nil
+	return s.c.OpenFile(digestOf(sum))
 }
 
 // fileWritten renames tmp, a file in the cache's file system whose sha256

@@ -80,6 +80,13 @@ type Options struct {
 	// Retry says how downloads meet faults of the network; the zero value
 	// is its defaults.
 	Retry Retry
+	// Unlocked opens the cache without its lock, for a long-lived process
+	// (stamp serve) that must not keep a prune waiting: it opens the cache
+	// again, locked, around what needs the lock (a build and the records
+	// it files). Reading a blob through a file opened by OpenFile needs
+	// none: a blob appears under its name only whole, and a file that was
+	// open when a prune removed its name still reads it.
+	Unlocked bool
 }
 
 // Cache is a content-addressed store on disk. It is safe for concurrent use by
@@ -178,7 +185,7 @@ func DefaultDir(getenv func(string) string) (string, error) {
 // cannot write to (another user's) is opened read-only: reads work, and
 // anything that would store a blob fails with ErrReadOnly. Temp files left by
 // killed processes are swept. The cache stays locked against Prune until
-// Close.
+// Close, unless opts.Unlocked.
 func Open(dir string, opts Options) (*Cache, error) {
 	if dir == "" {
 		return nil, errors.New("open cache: no directory given")
@@ -206,8 +213,10 @@ func Open(dir string, opts Options) (*Cache, error) {
 	if err := c.prepare(); err != nil {
 		return nil, err
 	}
-	if err := c.openLock(); err != nil {
-		return nil, err
+	if !opts.Unlocked {
+		if err := c.openLock(); err != nil {
+			return nil, err
+		}
 	}
 	if c.writable {
 		c.sweep()

@@ -70,6 +70,31 @@ func checkLiveLog(t *testing.T, log string) {
 	}
 }
 
+// liveBaseTar is liveTree as a tarball, for a recipe's base.
+func liveBaseTar(t *testing.T, k *harness.BootKit) string {
+	t.Helper()
+	var base bytes.Buffer
+	if err := formats.WriteTar(context.Background(), liveTree(t, k).View(), &base, formats.TarOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return base.String()
+}
+
+// liveRecipe builds a cpio output and a pxe bundle from it on liveBaseTar,
+// as base.tar beside it.
+const liveRecipe = `apiVersion: stamp.dev/v1alpha1
+kind: Recipe
+name: live
+epoch: 1700000000
+base: {tarball: ./base.tar}
+customize:
+  layers:
+    - files: [{path: /etc/hostname, content: "live\n"}]
+outputs:
+  - {format: cpio}
+  - {format: pxe, from: cpio}
+`
+
 // The PXE bundle's initramfs, made from a tree holding busybox-static,
 // boots Debian's kernel into the tree's init for every compression the
 // kernel takes.
@@ -106,26 +131,8 @@ func TestLiveBootPXE(t *testing.T) {
 func TestLiveBootIPXEFromRecipe(t *testing.T) {
 	harness.RequireSetpriv(t)
 	k := harness.BootParts(t)
-	tree := liveTree(t, k)
 	dir := harness.TempDirFor65534(t)
-	var base bytes.Buffer
-	if err := formats.WriteTar(context.Background(), tree.View(), &base, formats.TarOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	writeFiles(t, dir, map[string]string{
-		"base.tar": base.String(),
-		"recipe.yaml": `apiVersion: stamp.dev/v1alpha1
-kind: Recipe
-name: live
-epoch: 1700000000
-base: {tarball: ./base.tar}
-customize:
-  layers:
-    - files: [{path: /etc/hostname, content: "live\n"}]
-outputs:
-  - {format: cpio}
-  - {format: pxe, from: cpio}
-`})
+	writeFiles(t, dir, map[string]string{"base.tar": liveBaseTar(t, k), "recipe.yaml": liveRecipe})
 	out1 := filepath.Join(dir, "out-root")
 	stamp(t, dir, nil, "build", "recipe.yaml", "-o", out1, "--cache-dir", filepath.Join(dir, "cache-root"), "--work-dir", dir).mustSucceed(t)
 	out2 := filepath.Join(dir, "out-nobody")

@@ -3,7 +3,7 @@
 # prints wall time and peak RSS side by side. Speed and memory are judged here,
 # never by timed unit tests.
 set -euo pipefail
-# Usage: bench.sh [tar|ext4|qcow2|vhd|vmdk|cpio|codecs|uki|verity|oci|debs|bootstrap|depmod|disk|node]...; all of them
+# Usage: bench.sh [tar|ext4|qcow2|vhd|vmdk|cpio|codecs|uki|verity|oci|debs|bootstrap|depmod|disk|node|serve]...; all of them
 # by default. disk and node need the Kubernetes inputs (make k8s-inputs; it builds
 # them first, which takes about 50 minutes on a machine that has none).
 cd "$(dirname "$0")/../.."
@@ -167,7 +167,12 @@ bench_node() {
 		grep -E '^(Benchmark|---|\s+node_bench_test)' || true
 }
 
-for b in "${@:-tar ext4 qcow2 vhd vmdk cpio codecs uki verity oci debs bootstrap depmod disk node}"; do
+bench_serve() {
+	echo
+	STAMP="$STAMP" bash test/scripts/bench-serve.sh
+}
+
+for b in "${@:-tar ext4 qcow2 vhd vmdk cpio codecs uki verity oci debs bootstrap depmod disk node serve}"; do
 	for one in $b; do
 		declare -F "bench_$one" >/dev/null || { echo "bench: no benchmark named $one" >&2; exit 2; }
 		"bench_$one"
