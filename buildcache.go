@@ -170,8 +170,9 @@ func phaseOf(field string) string {
 	return field
 }
 
-// phaseInputs is every input, hook script and files.from host file of one
-// phase, by digest.
+// phaseInputs is every input and host file (a hook's program) of one phase
+// and every host file or directory its layers copy in (files.from), by
+// digest.
 func (bc *buildCache) phaseInputs(rec *recipes.Recipe, ph phase, att *attestation) ([]cache.Part, error) {
 	var parts []cache.Part
 	for _, d := range att.deps {
@@ -179,30 +180,28 @@ func (bc *buildCache) phaseInputs(rec *recipes.Recipe, ph phase, att *attestatio
 			parts = append(parts, cache.Part{Name: fmt.Sprintf("%s %s %s", d.Kind, d.Field, d.URI), Digest: d.Digest})
 		}
 	}
-	err := eachFrom(ph, func(st step, i int, from string) error {
-		d, err := hostTreeDigest(bc.c, from)
+	err := eachHostSource(ph, func(st step, src layers.HostSource) error {
+		d, err := hostTreeDigest(bc.c, src.Path)
 		if err != nil {
-			return fmt.Errorf("%s[%d].from: %w", st.label, i, err)
+			return fmt.Errorf("%s%s: %w", st.label, src.Field, err)
 		}
-		parts = append(parts, cache.Part{Name: fmt.Sprintf("files %s %s", st.label, lockKey(rec.Dir, from)), Digest: d})
+		parts = append(parts, cache.Part{Name: fmt.Sprintf("%s %s %s", st.layer.Kind(), st.label, lockKey(rec.Dir, src.Path)), Digest: d})
 		return nil
 	})
 	return parts, err
 }
 
-// eachFrom calls fn with every files.from host path of ph, in order, and
-// stops at its first error.
-func eachFrom(ph phase, fn func(st step, i int, from string) error) error {
+// eachHostSource calls fn with every host file or directory a layer of ph
+// copies into the tree (layers.WithHostSources), in order, and stops at
+// its first error.
+func eachHostSource(ph phase, fn func(st step, src layers.HostSource) error) error {
 	for _, st := range ph.steps {
-		f, ok := st.layer.(*layers.Files)
+		hs, ok := st.layer.(layers.WithHostSources)
 		if !ok {
 			continue
 		}
-		for i, it := range f.Items {
-			if it.From == "" {
-				continue
-			}
-			if err := fn(st, i, it.From); err != nil {
+		for _, src := range hs.HostSources() {
+			if err := fn(st, src); err != nil {
 				return err
 			}
 		}
@@ -282,17 +281,16 @@ func (bc *buildCache) outputParts(rec *recipes.Recipe, spec *formats.Spec, base 
 	return parts, nil
 }
 
-// hostTreeDigest is the digest of a host file, or of a directory's names,
-// types, modes, link targets and contents.
-// prehash hashes every files.from host file on as many goroutines as there
-// are cores, ahead of the keys, which read them one at a time and then find
-// each sum in the stat cache: a cold build hashes hundreds of MB of
-// Kubernetes binaries here. A failure is left for the keys to report.
+// prehash hashes every host file the layers copy in (files.from) on as
+// many goroutines as there are cores, ahead of the keys, which read them
+// one at a time and then find each sum in the stat cache: a cold build
+// hashes hundreds of MB of Kubernetes binaries here. A failure is left for
+// the keys to report.
 func prehash(c *cache.Cache, phases []phase) {
 	var paths []string
 	for _, ph := range phases {
-		eachFrom(ph, func(_ step, _ int, from string) error {
-			return filepath.WalkDir(from, func(p string, d fs.DirEntry, err error) error {
+		eachHostSource(ph, func(_ step, src layers.HostSource) error {
+			return filepath.WalkDir(src.Path, func(p string, d fs.DirEntry, err error) error {
 				if err == nil && d.Type().IsRegular() {
 					paths = append(paths, p)
 				}
@@ -314,6 +312,8 @@ func prehash(c *cache.Cache, phases []phase) {
 	g.Wait()
 }
 
+// hostTreeDigest is the digest of a host file, or of a directory's names,
+// types, modes, link targets and contents.
 func hostTreeDigest(c *cache.Cache, root string) (string, error) {
 	h := sha256.New()
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
