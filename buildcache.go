@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -242,8 +241,9 @@ func (bc *buildCache) phaseParts(rec *recipes.Recipe, phases []phase, ep time.Ti
 }
 
 // outputParts is what an output depends on: stamp, the tree, the output's
-// options and names, the output it is made from, and the host's GRUB for a
-// BIOS disk, whose core.img grub-mkimage makes.
+// options and names, the output it is made from, and the host files its
+// writer reads (formats.HostReader: the host's GRUB for a BIOS disk, whose
+// core.img grub-mkimage makes).
 func (bc *buildCache) outputParts(rec *recipes.Recipe, spec *formats.Spec, base string, ep time.Time, treeDigest, fromKey string) ([]cache.Part, error) {
 	opts, err := jsonDigest(spec)
 	if err != nil {
@@ -262,18 +262,11 @@ func (bc *buildCache) outputParts(rec *recipes.Recipe, spec *formats.Spec, base 
 	if fromKey != "" {
 		parts = append(parts, cache.Part{Name: "from " + spec.From, Digest: fromKey})
 	}
-	if rs, ok := spec.Options.(*formats.RawSpec); ok && rs.Boot != nil && rs.Boot.BIOS {
-		for _, p := range []string{"grub-mkimage", formats.GrubPCDir} {
-			if p == "grub-mkimage" {
-				lp, err := exec.LookPath(p)
-				if err != nil {
-					continue // the writer says why it needs it
-				}
-				p = lp
-			}
+	if hr, ok := spec.Options.(formats.HostReader); ok {
+		for _, p := range hr.HostFiles() {
 			d, err := hostTreeDigest(bc.c, p)
 			if err != nil {
-				continue
+				continue // the writer says why it needs it
 			}
 			parts = append(parts, cache.Part{Name: "host " + p, Digest: d})
 		}
