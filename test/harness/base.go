@@ -64,6 +64,7 @@ func DebCacheDir() string {
 
 func cacheRoot() string {
 	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
+		openToNobody(d)
 		return filepath.Join(d, "stamp-test")
 	}
 	if os.Geteuid() == 0 {
@@ -73,6 +74,20 @@ func cacheRoot() string {
 		return filepath.Join(d, "stamp-test")
 	}
 	return filepath.Join(os.TempDir(), "stamp-test-cache")
+}
+
+// openToNobody lets uid 65534 pass through dir when root runs the tests
+// with a cache home of its own, such as XDG_CACHE_HOME=$(mktemp -d), which
+// is 0700: the unprivileged builds read the repositories and bases the
+// harness keeps there. Only search permission is added; nothing under dir
+// becomes listable by it.
+func openToNobody(dir string) {
+	if os.Geteuid() != 0 {
+		return
+	}
+	if fi, err := os.Stat(dir); err == nil && fi.IsDir() && fi.Mode().Perm()&0o001 == 0 {
+		_ = os.Chmod(dir, fi.Mode().Perm()|0o001)
+	}
 }
 
 // EpochFromEnv returns SOURCE_DATE_EPOCH when it is set and valid, else DefaultEpoch.
