@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -170,8 +169,9 @@ func phaseOf(field string) string {
 	return field
 }
 
-// phaseInputs is every input, hook script and files.from host file of one
-// phase, by digest.
+// phaseInputs is every input and host file (a hook's program) of one phase
+// and every host file or directory its layers copy in (files.from), by
+// digest.
 func (bc *buildCache) phaseInputs(rec *recipes.Recipe, ph phase, att *attestation) ([]cache.Part, error) {
 	var parts []cache.Part
 	for _, d := range att.deps {
@@ -179,30 +179,28 @@ func (bc *buildCache) phaseInputs(rec *recipes.Recipe, ph phase, att *attestatio
 			parts = append(parts, cache.Part{Name: fmt.Sprintf("%s %s %s", d.Kind, d.Field, d.URI), Digest: d.Digest})
 		}
 	}
-	err := eachFrom(ph, func(st step, i int, from string) error {
-		d, err := bc.c.HashTree(from)
+	err := eachHostSource(ph, func(st step, src layers.HostSource) error {
+		d, err := bc.c.HashTree(src.Path)
 		if err != nil {
-			return fmt.Errorf("%s[%d].from: %w", st.label, i, err)
+			return fmt.Errorf("%s%s: %w", st.label, src.Field, err)
 		}
-		parts = append(parts, cache.Part{Name: fmt.Sprintf("files %s %s", st.label, lockKey(rec.Dir, from)), Digest: d})
+		parts = append(parts, cache.Part{Name: fmt.Sprintf("%s %s %s", st.layer.Kind(), st.label, lockKey(rec.Dir, src.Path)), Digest: d})
 		return nil
 	})
 	return parts, err
 }
 
-// eachFrom calls fn with every files.from host path of ph, in order, and
-// stops at its first error.
-func eachFrom(ph phase, fn func(st step, i int, from string) error) error {
+// eachHostSource calls fn with every host file or directory a layer of ph
+// copies into the tree (layers.WithHostSources), in order, and stops at
+// its first error.
+func eachHostSource(ph phase, fn func(st step, src layers.HostSource) error) error {
 	for _, st := range ph.steps {
-		f, ok := st.layer.(*layers.Files)
+		hs, ok := st.layer.(layers.WithHostSources)
 		if !ok {
 			continue
 		}
-		for i, it := range f.Items {
-			if it.From == "" {
-				continue
-			}
-			if err := fn(st, i, it.From); err != nil {
+		for _, src := range hs.HostSources() {
+			if err := fn(st, src); err != nil {
 				return err
 			}
 		}
@@ -243,8 +241,9 @@ func (bc *buildCache) phaseParts(rec *recipes.Recipe, phases []phase, ep time.Ti
 }
 
 // outputParts is what an output depends on: stamp, the tree, the output's
-// options and names, the output it is made from, and the host's GRUB for a
-// BIOS disk, whose core.img grub-mkimage makes.
+// options and names, the output it is made from, and the host files its
+// writer reads (formats.HostReader: the host's GRUB for a BIOS disk, whose
+// core.img grub-mkimage makes).
 func (bc *buildCache) outputParts(rec *recipes.Recipe, spec *formats.Spec, base string, ep time.Time, treeDigest, fromKey string) ([]cache.Part, error) {
 	opts, err := jsonDigest(spec)
 	if err != nil {
@@ -263,18 +262,11 @@ func (bc *buildCache) outputParts(rec *recipes.Recipe, spec *formats.Spec, base 
 	if fromKey != "" {
 		parts = append(parts, cache.Part{Name: "from " + spec.From, Digest: fromKey})
 	}
-	if rs, ok := spec.Options.(*formats.RawSpec); ok && rs.Boot != nil && rs.Boot.BIOS {
-		for _, p := range []string{"grub-mkimage", formats.GrubPCDir} {
-			if p == "grub-mkimage" {
-				lp, err := exec.LookPath(p)
-				if err != nil {
-					continue // the writer says why it needs it
-				}
-				p = lp
-			}
+	if hr, ok := spec.Options.(formats.HostReader); ok {
+		for _, p := range hr.HostFiles() {
 			d, err := bc.c.HashTree(p)
 			if err != nil {
-				continue
+				continue // the writer says why it needs it
 			}
 			parts = append(parts, cache.Part{Name: "host " + p, Digest: d})
 		}
@@ -282,15 +274,16 @@ func (bc *buildCache) outputParts(rec *recipes.Recipe, spec *formats.Spec, base 
 	return parts, nil
 }
 
-// prehash hashes every files.from host file on as many goroutines as there
-// are cores, ahead of the keys, which read them one at a time and then find
-// each sum in the stat cache: a cold build hashes hundreds of MB of
-// Kubernetes binaries here. A failure is left for the keys to report.
+// prehash hashes every host file the layers copy in (files.from) on as
+// many goroutines as there are cores, ahead of the keys, which read them
+// one at a time and then find each sum in the stat cache: a cold build
+// hashes hundreds of MB of Kubernetes binaries here. A failure is left for
+// the keys to report.
 func prehash(c *cache.Cache, phases []phase) {
 	var paths []string
 	for _, ph := range phases {
-		eachFrom(ph, func(_ step, _ int, from string) error {
-			return filepath.WalkDir(from, func(p string, d fs.DirEntry, err error) error {
+		eachHostSource(ph, func(_ step, src layers.HostSource) error {
+			return filepath.WalkDir(src.Path, func(p string, d fs.DirEntry, err error) error {
 				if err == nil && d.Type().IsRegular() {
 					paths = append(paths, p)
 				}

@@ -14,6 +14,7 @@ import (
 
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
+	"github.com/stamp-dev/stamp/layers"
 	"github.com/stamp-dev/stamp/layers/cache"
 	"github.com/stamp-dev/stamp/test/harness"
 )
@@ -179,5 +180,36 @@ func TestSharedCacheDownIsAskedOnce(t *testing.T) {
 	}
 	if n := strings.Count(all, "cannot share"); n != 1 || strings.Count(all, "shares nothing more") != 1 {
 		t.Errorf("%d pushes tried of three:\n%s", n, all)
+	}
+}
+
+// TestWorthKeeping holds the phase cache's choice to what the layers say:
+// packages keep a phase wherever they are, a tarball keeps it unless a host
+// process runs on the tree after it, and files alone do not.
+func TestWorthKeeping(t *testing.T) {
+	phaseOf := func(ls ...layers.Layer) phase {
+		ph := phase{name: "customize"}
+		for _, l := range ls {
+			ph.steps = append(ph.steps, step{label: l.Kind(), layer: l})
+		}
+		return ph
+	}
+	for _, tc := range []struct {
+		name string
+		ph   phase
+		want bool
+	}{
+		{"files", phaseOf(&layers.Files{}), false},
+		{"tarball", phaseOf(&layers.Tarball{}, &layers.Files{}), true},
+		{"tarball then hook", phaseOf(&layers.Tarball{}, &layers.Hook{}), false},
+		{"hook then tarball", phaseOf(&layers.Hook{}, &layers.Tarball{}), true},
+		{"tarball then run", phaseOf(&layers.Tarball{}, &layers.Run{}), false},
+		{"debs then hook", phaseOf(&layers.Debs{}, &layers.Hook{}), true},
+		{"run then debs", phaseOf(&layers.Run{}, &layers.Debs{}), true},
+		{"images", phaseOf(&layers.Images{Into: layers.IntoContainerd}), false},
+	} {
+		if got := worthKeeping(tc.ph); got != tc.want {
+			t.Errorf("%s: worthKeeping = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

@@ -383,20 +383,21 @@ func samePlatform(a, b string) bool {
 	return len(pa) < 3 || len(pb) < 3 || pa[2] == pb[2]
 }
 
-// pinDebs hands each debs layer the .deb digests of the lock, so a build
-// checks every package it installs against the lock as well as against the
-// index the lock pins.
+// pinDebs hands each layer whose inputs are found through others
+// (layers.Resolver: a debs layer's .debs) the lock's pins, so a build checks
+// every package it installs against the lock as well as against the index
+// the lock pins.
 func pinDebs(phases []phase, lk *lock.Lock) {
 	if lk == nil {
 		return
 	}
 	for _, ph := range phases {
 		for _, st := range ph.steps {
-			if d, ok := st.layer.(*layers.Debs); ok {
-				d.Pinned = func(url string) (string, bool) {
-					in, ok := lk.Get("deb", url)
+			if r, ok := st.layer.(layers.Resolver); ok {
+				r.UseLock(func(kind layers.InputKind, uri string) (string, bool) {
+					in, ok := lk.Get(string(kind), uri)
 					return in.Digest, ok
-				}
+				})
 			}
 		}
 	}
@@ -407,7 +408,7 @@ func pinDebs(phases []phase, lk *lock.Lock) {
 // build --offline finds them there: the lock pins the indexes, and through
 // them every .deb.
 func fetchPackages(ctx context.Context, c *cache.Cache, rec *recipes.Recipe, o *Options, phases []phase) error {
-	return eachDebsPins(ctx, c, rec, o, phases, func(env *layers.Env, pins []layers.Input) error {
+	return eachResolved(ctx, c, rec, o, phases, func(env *layers.Env, pins []layers.Input) error {
 		for _, p := range pins {
 			if _, err := c.Fetch(ctx, p.URI, p.Digest); err != nil {
 				return err
@@ -421,7 +422,7 @@ func fetchPackages(ctx context.Context, c *cache.Cache, rec *recipes.Recipe, o *
 // lockPackages adds the .deb files of every debs layer to the lock (kind
 // "deb", the .deb URL and its digest), so the exact versions are on record.
 func lockPackages(ctx context.Context, c *cache.Cache, rec *recipes.Recipe, o *Options, phases []phase, lk *lock.Lock) error {
-	return eachDebsPins(ctx, c, rec, o, phases, func(_ *layers.Env, pins []layers.Input) error {
+	return eachResolved(ctx, c, rec, o, phases, func(_ *layers.Env, pins []layers.Input) error {
 		for _, p := range pins {
 			lk.Set(lock.Input{Kind: string(p.Kind), URI: p.URI, Digest: p.Digest})
 		}
@@ -429,12 +430,13 @@ func lockPackages(ctx context.Context, c *cache.Cache, rec *recipes.Recipe, o *O
 	})
 }
 
-// eachDebsPins hands do the .debs each debs layer of the plan would install
-// on a tree without packages (layers.Debs.Pins), layer by layer.
-func eachDebsPins(ctx context.Context, c *cache.Cache, rec *recipes.Recipe, o *Options, phases []phase, do func(env *layers.Env, pins []layers.Input) error) error {
+// eachResolved hands do what each layer of the plan whose inputs are found
+// through others would fetch on a tree without any of it (layers.Resolver:
+// the .debs a debs layer would install), layer by layer.
+func eachResolved(ctx context.Context, c *cache.Cache, rec *recipes.Recipe, o *Options, phases []phase, do func(env *layers.Env, pins []layers.Input) error) error {
 	for _, ph := range phases {
 		for _, st := range ph.steps {
-			d, ok := st.layer.(*layers.Debs)
+			d, ok := st.layer.(layers.Resolver)
 			if !ok {
 				continue
 			}

@@ -31,22 +31,27 @@ const (
 	blobFile = "file"
 )
 
-// worthKeeping tells whether the tree after phase ph is kept in the cache: a
-// phase that installs packages takes far longer than writing its tree again,
-// and one that unpacks a tarball leaves a tree whose files point into the
-// archive the cache keeps, which costs little more than its index to keep
-// and nothing to write again. A phase of files alone is about as quick to
-// redo as to restore, and keeping it would write its files into the cache.
+// worthKeeping tells whether the tree after phase ph is kept in the cache,
+// as its layers say (layers.PhaseKeeper): a phase that installs packages
+// takes far longer than writing its tree again, and one that unpacks a
+// tarball leaves a tree whose files point into the archive the cache keeps,
+// which costs little more than its index to keep and nothing to write
+// again, unless a host process ran on the tree after it. A phase of files
+// alone is about as quick to redo as to restore, and keeping it would
+// write its files into the cache.
 func worthKeeping(ph phase) bool {
 	referenced := false
 	for _, st := range ph.steps {
-		switch st.layer.(type) {
-		case *layers.Debs:
+		pk, ok := st.layer.(layers.PhaseKeeper)
+		if !ok {
+			continue
+		}
+		switch pk.PhaseKeeping() {
+		case layers.KeepingAlways:
 			return true
-		case *layers.Tarball:
+		case layers.KeepingReferenced:
 			referenced = true
-		case *layers.Hook, *layers.Run:
-			// They run host processes, which see the tree written out.
+		case layers.KeepingMaterialized:
 			referenced = false
 		}
 	}

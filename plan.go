@@ -111,12 +111,12 @@ func plan(rec *recipes.Recipe) ([]phase, []plannedInput, error) {
 		phases = append(phases, out)
 	}
 	if rec.OfflineOnly {
-		// The maintainer-script handlers that would run a program of the
-		// image in the sandbox (py_compile) count as unhandled.
+		// What would run a program of the image in the sandbox (the
+		// py_compile handler of a debs layer) counts as unhandled.
 		for _, ph := range phases {
 			for _, st := range ph.steps {
-				if d, ok := st.layer.(*layers.Debs); ok {
-					d.NoPrograms = true
+				if pf, ok := st.layer.(layers.ProgramFree); ok {
+					pf.RunNoPrograms()
 				}
 			}
 		}

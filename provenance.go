@@ -19,9 +19,10 @@ const (
 	SBOMFile       = attest.SBOMFile
 )
 
-// dependencies lists every input of the plan and every hook program, in plan
-// order. Local paths are named relative to the recipe, so the provenance
-// does not depend on where the checkout is.
+// dependencies lists every input of the plan and every host file a layer
+// runs or reads beside them (layers.WithHostFiles: a hook's program), in
+// plan order. Local paths are named relative to the recipe, so the
+// provenance does not depend on where the checkout is.
 func dependencies(rec *recipes.Recipe, phases []phase, inputs []plannedInput) ([]attest.Dependency, error) {
 	var out []attest.Dependency
 	for _, pi := range inputs {
@@ -29,15 +30,17 @@ func dependencies(rec *recipes.Recipe, phases []phase, inputs []plannedInput) ([
 	}
 	for _, ph := range phases {
 		for _, st := range ph.steps {
-			h, ok := st.layer.(*layers.Hook)
+			hf, ok := st.layer.(layers.WithHostFiles)
 			if !ok {
 				continue
 			}
-			sum, _, err := hashio.File(h.Run, false)
-			if err != nil {
-				return nil, fmt.Errorf("%s: hook %s: %w", st.label, h.Run, err)
+			for _, f := range hf.HostFiles() {
+				sum, _, err := hashio.File(f.Path, false)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %s %s: %w", st.label, f.Kind, f.Path, err)
+				}
+				out = append(out, attest.Dependency{Field: st.label, Kind: f.Kind, URI: lockKey(rec.Dir, f.Path), Digest: "sha256:" + sum})
 			}
-			out = append(out, attest.Dependency{Field: st.label, Kind: "hook", URI: lockKey(rec.Dir, h.Run), Digest: "sha256:" + sum})
 		}
 	}
 	return out, nil

@@ -354,20 +354,13 @@ func buildFromCache(ctx context.Context, rec *recipes.Recipe, o *Options, bc *bu
 }
 
 // IsUsage reports whether err comes from an invalid recipe or command, the
-// cases the CLI exits 2 for.
-func IsUsage(err error) bool {
-	var re *recipes.Error
-	if errors.As(err, &re) {
-		return true
-	}
-	var ue *UsageError
-	return errors.As(err, &ue)
-}
+// cases the CLI exits 2 for (recipes.IsUsage).
+func IsUsage(err error) bool { return recipes.IsUsage(err) }
 
-// UsageError is a request that cannot be carried out as given.
-type UsageError struct{ Msg string }
-
-func (e *UsageError) Error() string { return e.Msg }
+// UsageError is the one type of a request that cannot be carried out as
+// given, recipes.UsageError, which verify returns too; the conductor's
+// callers need not import recipes to make one.
+type UsageError = recipes.UsageError
 
 func isLocal(uri string) bool {
 	return strings.HasPrefix(uri, "/") || strings.HasPrefix(uri, "file://")

@@ -691,6 +691,11 @@ type CpioSpec struct {
 // cpioFormat is "format: cpio": the whole tree as an initramfs.
 type cpioFormat struct{}
 
+// ViewAdditions implements ViewAdder.
+func (cpioFormat) ViewAdditions() []ViewAddition {
+	return []ViewAddition{{Path: XattrListPath, When: "entries carry xattrs the kernel's unpacker drops"}}
+}
+
 func (cpioFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base string) (*Result, error) {
 	o, err := optionsOf[CpioSpec](spec)
 	if err != nil {

@@ -4,8 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -61,6 +62,16 @@ func optionsOf[T any](spec *Spec) (*T, error) {
 	return nil, fmt.Errorf("%s: options are a %T, not a %T", spec.Format, spec.Options, new(T))
 }
 
+// HostReader is a format's options under which its writer reads files of
+// the build machine (a BIOS disk: the host's grub-mkimage and GRUB's i386-pc
+// modules): the output's cache key holds their digests, so a changed host
+// tool is a miss.
+type HostReader interface {
+	// HostFiles are absolute host paths of files or directories; a tool
+	// the host lacks is left out, and the writer says why it needs it.
+	HostFiles() []string
+}
+
 // Result says what a format wrote.
 type Result struct {
 	// Files are the names written in the output directory; the first is the
@@ -88,18 +99,33 @@ type ViewAddition struct {
 	When   string `json:"when"`
 }
 
-// ViewAdditions lists what each format may add to its view of the tree,
-// whatever a recipe asks for, so that an image can say which of its
-// entries are not the tree's without depending on the other outputs.
+// ViewAdder is a format whose writer may add entries to its own view of
+// the tree (a live /init, lost+found), which the tree, its digest and every
+// other output never hold.
+type ViewAdder interface {
+	// ViewAdditions lists them, with when each is added; ViewAdditions
+	// fills in the format.
+	ViewAdditions() []ViewAddition
+}
+
+// ViewAdditions lists what each format may add to its view of the tree
+// (ViewAdder), whatever a recipe asks for, so that an image can say which
+// of its entries are not the tree's without depending on the other
+// outputs. The embedded record holds the list: it is in byte order of the
+// format's name, each format's in the order its writer gives.
 func ViewAdditions() []ViewAddition {
-	return []ViewAddition{
-		{"cpio", XattrListPath, "entries carry xattrs the kernel's unpacker drops"},
-		{"pxe", "/init", "always: the live init of the initramfs"},
-		{"pxe", XattrListPath, "entries carry xattrs the kernel's unpacker drops"},
-		{"raw", "/lost+found", "the tree has none: the root file system's own"},
-		{"raw", GrowDropIn, "grow is true (the default) and the tree has none"},
-		{"raw", path.Dir(GrowDropIn), "grow is true and the tree has no such directory"},
+	t := Table()
+	slices.SortStableFunc(t, func(a, b Entry) int { return strings.Compare(a.Name, b.Name) })
+	var out []ViewAddition
+	for _, e := range t {
+		if va, ok := e.Writer.(ViewAdder); ok {
+			for _, a := range va.ViewAdditions() {
+				a.Format = e.Name
+				out = append(out, a)
+			}
+		}
 	}
+	return out
 }
 
 // Format writes one kind of output into dir, naming its files after base.

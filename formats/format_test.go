@@ -3,7 +3,11 @@ package formats
 import (
 	"context"
 	"errors"
+	"io"
+	"os"
+	"path"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -125,6 +129,9 @@ func TestTableWritesAndReadsEveryFormat(t *testing.T) {
 		if im.Tree.Len() == 0 {
 			t.Errorf("%s: %s reads back with no entries", w.spec.Name, w.path)
 		}
+		// Every offset a reader names is in the stream OpenPlain gives,
+		// whatever the format wraps around it.
+		plainHolds(t, w.spec.Name, im)
 		// One file's content read back, where the format can give it.
 		data, err := ReadTreeFile(ctx, im, "/usr/bin/busybox", 1<<20)
 		switch w.spec.Format {
@@ -152,5 +159,52 @@ func TestTableWritesAndReadsEveryFormat(t *testing.T) {
 	}
 	if _, err := Lookup("vmdk4"); err == nil || !strings.Contains(err.Error(), "not supported") {
 		t.Errorf("Lookup of an unknown format: %v", err)
+	}
+}
+
+// plainHolds checks that OpenPlain opens the stream im's Regions are
+// measured in, and that every region lies inside it. A directory (a pxe
+// bundle, an OCI layout) is no one stream: verify compares its files.
+func plainHolds(t *testing.T, name string, im *Image) {
+	t.Helper()
+	if fi, err := os.Stat(im.Path); err != nil || fi.IsDir() {
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		return
+	}
+	rc, err := OpenPlain(im)
+	if err != nil {
+		t.Errorf("%s: OpenPlain (%q): %v", name, im.Plain, err)
+		return
+	}
+	defer rc.Close()
+	n, err := io.Copy(io.Discard, rc)
+	if err != nil {
+		t.Errorf("%s: reading the plain stream (%q): %v", name, im.Plain, err)
+		return
+	}
+	for _, r := range im.Regions {
+		if r.Offset+r.Size > n {
+			t.Errorf("%s: region %s ends at %d, past the plain stream's %d bytes (%q)", name, r.Name, r.Offset+r.Size, n, im.Plain)
+			return
+		}
+	}
+}
+
+// TestViewAdditions holds what the formats may add to their views to the
+// list the embedded record has always carried: a change here changes every
+// tree's record, and with it its digest.
+func TestViewAdditions(t *testing.T) {
+	want := []ViewAddition{
+		{"cpio", XattrListPath, "entries carry xattrs the kernel's unpacker drops"},
+		{"pxe", "/init", "always: the live init of the initramfs"},
+		{"pxe", XattrListPath, "entries carry xattrs the kernel's unpacker drops"},
+		{"raw", "/lost+found", "the tree has none: the root file system's own"},
+		{"raw", GrowDropIn, "grow is true (the default) and the tree has none"},
+		{"raw", path.Dir(GrowDropIn), "grow is true and the tree has no such directory"},
+	}
+	if got := ViewAdditions(); !reflect.DeepEqual(got, want) {
+		t.Errorf("ViewAdditions() = %q\nwant %q", got, want)
 	}
 }

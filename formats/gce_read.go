@@ -28,9 +28,10 @@ func (gceImageReader) Match(h *Head) bool {
 	return string(h.Plain[257:265]) == "ustar  \x00" && string(name) == GCEDiskName
 }
 
-// gceDisk opens the stream of disk.raw in the archive in f, which must be
-// its only member.
-func gceDisk(f *os.File) (io.ReadCloser, error) {
+// OpenPlain implements PlainOpener: the stream of disk.raw in the archive
+// in f, which must be its first member; the gzip stream cannot be read at
+// an offset.
+func (gceImageReader) OpenPlain(f *os.File) (io.ReadCloser, error) {
 	rc, err := compress.NewReader(compress.Gzip, f)
 	if err != nil {
 		return nil, err

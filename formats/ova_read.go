@@ -245,6 +245,15 @@ func ovaDisk(f *os.File, size int64) (*ovaPackage, *vmdk.Reader, error) {
 	return p, v, nil
 }
 
+// OpenDisk implements DiskOpener: the guest disk of the OVA's VMDK.
+func (ovaImageReader) OpenDisk(f *os.File, size int64) (io.ReaderAt, int64, error) {
+	_, v, err := ovaDisk(f, size)
+	if err != nil {
+		return nil, 0, err
+	}
+	return v, v.Size(), nil
+}
+
 func (ovaImageReader) Read(ctx context.Context, h *Head) (*Image, error) {
 	f, err := os.Open(h.Path)
 	if err != nil {

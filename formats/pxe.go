@@ -332,6 +332,14 @@ type PXESpec struct {
 // pxeFormat is "format: pxe": a directory BASE.pxe holding the bundle.
 type pxeFormat struct{}
 
+// ViewAdditions implements ViewAdder: the initramfs's own.
+func (pxeFormat) ViewAdditions() []ViewAddition {
+	return []ViewAddition{
+		{Path: "/init", When: "always: the live init of the initramfs"},
+		{Path: XattrListPath, When: "entries carry xattrs the kernel's unpacker drops"},
+	}
+}
+
 func (pxeFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base string) (*Result, error) {
 	so, err := optionsOf[PXESpec](spec)
 	if err != nil {

@@ -3,6 +3,7 @@ package formats
 import (
 	"context"
 	"encoding/binary"
+	"io"
 	"os"
 	"strconv"
 
@@ -14,6 +15,15 @@ import (
 type qcow2ImageReader struct{}
 
 func (qcow2ImageReader) Format() string { return "qcow2" }
+
+// OpenDisk implements DiskOpener.
+func (qcow2ImageReader) OpenDisk(f *os.File, _ int64) (io.ReaderAt, int64, error) {
+	q, err := qcow2.Open(f)
+	if err != nil {
+		return nil, 0, err
+	}
+	return q, q.Size(), nil
+}
 
 func (qcow2ImageReader) Match(h *Head) bool {
 	return !h.IsDir && len(h.Raw) >= 4 && string(h.Raw[:4]) == "QFI\xfb"

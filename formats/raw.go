@@ -84,6 +84,16 @@ var efiArch = map[string]struct{ bootFile, systemdBoot string }{
 
 type rawFormat struct{}
 
+// ViewAdditions implements ViewAdder: the root file system's own, and the
+// drop-in that grows it.
+func (rawFormat) ViewAdditions() []ViewAddition {
+	return []ViewAddition{
+		{Path: "/lost+found", When: "the tree has none: the root file system's own"},
+		{Path: GrowDropIn, When: "grow is true (the default) and the tree has none"},
+		{Path: path.Dir(GrowDropIn), When: "grow is true and the tree has no such directory"},
+	}
+}
+
 func (rawFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base string) (*Result, error) {
 	rs, err := optionsOf[RawSpec](spec)
 	if err != nil {

@@ -156,6 +156,19 @@ func grubBIOSConfig(options string) (string, error) {
 	return fmt.Sprintf("linux %s %s\ninitrd %s\nboot\n", espKernel, strings.Join(words, " "), espInitrd), nil
 }
 
+// HostFiles implements HostReader: a BIOS disk's core.img is made by the
+// host's grub-mkimage, from the host's modules when the tree has none.
+func (s *RawSpec) HostFiles() []string {
+	if s.Boot == nil || !s.Boot.BIOS {
+		return nil
+	}
+	var out []string
+	if p, err := exec.LookPath("grub-mkimage"); err == nil {
+		out = append(out, p)
+	}
+	return append(out, GrubPCDir)
+}
+
 // grubModules finds GRUB's i386-pc modules: the tree's, copied into work
 // (grub-mkimage reads a host directory), or else the host's.
 func grubModules(t *rootfs.Sealed, work string) (dir, from string, err error) {

@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/binary"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -247,5 +249,24 @@ func TestOVABIOS(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("the OVF states no BIOS firmware: %v", im.Facts)
+	}
+}
+
+// TestBIOSDiskNamesItsHostFiles: the cache keys a BIOS disk on the host's
+// grub-mkimage and modules, which its writer runs and reads; a disk without
+// BIOS boot reads neither.
+func TestBIOSDiskNamesItsHostFiles(t *testing.T) {
+	var hr HostReader = &RawSpec{Boot: &BootSpec{Loader: "systemd-boot", BIOS: true}}
+	mkimage, err := exec.LookPath("grub-mkimage")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := hr.HostFiles(), []string{mkimage, GrubPCDir}; !slices.Equal(got, want) {
+		t.Errorf("HostFiles = %q, want %q", got, want)
+	}
+	for _, s := range []*RawSpec{{}, {Boot: &BootSpec{Loader: "systemd-boot"}}} {
+		if got := s.HostFiles(); got != nil {
+			t.Errorf("%+v: HostFiles = %q, want none", s.Boot, got)
+		}
 	}
 }

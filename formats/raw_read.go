@@ -17,9 +17,6 @@ import (
 	"github.com/stamp-dev/stamp/disk"
 	"github.com/stamp-dev/stamp/disk/ext4"
 	"github.com/stamp-dev/stamp/disk/fat"
-	"github.com/stamp-dev/stamp/disk/qcow2"
-	"github.com/stamp-dev/stamp/disk/vhd"
-	"github.com/stamp-dev/stamp/disk/vmdk"
 	"github.com/stamp-dev/stamp/rootfs"
 	"github.com/stamp-dev/stamp/rootfs/compress"
 )
@@ -37,9 +34,27 @@ const (
 	PlainGuestDisk    = "guest disk"
 )
 
+// DiskOpener is a Reader of a format that holds a disk readable at any
+// offset: a raw disk itself, or the guest disk of a qcow2, vhd, vmdk or
+// ova. ReadTreeFile reads a file of its ext4 root through it, and
+// OpenPlain its guest disk.
+type DiskOpener interface {
+	// OpenDisk opens the disk in f, a file of size bytes, and returns it
+	// with the disk's size.
+	OpenDisk(f *os.File, size int64) (io.ReaderAt, int64, error)
+}
+
+// PlainOpener is a Reader whose images' guest disk (Image.Plain is
+// PlainGuestDisk) can only be streamed, such as a gce archive's gzipped
+// disk.raw; OpenPlain opens it through the reader.
+type PlainOpener interface {
+	OpenPlain(f *os.File) (io.ReadCloser, error)
+}
+
 // OpenPlain opens the stream an image's Regions are measured in: the
-// decompressed stream of a compressed file, the guest disk of a qcow2, or
-// the file itself.
+// decompressed stream of a compressed file, the guest disk of a disk
+// format (its reader's PlainOpener, else its DiskOpener), or the file
+// itself.
 func OpenPlain(im *Image) (io.ReadCloser, error) {
 	f, err := os.Open(im.Path)
 	if err != nil {
@@ -56,56 +71,44 @@ func OpenPlain(im *Image) (io.ReadCloser, error) {
 		}
 		return readCloser{rc, func() error { rc.Close(); return f.Close() }}, nil
 	case PlainGuestDisk:
-		if im.Format == "gce" {
-			rc, err := gceDisk(f)
-			if err != nil {
-				f.Close()
-				return nil, err
-			}
-			return readCloser{rc, func() error { rc.Close(); return f.Close() }}, nil
-		}
-		r, size, err := guestDisk(im.Format, f)
+		rc, err := openGuestDisk(im, f)
 		if err != nil {
 			f.Close()
 			return nil, err
 		}
-		return readCloser{io.NewSectionReader(r, 0, size), f.Close}, nil
+		return rc, nil
 	}
 	f.Close()
 	return nil, fmt.Errorf("%s: unknown plain stream %q", im.Path, im.Plain)
 }
 
-// guestDisk opens the guest disk of f, an image of a disk format.
-func guestDisk(format string, f *os.File) (io.ReaderAt, int64, error) {
+// openGuestDisk streams the guest disk of the image in f, which the
+// stream closes.
+func openGuestDisk(im *Image, f *os.File) (io.ReadCloser, error) {
+	switch r := readerOf(im.Format).(type) {
+	case PlainOpener:
+		rc, err := r.OpenPlain(f)
+		if err != nil {
+			return nil, err
+		}
+		return readCloser{rc, func() error { rc.Close(); return f.Close() }}, nil
+	case DiskOpener:
+		d, size, err := openDisk(r, f)
+		if err != nil {
+			return nil, err
+		}
+		return readCloser{io.NewSectionReader(d, 0, size), f.Close}, nil
+	}
+	return nil, fmt.Errorf("%s: format %q has no guest disk to open", im.Path, im.Format)
+}
+
+// openDisk opens the disk in f through its format's reader.
+func openDisk(r DiskOpener, f *os.File) (io.ReaderAt, int64, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, 0, err
 	}
-	switch format {
-	case "vhd":
-		v, err := vhd.Open(f, fi.Size())
-		if err != nil {
-			return nil, 0, err
-		}
-		return v, v.Size(), nil
-	case "vmdk":
-		v, err := vmdk.Open(f, fi.Size())
-		if err != nil {
-			return nil, 0, err
-		}
-		return v, v.Size(), nil
-	case "ova":
-		_, v, err := ovaDisk(f, fi.Size())
-		if err != nil {
-			return nil, 0, err
-		}
-		return v, v.Size(), nil
-	}
-	q, err := qcow2.Open(f)
-	if err != nil {
-		return nil, 0, err
-	}
-	return q, q.Size(), nil
+	return r.OpenDisk(f, fi.Size())
 }
 
 type readCloser struct {
@@ -119,6 +122,11 @@ func (r readCloser) Close() error { return r.close() }
 type rawImageReader struct{}
 
 func (rawImageReader) Format() string { return "raw" }
+
+// OpenDisk implements DiskOpener: the file is the disk.
+func (rawImageReader) OpenDisk(f *os.File, size int64) (io.ReaderAt, int64, error) {
+	return f, size, nil
+}
 
 func (rawImageReader) Match(h *Head) bool {
 	return !h.IsDir && h.Compression == compress.None && len(h.Raw) >= 520 && string(h.Raw[512:520]) == "EFI PART"

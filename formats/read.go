@@ -157,6 +157,17 @@ func Readers() []Reader {
 	return out
 }
 
+// readerOf is the reader of the format named name, nil for a name Table
+// lacks.
+func readerOf(name string) Reader {
+	for _, e := range Table() {
+		if e.Name == name {
+			return e.Reader
+		}
+	}
+	return nil
+}
+
 // ReadImage detects the format of the file or directory at path and reads
 // it back: its tree as a read-only view, and the format's structure.
 func ReadImage(ctx context.Context, path string) (*Image, error) {

@@ -146,3 +146,33 @@ func tarMemberRegions(p string) ([]Region, error) {
 		dataEnd = pos + hdr.Size
 	}
 }
+
+// ReadTreeFile implements TreeFileReader: one member of a tar output.
+func (tarReader) ReadTreeFile(ctx context.Context, im *Image, p string, max int64) ([]byte, error) {
+	f, err := os.Open(im.Path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r, err := compress.NewReader(im.Compression, f)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	tr := tar.NewReader(r)
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return nil, fmt.Errorf("%s: no member %s", im.Path, p)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", im.Path, err)
+		}
+		if tp, err := tarPath(hdr.Name); err == nil && tp == p && hdr.Typeflag == tar.TypeReg {
+			return io.ReadAll(io.LimitReader(tr, max))
+		}
+	}
+}

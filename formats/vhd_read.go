@@ -2,6 +2,7 @@ package formats
 
 import (
 	"context"
+	"io"
 	"os"
 	"strconv"
 
@@ -14,6 +15,15 @@ import (
 type vhdImageReader struct{}
 
 func (vhdImageReader) Format() string { return "vhd" }
+
+// OpenDisk implements DiskOpener, fixed or dynamic.
+func (vhdImageReader) OpenDisk(f *os.File, size int64) (io.ReaderAt, int64, error) {
+	v, err := vhd.Open(f, size)
+	if err != nil {
+		return nil, 0, err
+	}
+	return v, v.Size(), nil
+}
 
 // Match looks for the footer's cookie at the end, where every VHD has it: a
 // fixed VHD begins with the disk itself, so its start reads as a raw disk.

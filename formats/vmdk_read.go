@@ -2,6 +2,7 @@ package formats
 
 import (
 	"context"
+	"io"
 	"os"
 	"strconv"
 
@@ -13,6 +14,15 @@ import (
 type vmdkImageReader struct{}
 
 func (vmdkImageReader) Format() string { return "vmdk" }
+
+// OpenDisk implements DiskOpener.
+func (vmdkImageReader) OpenDisk(f *os.File, size int64) (io.ReaderAt, int64, error) {
+	v, err := vmdk.Open(f, size)
+	if err != nil {
+		return nil, 0, err
+	}
+	return v, v.Size(), nil
+}
 
 func (vmdkImageReader) Match(h *Head) bool {
 	return !h.IsDir && h.Compression == compress.None && len(h.Raw) >= 4 && string(h.Raw[:4]) == "KDMV"

@@ -107,6 +107,19 @@ func (l *Debs) Inputs() []*Input {
 	return out
 }
 
+// PhaseKeeping implements PhaseKeeper: installing packages takes far
+// longer than writing the tree again.
+func (*Debs) PhaseKeeping() Keeping { return KeepingAlways }
+
+// UseLock implements Resolver: every .deb is checked against the digest
+// the lock holds for its URL.
+func (l *Debs) UseLock(pinned func(kind InputKind, uri string) (string, bool)) {
+	l.Pinned = func(url string) (string, bool) { return pinned(InputDeb, url) }
+}
+
+// RunNoPrograms implements ProgramFree.
+func (l *Debs) RunNoPrograms() { l.NoPrograms = true }
+
 // Precheck implements Prechecker: scripts: chroot needs a sandbox that can
 // run the image's programs.
 func (l *Debs) Precheck(arch string) error {
@@ -927,12 +940,12 @@ func writeTreeFile(env *Env, p string, data []byte, perm uint32, origin rootfs.O
 	return nil
 }
 
-// Pins lists the .deb files the layer would install on a tree with no
-// packages yet, each as a kind "deb" input with its URL and the digest its
-// index gives, for stamp.lock. The Index inputs must be resolved. What is
-// installed already at build time is skipped then, so the lock may pin a
-// few more .debs than a build fetches; every one it pins is the exact
-// version and digest the pinned Release leads to. A request that only the
+// Pins implements Resolver: it lists the .deb files the layer would install
+// on a tree with no packages yet, each as a kind "deb" input with its URL
+// and the digest its index gives, for stamp.lock. The Index inputs must be
+// resolved. What is installed already at build time is skipped then, so
+// the lock may pin a few more .debs than a build fetches; every one it
+// pins is the exact version and digest the pinned Release leads to. A request that only the
 // tree's packages make resolvable (a virtual package one of whose
 // providers the base has) pins no .debs: the Release pin still fixes them.
 func (l *Debs) Pins(ctx context.Context, env *Env) ([]Input, error) {

@@ -32,6 +32,17 @@ type Files struct {
 
 func (l *Files) Kind() string { return "files" }
 
+// HostSources implements WithHostSources: every item copied from the host.
+func (l *Files) HostSources() []HostSource {
+	var out []HostSource
+	for i, it := range l.Items {
+		if it.From != "" {
+			out = append(out, HostSource{Field: fmt.Sprintf("[%d].from", i), Path: it.From})
+		}
+	}
+	return out
+}
+
 func (l *Files) Apply(ctx context.Context, env *Env) error {
 	for i, f := range l.Items {
 		if err := ctx.Err(); err != nil {

@@ -27,6 +27,13 @@ type Hook struct {
 
 func (l *Hook) Kind() string { return "hook" }
 
+// PhaseKeeping implements PhaseKeeper: the program sees the tree written
+// out.
+func (*Hook) PhaseKeeping() Keeping { return KeepingMaterialized }
+
+// HostFiles implements WithHostFiles: the program itself.
+func (l *Hook) HostFiles() []HostFile { return []HostFile{{Kind: "hook", Path: l.Run}} }
+
 // HookPath is the PATH hooks run with.
 const HookPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 

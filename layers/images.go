@@ -76,6 +76,14 @@ func (l *Images) Kind() string { return "images" }
 // Inputs implements WithInputs.
 func (l *Images) Inputs() []*Input { return l.Images }
 
+// PhaseKeeping implements PhaseKeeper. Either way the layer's files point
+// into the cache (archives written once as blobs; into containerd, the
+// snapshots unpacked by reference from the layers' archives), as a
+// tarball's do, but it has no say yet: keeping a phase of images into
+// containerd alone (the node's provision) would spare unpacking them again
+// when only an output changed, and waits for a test that restores one.
+func (l *Images) PhaseKeeping() Keeping { return KeepingNeutral }
+
 // Apply implements Layer.
 func (l *Images) Apply(ctx context.Context, env *Env) error {
 	if l.Into == IntoContainerd {

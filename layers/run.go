@@ -30,6 +30,10 @@ func (l *Run) Precheck(arch string) error {
 	return sandbox.CheckArch(arch)
 }
 
+// PhaseKeeping implements PhaseKeeper: the program sees the tree written
+// out.
+func (*Run) PhaseKeeping() Keeping { return KeepingMaterialized }
+
 // Apply implements Layer.
 func (l *Run) Apply(ctx context.Context, env *Env) error {
 	sb := &sandbox.Sandbox{Tree: env.Tree, Epoch: env.Epoch, Network: l.Network,

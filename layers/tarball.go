@@ -24,6 +24,10 @@ type Tarball struct {
 func (l *Tarball) Kind() string     { return "tarball" }
 func (l *Tarball) Inputs() []*Input { return []*Input{&l.Input} }
 
+// PhaseKeeping implements PhaseKeeper: the files point into the archive,
+// which the cache keeps.
+func (*Tarball) PhaseKeeping() Keeping { return KeepingReferenced }
+
 func (l *Tarball) Apply(ctx context.Context, env *Env) error {
 	if l.Input.Digest == "" {
 		return fmt.Errorf("%s: input %s was not resolved", env.Label, l.Input.URI)

@@ -31,6 +31,26 @@ func (e *Error) Error() string {
 	return s + ": " + e.Msg
 }
 
+// UsageError is a request that cannot be carried out as given: a recipe
+// with the options, flags or files it is built with (a --cache-sign without
+// --cache-to, a Secure Boot key that does not read). The CLI exits 2 for it,
+// as for an Error; the conductor and verify both return it.
+type UsageError struct{ Msg string }
+
+func (e *UsageError) Error() string { return e.Msg }
+
+// IsUsage reports whether err comes from an invalid recipe (Error) or a
+// request that cannot be carried out as given (UsageError), the cases the
+// CLI exits 2 for.
+func IsUsage(err error) bool {
+	var re *Error
+	if errors.As(err, &re) {
+		return true
+	}
+	var ue *UsageError
+	return errors.As(err, &ue)
+}
+
 // maxErrors bounds the list so a badly broken file does not produce pages.
 const maxErrors = 50
 

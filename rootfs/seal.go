@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// DefaultCleanup is what every sealed tree loses unless the recipe says
+// defaultCleanup is what every sealed tree loses unless the recipe says
 // `cleanup: none`: state that is specific to one machine or one build.
 var defaultCleanup = []string{
 	"/etc/ssh/ssh_host_*",
@@ -27,9 +27,6 @@ var defaultCleanup = []string{
 	"/tmp/**",
 	"/var/tmp/**",
 }
-
-// DefaultCleanup returns the built-in cleanup globs (a copy).
-func DefaultCleanup() []string { return append([]string(nil), defaultCleanup...) }
 
 // SealOptions say how to seal a tree.
 type SealOptions struct {

@@ -85,11 +85,6 @@ type BuildRequest struct {
 	Log logrus.FieldLogger
 }
 
-// UsageError is a verify that cannot be carried out as asked.
-type UsageError struct{ Msg string }
-
-func (e *UsageError) Error() string { return e.Msg }
-
 // BuildRun describes the environment one build of verify ran in.
 type BuildRun struct {
 	Name                              string // "a", "b"
@@ -172,7 +167,7 @@ func (r *Result) Write(w io.Writer) {
 func Recipe(ctx context.Context, rec *recipes.Recipe, o Options) (res *Result, err error) {
 	log := o.log()
 	if o.Build == nil {
-		return nil, &UsageError{Msg: "verify: nothing to run the builds with"}
+		return nil, &recipes.UsageError{Msg: "verify: nothing to run the builds with"}
 	}
 	recipePath, err := filepath.Abs(rec.Path)
 	if err != nil {
@@ -206,7 +201,7 @@ func Recipe(ctx context.Context, rec *recipes.Recipe, o Options) (res *Result, e
 		}
 		for _, p := range append([]string{dir, recipePath}, o.Reach...) {
 			if err := reachableByOthers(p); err != nil {
-				return nil, &UsageError{Msg: fmt.Sprintf("verify: the second build runs as uid %d, which cannot reach %s: %v (make it readable, or pass --same-user)", nobody, p, err)}
+				return nil, &recipes.UsageError{Msg: fmt.Sprintf("verify: the second build runs as uid %d, which cannot reach %s: %v (make it readable, or pass --same-user)", nobody, p, err)}
 			}
 		}
 	}
@@ -295,7 +290,7 @@ func (o *Options) build(ctx context.Context, rec *recipes.Recipe, b BuildRun, re
 // the error holds the last of them.
 func RunChild(ctx context.Context, log logrus.FieldLogger, b BuildRun, dir string, argv []string) error {
 	if len(argv) == 0 {
-		return &UsageError{Msg: "verify: no command for build " + b.Name}
+		return &recipes.UsageError{Msg: "verify: no command for build " + b.Name}
 	}
 	args := append([]string{"-c", `umask ` + b.Umask + `; exec "$0" "$@"`}, argv...)
 	cmd := exec.CommandContext(ctx, "/bin/sh", args...)

@@ -131,7 +131,7 @@ func TestVerifyFailsWithItsBuild(t *testing.T) {
 	if !errors.Is(err, boom) {
 		t.Errorf("Recipe with a failing build: %v", err)
 	}
-	if _, err := Recipe(t.Context(), rec, Options{}); !errors.As(err, new(*UsageError)) {
+	if _, err := Recipe(t.Context(), rec, Options{}); !errors.As(err, new(*recipes.UsageError)) {
 		t.Errorf("Recipe without a build function: %v, want a usage error", err)
 	}
 }

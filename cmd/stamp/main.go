@@ -561,7 +561,9 @@ func act(c *cli.Context, code *int, getenv func(string) string, fn func(*recipes
 	}
 	if err != nil {
 		*code = exitFailed
-		if isUsage(err) {
+		// An invalid recipe, or a request that cannot be carried out as
+		// given, from the conductor or from verify.
+		if stamp.IsUsage(err) {
 			*code = exitUsage
 		}
 		if errors.Is(err, context.Canceled) {
@@ -718,11 +720,4 @@ func privateDir(c *cli.Context, flag string) (string, error) {
 	}
 	os.Remove(probe)
 	return abs, nil
-}
-
-// isUsage reports whether err is a request that cannot be carried out as
-// given, from the conductor or from verify: the CLI exits 2 for those.
-func isUsage(err error) bool {
-	var ve *verify.UsageError
-	return stamp.IsUsage(err) || errors.As(err, &ve)
 }

@@ -141,9 +141,6 @@ func (d *Reader) next() (string, int64, error) {
 // Control returns the package's control data.
 func (d *Reader) Control() *Control { return d.control }
 
-// DataCompression is how data.tar is compressed.
-func (d *Reader) DataCompression() compress.Algorithm { return d.dataAlg }
-
 // Data returns the uncompressed data.tar stream. Read it to the end.
 func (d *Reader) Data() (io.ReadCloser, error) {
 	if d.data == nil {

@@ -51,17 +51,6 @@ func (p *Paragraph) Set(name, value string) {
 	p.Fields = append(p.Fields, Field{Name: name, Value: value})
 }
 
-// Delete removes the named field.
-func (p *Paragraph) Delete(name string) {
-	out := p.Fields[:0]
-	for _, f := range p.Fields {
-		if !strings.EqualFold(f.Name, name) {
-			out = append(out, f)
-		}
-	}
-	p.Fields = out
-}
-
 // WriteTo writes the paragraph's fields, without the blank line that
 // separates paragraphs.
 func (p *Paragraph) WriteTo(w io.Writer) (int64, error) {

@@ -202,11 +202,6 @@ var arches = map[string]*archInfo{
 	},
 }
 
-// Arches lists the Debian architecture names Build knows.
-func Arches() []string {
-	return []string{"amd64", "arm64", "armel", "armhf", "i386", "ppc64el", "riscv64", "s390x"}
-}
-
 // stringHwcap is _dl_string_hwcap: the bit of a hwcap name, or -1.
 func (a *archInfo) stringHwcap(name string) int {
 	for i, n := range a.hwcapNames {
