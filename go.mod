@@ -7,6 +7,7 @@ require (
 	github.com/diskfs/go-diskfs v1.9.4
 	github.com/google/go-containerregistry v0.22.1
 	github.com/klauspost/compress v1.20.4
+	github.com/pierrec/lz4/v4 v4.1.26
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
 	github.com/sirupsen/logrus v1.10.2
 	github.com/u-root/u-root v0.16.0
@@ -35,7 +36,6 @@ require (
 	github.com/mattn/go-runewidth v0.0.30 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.1 // indirect
-	github.com/pierrec/lz4/v4 v4.1.26 // indirect
 	github.com/russross/blackfriday/v2 v2.1.0 // indirect
 	github.com/u-root/uio v0.0.0-20240224005618-d2acac8f3701 // indirect
 	github.com/vbauerster/cupwriter v0.0.5 // indirect

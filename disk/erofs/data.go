@@ -1,0 +1,193 @@
+package erofs
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/stamp-dev/stamp/disk/erofs/lz4"
+	"github.com/stamp-dev/stamp/rootfs"
+)
+
+// segmentSize is how much of a file one worker compresses at a time; a
+// multiple of the block size, and short enough that no extent spans the
+// 2,048 clusters a legacy index can point back over.
+const segmentSize = 4 << 20
+
+// segment is one piece of a file's content, compressed (or read) by a
+// worker and written in order by the writer.
+type segment struct {
+	n          *node
+	off, size  int64
+	last       bool
+	done       chan struct{}
+	blocks     []byte   // the blocks to write: compressed clusters, or raw data
+	extents    []extent // for compressed clusters
+	compressed bool     // blocks are clusters; else raw content
+	err        error
+}
+
+// extent is a run of a file's content stored in one physical cluster.
+type extent struct {
+	off, size int64 // in the file
+	plain     bool  // stored as it is
+	block     int64 // the cluster, counted from the segment's first block
+}
+
+// segments cuts the files with content into segments, in order.
+func (p *plan) segments() []*segment {
+	var out []*segment
+	for _, n := range p.files {
+		if n.in.Type != rootfs.TypeRegular {
+			continue
+		}
+		for off := int64(0); off < n.size; off += segmentSize {
+			size := min(segmentSize, n.size-off)
+			out = append(out, &segment{n: n, off: off, size: size, last: off+size == n.size, done: make(chan struct{})})
+		}
+	}
+	return out
+}
+
+// compressor is one worker's state.
+type compressor struct {
+	enc *lz4.Encoder
+	in  []byte
+	dst []byte
+}
+
+// work reads a segment and, unless the image is uncompressed, compresses
+// it into clusters. A file of one segment whose clusters would take more
+// room than its plain blocks and tail is kept plain.
+func (c *compressor) work(t *rootfs.Sealed, s *segment, codec Compression) {
+	f, err := t.Open(s.n.path)
+	if err != nil {
+		s.err = err
+		return
+	}
+	defer f.Close()
+	if cap(c.in) < int(s.size) {
+		c.in = make([]byte, s.size)
+	}
+	in := c.in[:s.size]
+	if n, err := f.ReadAt(in, s.off); n < len(in) {
+		if err == nil || err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		s.err = fmt.Errorf("%s: reading at %d: %w", s.n.path, s.off, err)
+		return
+	}
+	if codec == None {
+		s.blocks = append([]byte(nil), in...)
+		return
+	}
+	var out []byte
+	var exts []extent
+	for pos := 0; pos < len(in); {
+		rem := len(in) - pos
+		e := extent{off: s.off + int64(pos), block: int64(len(out) / blockSize)}
+		if rem > blockSize {
+			took, w := c.enc.CompressDestSize(in[pos:], c.dst)
+			if took > blockSize {
+				// The cluster's data ends at its end; the zeros before
+				// it are the lz4_0padding feature's.
+				out = append(out, make([]byte, blockSize-w)...)
+				out = append(out, c.dst[:w]...)
+				e.size = int64(took)
+				exts = append(exts, e)
+				pos += took
+				continue
+			}
+		}
+		// Too little to gain from: the next block as it is.
+		n := min(rem, blockSize)
+		out = append(out, in[pos:pos+n]...)
+		out = append(out, make([]byte, blockSize-n)...)
+		e.size, e.plain = int64(n), true
+		exts = append(exts, e)
+		pos += n
+	}
+	if s.off == 0 && s.last {
+		plain := s.size / blockSize * blockSize
+		if tail := s.size % blockSize; tail > 0 {
+			if s.n.inlineable(tail) {
+				plain += tail
+			} else {
+				plain += blockSize
+			}
+		}
+		if int64(len(out))+legacyIndexBytes(s.size) >= plain {
+			s.blocks = append([]byte(nil), in...)
+			return
+		}
+	}
+	s.blocks, s.extents, s.compressed = out, exts, true
+}
+
+// legacyIndexBytes is the room the map header and legacy indexes of a
+// compressed file of size bytes take after its inode.
+func legacyIndexBytes(size int64) int64 {
+	return mapHeaderSize + legacyHeaderPadding + legacyIndexSize*((size+blockSize-1)/blockSize)
+}
+
+// compressAll runs the workers over the segments and hands each segment,
+// in order, to write as soon as it and those before it are done. At most a
+// few segments per worker are in memory at once.
+func compressAll(ctx context.Context, t *rootfs.Sealed, o *Options, segs []*segment, write func(*segment) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	settings, _ := o.Compression.encoderSettings()
+	work := make(chan *segment)
+	window := make(chan struct{}, 2*o.Workers+2)
+	var wg sync.WaitGroup
+	for range o.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := &compressor{dst: make([]byte, blockSize)}
+			if o.Compression != None {
+				c.enc = lz4.NewEncoder(settings)
+			}
+			for s := range work {
+				c.work(t, s, o.Compression)
+				close(s.done)
+			}
+		}()
+	}
+	go func() {
+		defer close(work)
+		for _, s := range segs {
+			select {
+			case window <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			select {
+			case work <- s:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	// Stop the feeder before waiting for the workers it feeds.
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	for _, s := range segs {
+		select {
+		case <-s.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if s.err != nil {
+			return fmt.Errorf("erofs: %w", s.err)
+		}
+		if err := write(s); err != nil {
+			return err
+		}
+		s.blocks, s.extents = nil, nil
+		<-window
+	}
+	return nil
+}
