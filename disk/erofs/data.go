@@ -52,9 +52,9 @@ func (p *plan) segments() []*segment {
 
 // compressor is one worker's state.
 type compressor struct {
-	enc *lz4.Encoder
-	in  []byte
-	dst []byte
+	bufs *bufPool
+	enc  *lz4.Encoder
+	in   []byte
 }
 
 // work reads a segment and, unless the image is uncompressed, compresses
@@ -79,35 +79,39 @@ func (c *compressor) work(t *rootfs.Sealed, s *segment, codec Compression) {
 		return
 	}
 	if codec == None {
-		s.blocks = append([]byte(nil), in...)
+		s.blocks = append(c.bufs.get(len(in))[:0], in...)
 		return
 	}
-	var out []byte
+	out := c.bufs.get(int(align(s.size, blockSize)))
 	var exts []extent
+	at := 0 // bytes of out used
 	for pos := 0; pos < len(in); {
 		rem := len(in) - pos
-		e := extent{off: s.off + int64(pos), block: int64(len(out) / blockSize)}
+		e := extent{off: s.off + int64(pos), block: int64(at / blockSize)}
+		cluster := out[at : at+blockSize]
 		if rem > blockSize {
-			took, w := c.enc.CompressDestSize(in[pos:], c.dst)
+			took, w := c.enc.CompressDestSize(in[pos:], cluster)
 			if took > blockSize {
 				// The cluster's data ends at its end; the zeros before
 				// it are the lz4_0padding feature's.
-				out = append(out, make([]byte, blockSize-w)...)
-				out = append(out, c.dst[:w]...)
+				copy(cluster[blockSize-w:], cluster[:w])
+				clear(cluster[:blockSize-w])
 				e.size = int64(took)
 				exts = append(exts, e)
 				pos += took
+				at += blockSize
 				continue
 			}
 		}
 		// Too little to gain from: the next block as it is.
-		n := min(rem, blockSize)
-		out = append(out, in[pos:pos+n]...)
-		out = append(out, make([]byte, blockSize-n)...)
+		n := copy(cluster, in[pos:min(len(in), pos+blockSize)])
+		clear(cluster[n:])
 		e.size, e.plain = int64(n), true
 		exts = append(exts, e)
 		pos += n
+		at += blockSize
 	}
+	out = out[:at]
 	if s.off == 0 && s.last {
 		plain := s.size / blockSize * blockSize
 		if tail := s.size % blockSize; tail > 0 {
@@ -118,12 +122,27 @@ func (c *compressor) work(t *rootfs.Sealed, s *segment, codec Compression) {
 			}
 		}
 		if int64(len(out))+legacyIndexBytes(s.size) >= plain {
-			s.blocks = append([]byte(nil), in...)
+			s.blocks = append(out[:0], in...)
 			return
 		}
 	}
 	s.blocks, s.extents, s.compressed = out, exts, true
 }
+
+// bufPool holds the buffers segments are written from, handed back once
+// written, so a write does not allocate (and collect) one per segment.
+type bufPool struct{ p sync.Pool }
+
+// get returns a buffer of n bytes, of any content.
+func (bp *bufPool) get(n int) []byte {
+	if p, ok := bp.p.Get().(*[]byte); ok && cap(*p) >= n {
+		return (*p)[:n]
+	}
+	return make([]byte, n, max(n, 64<<10))
+}
+
+// put hands a buffer back.
+func (bp *bufPool) put(b []byte) { bp.p.Put(&b) }
 
 // legacyIndexBytes is the room the map header and legacy indexes of a
 // compressed file of size bytes take after its inode.
@@ -139,12 +158,13 @@ func compressAll(ctx context.Context, t *rootfs.Sealed, o *Options, segs []*segm
 	settings, _ := o.Compression.encoderSettings()
 	work := make(chan *segment)
 	window := make(chan struct{}, 2*o.Workers+2)
+	bufs := &bufPool{}
 	var wg sync.WaitGroup
 	for range o.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := &compressor{dst: make([]byte, blockSize)}
+			c := &compressor{bufs: bufs}
 			if o.Compression != None {
 				c.enc = lz4.NewEncoder(settings)
 			}
@@ -186,6 +206,7 @@ func compressAll(ctx context.Context, t *rootfs.Sealed, o *Options, segs []*segm
 		if err := write(s); err != nil {
 			return err
 		}
+		bufs.put(s.blocks)
 		s.blocks, s.extents = nil, nil
 		<-window
 	}

@@ -7,8 +7,10 @@
 // ("destination size" mode, as LZ4_compress_HC_destSize does), because EROFS
 // fills fixed-size clusters with variable amounts of data. Its match finder
 // is a hash chain with lazy evaluation, the approach of LZ4HC's middle
-// levels; the depth of the chain walk sets the speed and the ratio. The
-// output depends only on the input and the settings.
+// levels; the depth of the chain walk sets the speed and the ratio. Like
+// LZ4's fast mode, it steps faster through long runs without a match, so
+// incompressible data costs little. The output depends only on the input
+// and the settings.
 //
 // The decoder checks the end-of-block rules the kernel's decompressor
 // enforces, so a block it accepts is one the kernel accepts.
@@ -31,10 +33,14 @@ const (
 	// maxDistance is the farthest back a match can reach.
 	maxDistance = 65535
 	runMask     = 15
+	// skipTrigger: after 2^skipTrigger positions without a match in a
+	// row, the search steps two at a time, and so on.
+	skipTrigger = 7
 )
 
 const (
-	hashLog   = 16
+	hashLog   = 15
+	hashSize  = 1 << hashLog
 	chainSize = 1 << 16 // covers maxDistance
 	chainMask = chainSize - 1
 	// baseLimit is where the positions the tables hold are renumbered
@@ -50,7 +56,8 @@ type Settings struct {
 	// Lazy tries the next position before taking a match, and takes its
 	// match instead when it is longer.
 	Lazy bool
-	// NiceLength stops the search at a match this long; 0 means no limit.
+	// NiceLength stops the search at a match this long, and takes it
+	// without trying the next position; 0 means no limit.
 	NiceLength int
 }
 
@@ -59,12 +66,13 @@ type Settings struct {
 type Encoder struct {
 	s Settings
 	// head holds, per hash, the last position inserted; chain, per
-	// position modulo chainSize, the position inserted before it with the
-	// same hash. Positions are offsets from a base that grows from block
-	// to block, so the entries of earlier blocks are below the current
-	// block's base and never taken; 0 means none.
-	head  []int32
-	chain []int32
+	// position modulo chainSize, how far back the position inserted
+	// before it with the same hash is (0: none within reach). Positions
+	// are offsets from a base that grows from block to block, so the
+	// entries of earlier blocks are below the current block's base and
+	// never taken; 0 means none.
+	head  *[hashSize]int32
+	chain *[chainSize]uint16
 	base  int32
 }
 
@@ -73,7 +81,7 @@ func NewEncoder(s Settings) *Encoder {
 	if s.Depth < 1 {
 		s.Depth = 1
 	}
-	return &Encoder{s: s, head: make([]int32, 1<<hashLog), chain: make([]int32, chainSize), base: 1}
+	return &Encoder{s: s, head: new([hashSize]int32), chain: new([chainSize]uint16), base: 1}
 }
 
 func hash4(v uint32) uint32 { return (v * 2654435761) >> (32 - hashLog) }
@@ -114,19 +122,101 @@ func maxLast(room int) int {
 // it wrote. The block decompresses to exactly src[:consumed].
 func (e *Encoder) CompressDestSize(src, dst []byte) (consumed, written int) {
 	if int(e.base)+len(src) >= baseLimit || len(src) >= baseLimit {
-		clear(e.head)
-		clear(e.chain)
+		*e.head = [hashSize]int32{}
+		*e.chain = [chainSize]uint16{}
 		e.base = 1
 	}
-	consumed, written, inserted := e.compress(src, dst)
-	e.base += int32(inserted) + 1
+	b := block{e: e, src: src, base: e.base, head: e.head, chain: e.chain}
+	consumed, written = b.compress(dst)
+	e.base += int32(b.next) + 1
 	return consumed, written
 }
 
 // match is a candidate match: its length and distance back.
 type match struct{ length, dist int }
 
-func (e *Encoder) compress(src, dst []byte) (consumed, o, inserted int) {
+// block is the state of one CompressDestSize.
+type block struct {
+	e     *Encoder
+	src   []byte
+	base  int32
+	head  *[hashSize]int32
+	chain *[chainSize]uint16
+	next  int // the next position to insert into the tables
+}
+
+// insert adds the positions before p to the tables.
+func (b *block) insert(p int) {
+	if p <= b.next {
+		return
+	}
+	src, head, chain, base := b.src, b.head, b.chain, b.base
+	_ = src[p+minMatch-2]
+	for i := b.next; i < p; i++ {
+		h := hash4(binary.LittleEndian.Uint32(src[i:]))
+		abs := base + int32(i)
+		prev := head[h]
+		d := abs - prev
+		if d > maxDistance || prev < base {
+			d = 0
+		}
+		chain[abs&chainMask] = uint16(d)
+		head[h] = abs
+	}
+	b.next = p
+}
+
+// find returns the longest match for position p that ends by end, found
+// among the Depth latest positions with p's hash; length 0 for none. It
+// inserts the positions up to p, p included: the hash it looks p up by is
+// the one p is filed under.
+func (b *block) find(p, end int) match {
+	b.insert(p)
+	src, head, chain, base := b.src, b.head, b.chain, b.base
+	cur := binary.LittleEndian.Uint32(src[p:])
+	h := hash4(cur)
+	abs := base + int32(p)
+	cand := head[h]
+	lowest := max(base, abs-maxDistance)
+	if cand >= lowest {
+		chain[abs&chainMask] = uint16(abs - cand)
+	} else {
+		chain[abs&chainMask] = 0
+	}
+	head[h] = abs
+	b.next = p + 1
+	limit := end - p
+	nice := limit
+	if n := b.e.s.NiceLength; n > 0 && n < nice {
+		nice = n
+	}
+	bestLen, bestDist := minMatch-1, 0
+	for tries := b.e.s.Depth; tries > 0 && cand >= lowest; tries-- {
+		c := int(cand - base)
+		// The byte that would make this candidate the longest is checked
+		// first: most candidates fail there.
+		if src[c+bestLen] == src[p+bestLen] && binary.LittleEndian.Uint32(src[c:]) == cur {
+			if l := minMatch + extend(src, c+minMatch, p+minMatch, p+limit); l > bestLen {
+				bestLen, bestDist = l, p-c
+				if l >= nice {
+					break
+				}
+			}
+		}
+		d := chain[cand&chainMask]
+		if d == 0 {
+			break
+		}
+		cand -= int32(d)
+	}
+	if bestLen < minMatch {
+		return match{}
+	}
+	return match{length: bestLen, dist: bestDist}
+}
+
+func (b *block) compress(dst []byte) (consumed, o int) {
+	src := b.src
 	n := len(src)
 	capacity := len(dst)
 	ip, anchor := 0, 0
@@ -135,76 +225,43 @@ func (e *Encoder) compress(src, dst []byte) (consumed, o, inserted int) {
 	// which the room reserved for the last literals takes care of.
 	matchEnd := n - lastLiterals
 	lastStart := n - mfLimit
-	next := 0 // the next position to insert into the tables
-	insertTo := func(p int) {
-		for ; next < p; next++ {
-			h := hash4(load32(src, next))
-			abs := e.base + int32(next)
-			e.chain[abs&chainMask] = e.head[h]
-			e.head[h] = abs
-		}
-	}
-	find := func(p int) match {
-		insertTo(p)
-		best := match{length: minMatch - 1}
-		cur := load32(src, p)
-		limit := matchEnd - p
-		nice := limit
-		if e.s.NiceLength > 0 && e.s.NiceLength < nice {
-			nice = e.s.NiceLength
-		}
-		abs := e.base + int32(p)
-		cand := e.head[hash4(cur)]
-		for tries := e.s.Depth; tries > 0 && cand >= e.base && abs-cand <= maxDistance; tries-- {
-			c := int(cand - e.base)
-			// The byte that would make this candidate the longest is
-			// checked first: most candidates fail there.
-			if best.length < limit && src[c+best.length] == src[p+best.length] && load32(src, c) == cur {
-				l := minMatch + extend(src, c+minMatch, p+minMatch, p+limit)
-				if l > best.length {
-					best = match{length: l, dist: p - c}
-					if l >= nice {
-						break
-					}
-				}
-			}
-			cand = e.chain[cand&chainMask]
-		}
-		if best.length < minMatch {
-			return match{}
-		}
-		return best
+	lazy := b.e.s.Lazy
+	lazyBelow := b.e.s.NiceLength
+	if lazyBelow == 0 {
+		lazyBelow = n
 	}
 	// Past room literals from the anchor, no sequence fits any more.
 	room := maxLast(capacity)
+	misses := 0
 	for ip <= lastStart && ip-anchor <= room {
-		m := find(ip)
+		m := b.find(ip, matchEnd)
 		if m.length == 0 {
-			ip++
+			// Long runs without a match are likely incompressible: the
+			// search then steps further and leaves the positions it
+			// steps over out of the tables, as LZ4's fast mode does.
+			misses++
+			ip += 1 + misses>>skipTrigger
+			b.next = max(b.next, min(ip, lastStart+1))
 			continue
 		}
-		if e.s.Lazy {
-			for ip+1 <= lastStart {
-				m2 := find(ip + 1)
-				if m2.length <= m.length {
-					break
-				}
-				ip++
-				m = m2
+		misses = 0
+		for lazy && ip+1 <= lastStart && m.length < lazyBelow {
+			m2 := b.find(ip+1, matchEnd)
+			if m2.length <= m.length {
+				break
 			}
+			ip++
+			m = m2
 		}
 		lits := ip - anchor
 		// The block must be able to end after this match: the last
 		// sequence then holds at least the literals the end rules
 		// require, and those bytes exist (the match ends before
 		// matchEnd, and starts at most mfLimit before the input's end).
-		tail := max(lastLiterals, mfLimit-m.length)
-		if o+seqCost(lits, m.length)+lastCost(tail) > capacity {
+		if o+seqCost(lits, m.length)+lastCost(max(lastLiterals, mfLimit-m.length)) > capacity {
 			// A shorter match may still fit: its length bytes are what
-			// overflow when the literals alone fit.
-			// Room for the length's bytes past the token, with the
-			// shortest last sequence: n bytes hold lengths up to
-			// 14+255n.
+			// overflow when the literals alone fit. avail bytes past the
+			// token hold lengths up to 14+255*avail.
 			avail := capacity - o - seqCost(lits, minMatch) - lastCost(lastLiterals)
 			if avail < 0 {
 				break
@@ -219,14 +276,14 @@ func (e *Encoder) compress(src, dst []byte) (consumed, o, inserted int) {
 			m.length = short
 		}
 		o = emitSequence(dst, o, src[anchor:ip], m)
-		insertTo(min(ip+m.length, n-minMatch+1))
+		b.insert(min(ip+m.length, n-minMatch+1))
 		ip += m.length
 		anchor = ip
 		room = maxLast(capacity - o)
 	}
 	lits := min(n-anchor, maxLast(capacity-o))
 	o = emitLast(dst, o, src[anchor:anchor+lits])
-	return anchor + lits, o, next
+	return anchor + lits, o
 }
 
 // extend counts how many bytes from a and b on are equal, b stopping at
