@@ -89,6 +89,8 @@ outputs:
   - {format: vmdk, type: monolithicSparse}
   - {format: ova, cpus: 4, memory: 2GiB, network: lab}
   - {format: gce}
+  - {format: erofs, compression: lz4}
+  - {format: live, from: erofs, compression: gzip, boot: {cmdline: console=ttyS0}}
   - {format: cpio}
   - {format: pxe, from: cpio, boot: {cmdline: console=ttyS0}}
   - {format: oci, name: cd, kind: containerdisk, layout: archive, compression: zstd, env: [A=1], labels: {k: v}, entrypoint: [/init]}
@@ -108,6 +110,8 @@ outputs:
 		{Format: "vmdk", Name: "vmdk", From: "raw", Options: &formats.VMDKSpec{Type: "monolithicSparse"}},
 		{Format: "ova", Name: "ova", From: "raw", Options: &formats.OVASpec{CPUs: 4, Memory: 2 << 30, Firmware: "efi", Network: "lab"}},
 		{Format: "gce", Name: "gce", From: "raw", Options: &formats.GCESpec{}},
+		{Format: "erofs", Name: "erofs", Options: &formats.ErofsSpec{Compression: "lz4"}},
+		{Format: "live", Name: "live", From: "erofs", Options: &formats.LiveSpec{Compression: compress.Gzip, Cmdline: "console=ttyS0"}},
 		{Format: "cpio", Name: "cpio", Options: &formats.CpioSpec{Compression: compress.Zstd}},
 		{Format: "pxe", Name: "pxe", From: "cpio", Options: &formats.PXESpec{Compression: compress.Zstd, Cmdline: "console=ttyS0"}},
 		{Format: "oci", Name: "cd", From: "qcow2", Options: &formats.OCISpec{Kind: "containerdisk", Layout: "archive",

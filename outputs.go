@@ -365,6 +365,17 @@ var outputOptions = map[string]func(out *recipes.Output) (any, error){
 		return &formats.OVASpec{CPUs: out.CPUs, Memory: out.Memory, Firmware: out.Firmware, Network: out.Network}, nil
 	},
 	recipes.FormatGCE: func(out *recipes.Output) (any, error) { return &formats.GCESpec{}, nil },
+	recipes.FormatLive: func(out *recipes.Output) (any, error) {
+		alg, err := outputCompression(out)
+		o := &formats.LiveSpec{Compression: alg}
+		if out.Boot != nil {
+			o.Cmdline = out.Boot.Cmdline
+		}
+		return o, err
+	},
+	recipes.FormatErofs: func(out *recipes.Output) (any, error) {
+		return &formats.ErofsSpec{Compression: out.Compression}, nil
+	},
 	recipes.FormatOCI: func(out *recipes.Output) (any, error) {
 		alg, err := outputCompression(out)
 		return &formats.OCISpec{Kind: out.Kind, Layout: out.Layout, Compression: alg,

@@ -134,7 +134,11 @@ func Table() []Entry {
 		// member before oci and tar look.
 		{Name: "ova", MadeFrom: map[string][]string{"": {"raw"}}, Writer: ovaFormat{}, Reader: ovaImageReader{}},
 		{Name: "gce", MadeFrom: map[string][]string{"": {"raw"}}, Writer: gceFormat{}, Reader: gceImageReader{}},
+		{Name: "erofs", Writer: erofsFormat{}, Reader: erofsImageReader{}},
 		{Name: "raw", Writer: rawFormat{}, Reader: rawImageReader{}},
+		// A live bundle holds a kernel, an initramfs and a script, as a pxe
+		// bundle does: it is known by its root image first.
+		{Name: "live", MadeFrom: map[string][]string{"": {"erofs"}}, Writer: liveFormat{}, Reader: liveImageReader{}},
 		{Name: "pxe", MadeFrom: map[string][]string{"": {"cpio"}}, Writer: pxeFormat{}, Reader: pxeImageReader{}},
 		{Name: "oci", MadeFrom: map[string][]string{"containerdisk": {"qcow2", "raw"}}, Writer: ociFormat{}, Reader: ociImageReader{}},
 		{Name: "cpio", Writer: cpioFormat{}, Reader: cpioImageReader{}},

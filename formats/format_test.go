@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stamp-dev/stamp/rootfs"
 	"github.com/stamp-dev/stamp/rootfs/compress"
 )
 
@@ -18,10 +17,9 @@ import (
 func TestTableWritesAndReadsEveryFormat(t *testing.T) {
 	ctx := context.Background()
 	tree := rawTestTree(t, "amd64")
-	if _, err := tree.Create("/usr/bin/busybox", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o755, MTime: tarEpoch},
-		strings.NewReader("\x7fELF busybox")); err != nil {
-		t.Fatal(err)
-	}
+	// A live bundle's initramfs needs a real static busybox and the
+	// modules that mount its image.
+	addLiveParts(t, tree, rawKernel)
 	// One spec per format and kind, in an order where what an output is
 	// made from comes first. A format added to Table without a line here
 	// fails below.
@@ -34,6 +32,8 @@ func TestTableWritesAndReadsEveryFormat(t *testing.T) {
 		{Format: "vmdk", Name: "vmdk-sparse", Options: &VMDKSpec{Type: "monolithicSparse"}},
 		{Format: "ova", Name: "ova", Options: &OVASpec{}},
 		{Format: "gce", Name: "gce", Options: &GCESpec{}},
+		{Format: "erofs", Name: "erofs", Options: &ErofsSpec{}},
+		{Format: "live", Name: "live", Options: &LiveSpec{Cmdline: "console=ttyS0"}},
 		{Format: "cpio", Name: "cpio", Options: &CpioSpec{Compression: compress.Gzip}},
 		{Format: "pxe", Name: "pxe", Options: &PXESpec{Cmdline: "console=ttyS0"}},
 		{Format: "tar", Name: "tar", Options: &TarSpec{Compression: compress.Zstd}},

@@ -59,6 +59,12 @@ var outputFormats = []outputFormat{
 	{name: FormatOVA, keys: []string{"from", "cpus", "memory", "firmware", "network"}, madeFrom: map[string][]string{"": {FormatRaw}},
 		defaults: (*decoder).ovaDefaults},
 	{name: FormatGCE, keys: []string{"from"}, madeFrom: map[string][]string{"": {FormatRaw}}},
+	// EROFS compresses inside, in LZ4 clusters the kernel reads.
+	{name: FormatErofs, keys: []string{"compression"}, compressions: []string{"lz4hc", "lz4", "none"}, defaultCompression: "lz4hc"},
+	// A live bundle's compression is its initramfs's; its root image is the
+	// erofs output it is made from, or one it writes.
+	{name: FormatLive, keys: []string{"compression", "from", "boot"}, compressions: compressions, defaultCompression: "zstd",
+		madeFrom: map[string][]string{"": {FormatErofs}}, fromOptional: true},
 	{name: FormatCpio, keys: []string{"compression"}, compressions: compressions, defaultCompression: "zstd"},
 	{name: FormatPXE, keys: []string{"compression", "from", "boot"}, compressions: compressions, defaultCompression: "zstd",
 		madeFrom: map[string][]string{"": {FormatCpio}}, fromOptional: true},

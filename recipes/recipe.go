@@ -290,13 +290,15 @@ const (
 	FormatVMDK  = "vmdk"
 	FormatOVA   = "ova"
 	FormatGCE   = "gce"
+	FormatErofs = "erofs"
+	FormatLive  = "live"
 )
 
 // Output is one artifact made from the sealed tree (or from an earlier output).
 type Output struct {
 	Line   int
 	Field  string // e.g. "outputs[1]"
-	Format string // tar | raw | qcow2 | vhd | vmdk | ova | gce | cpio | pxe | oci
+	Format string // tar | raw | qcow2 | vhd | vmdk | ova | gce | erofs | live | cpio | pxe | oci
 	// Name is unique among outputs; default the format.
 	Name string
 	// Compression: tar none|gzip|zstd|xz (default none); cpio and pxe the same
