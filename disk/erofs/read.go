@@ -137,6 +137,19 @@ type reader struct {
 	buf   []byte
 	dirs  map[uint64]bool
 	count int
+	// budget is how many more bytes of content the image can hold: a
+	// cluster decompresses to at most 255 times its size, so a damaged
+	// image whose indexes share clusters cannot make a reader hash
+	// without end.
+	budget int64
+}
+
+// spend takes n bytes of content from the budget.
+func (rd *reader) spend(n int64) error {
+	if rd.budget -= n; rd.budget < 0 {
+		return fmt.Errorf("more content than an image of %d bytes can hold", rd.size)
+	}
+	return nil
 }
 
 // inode is an inode as read.
@@ -161,7 +174,7 @@ type inode struct {
 // has no content to give). Hard links are the entries of one nid. It also
 // returns where each file's data lies, so an offset names the file.
 func Read(ctx context.Context, r io.ReaderAt, size int64, sb *Super) (*rootfs.Sealed, []Region, error) {
-	rd := &reader{ctx: ctx, r: r, size: size, sb: sb, buf: make([]byte, blockSize), dirs: map[uint64]bool{}}
+	rd := &reader{ctx: ctx, r: r, size: size, sb: sb, buf: make([]byte, blockSize), dirs: map[uint64]bool{}, budget: 256*size + 1<<20}
 	if sb.Blocks*blockSize > size {
 		return nil, nil, fmt.Errorf("erofs: the superblock says %d blocks, the image holds %d bytes", sb.Blocks, size)
 	}
@@ -418,6 +431,9 @@ func (rd *reader) xattrs(ino *inode) (map[string]string, error) {
 
 // content writes an inode's data to w, whatever its layout.
 func (rd *reader) content(p string, ino *inode, w io.Writer) error {
+	if err := rd.spend(ino.size); err != nil {
+		return err
+	}
 	switch ino.layout {
 	case layoutFlatPlain, layoutFlatInline:
 		return rd.flat(p, ino, w)
@@ -734,7 +750,7 @@ func (rd *reader) readDir(p string, ino *inode) ([]dirEntry, error) {
 // ReadFile reads the content of the regular file at p (absolute), following
 // no symlinks.
 func ReadFile(r io.ReaderAt, size int64, sb *Super, p string) ([]byte, error) {
-	rd := &reader{ctx: context.Background(), r: r, size: size, sb: sb, buf: make([]byte, blockSize)}
+	rd := &reader{ctx: context.Background(), r: r, size: size, sb: sb, buf: make([]byte, blockSize), budget: 256*size + 1<<20}
 	nid := sb.rootNid
 	for _, name := range strings.Split(strings.Trim(path.Clean(p), "/"), "/") {
 		if name == "" {
