@@ -18,6 +18,7 @@ import (
 	"github.com/stamp-dev/stamp/disk/erofs"
 	"github.com/stamp-dev/stamp/rootfs"
 	"github.com/stamp-dev/stamp/rootfs/compress"
+	"github.com/stamp-dev/stamp/rootfs/hashio"
 )
 
 // The files of a live bundle, relative to its directory, which can be
@@ -153,7 +154,7 @@ func writeLive(ctx context.Context, src *Source, spec *Spec, so *LiveSpec, dir s
 		if err != nil {
 			return nil, err
 		}
-		sum, err := fileSHA256(rootPath)
+		sum, _, err := hashio.File(rootPath, false)
 		if err != nil {
 			return nil, err
 		}
@@ -233,7 +234,8 @@ boot
 // system allows, else as a copy, and returns its sha256.
 func linkOrCopy(ctx context.Context, from, to string) (string, error) {
 	if err := os.Link(from, to); err == nil {
-		return fileSHA256(to)
+		sum, _, err := hashio.File(to, false)
+		return sum, err
 	}
 	in, err := os.Open(from)
 	if err != nil {
@@ -246,19 +248,6 @@ func linkOrCopy(ctx context.Context, from, to string) (string, error) {
 		return err
 	})
 	if err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-func fileSHA256(p string) (string, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
@@ -321,25 +310,12 @@ func planLiveInitramfs(t *rootfs.Sealed, mtime time.Time) (*liveInitramfs, error
 	for _, d := range []string{"/", "/bin", "/dev", "/etc", "/etc/stamp", "/lib", "/lib/modules", modDir, "/proc", "/run", "/sys", bootSysroot} {
 		p.items = append(p.items, cpioItem{path: d, in: &rootfs.Inode{Type: rootfs.TypeDir, Perm: 0o755, MTime: mtime}})
 	}
-	p.items = append(p.items, cpioItem{path: bootBusybox, tree: t, src: bb.Path,
-		in: &rootfs.Inode{Type: rootfs.TypeRegular, Perm: 0o755, MTime: mtime, Size: bb.Size, Digest: bb.Digest}})
-	var loads []string
-	for _, m := range mods {
-		mp := modDir + "/" + m.name + ".ko"
-		loads = append(loads, mp)
-		e := t.Get(m.path)
-		if m.alg == compress.None {
-			p.items = append(p.items, cpioItem{path: mp, tree: t, src: m.path,
-				in: &rootfs.Inode{Type: rootfs.TypeRegular, Perm: 0o644, MTime: mtime, Size: e.Size, Digest: e.Digest}})
-			continue
-		}
-		// busybox insmod hands the file to the kernel as it is.
-		data, err := set.content(m)
-		if err != nil {
-			return nil, fmt.Errorf("live initramfs: %w", err)
-		}
-		p.items = append(p.items, cpioGenerated(CpioFile{Path: mp, Perm: 0o644, Content: data}, mtime))
+	p.items = append(p.items, busyboxItem(t, bb, mtime))
+	mitems, loads, err := moduleItems(t, set, mods, modDir, mtime)
+	if err != nil {
+		return nil, fmt.Errorf("live initramfs: %w", err)
 	}
+	p.items = append(p.items, mitems...)
 	for _, f := range []CpioFile{
 		{Path: "/init", Perm: 0o755, Content: liveRootInit(k.version, loads)},
 		{Path: "/etc/stamp/udhcpc.script", Perm: 0o755, Content: []byte(liveDHCPScript)},
@@ -423,6 +399,8 @@ load() { insmod "$1" || say "insmod $1 failed"; }
 `
 
 const liveInitTail = `
+now() { cut -d " " -f 1 /proc/uptime; }
+start=$(now)
 img=/stamp/root.erofs
 if [ -n "$url" ]; then
 	mkdir -p /stamp
@@ -466,6 +444,7 @@ done
 for d in dev proc sys; do
 	mount -o move "/$d" "/sysroot/$d" 2>/dev/null || umount -l "/$d"
 done
+say "root image found, checked and mounted in $(awk -v a="$start" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }') s"
 say "running from RAM; starting $init"
 exec switch_root /sysroot "$init" "$@"
 `
