@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -307,7 +308,9 @@ func planLiveInitramfs(t *rootfs.Sealed, mtime time.Time) (*liveInitramfs, error
 	}
 	modDir := "/lib/modules/" + k.version
 	p := &liveInitramfs{}
-	for _, d := range []string{"/", "/bin", "/dev", "/etc", "/etc/stamp", "/lib", "/lib/modules", modDir, "/proc", "/run", "/sys", bootSysroot} {
+	// /stamp is where an appended archive puts the image: the kernel's
+	// unpacker makes no directories for it.
+	for _, d := range []string{"/", "/bin", "/dev", "/etc", "/etc/stamp", "/lib", "/lib/modules", modDir, "/proc", "/run", path.Dir(LiveRootInInitrd), "/sys", bootSysroot} {
 		p.items = append(p.items, cpioItem{path: d, in: &rootfs.Inode{Type: rootfs.TypeDir, Perm: 0o755, MTime: mtime}})
 	}
 	p.items = append(p.items, busyboxItem(t, bb, mtime))
