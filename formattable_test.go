@@ -89,6 +89,7 @@ outputs:
   - {format: vmdk, type: monolithicSparse}
   - {format: ova, cpus: 4, memory: 2GiB, network: lab}
   - {format: gce}
+  - {format: compressed, compression: xz}
   - {format: erofs, compression: lz4}
   - {format: live, from: erofs, compression: gzip, boot: {cmdline: console=ttyS0}}
   - {format: cpio}
@@ -110,6 +111,7 @@ outputs:
 		{Format: "vmdk", Name: "vmdk", From: "raw", Options: &formats.VMDKSpec{Type: "monolithicSparse"}},
 		{Format: "ova", Name: "ova", From: "raw", Options: &formats.OVASpec{CPUs: 4, Memory: 2 << 30, Firmware: "efi", Network: "lab"}},
 		{Format: "gce", Name: "gce", From: "raw", Options: &formats.GCESpec{}},
+		{Format: "compressed", Name: "compressed", From: "raw", Options: &formats.CompressedSpec{Compression: compress.XZ}},
 		{Format: "erofs", Name: "erofs", Options: &formats.ErofsSpec{Compression: "lz4"}},
 		{Format: "live", Name: "live", From: "erofs", Options: &formats.LiveSpec{Compression: compress.Gzip, Cmdline: "console=ttyS0"}},
 		{Format: "cpio", Name: "cpio", Options: &formats.CpioSpec{Compression: compress.Zstd}},

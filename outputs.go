@@ -365,6 +365,10 @@ var outputOptions = map[string]func(out *recipes.Output) (any, error){
 		return &formats.OVASpec{CPUs: out.CPUs, Memory: out.Memory, Firmware: out.Firmware, Network: out.Network}, nil
 	},
 	recipes.FormatGCE: func(out *recipes.Output) (any, error) { return &formats.GCESpec{}, nil },
+	recipes.FormatCompressed: func(out *recipes.Output) (any, error) {
+		alg, err := outputCompression(out)
+		return &formats.CompressedSpec{Compression: alg}, err
+	},
 	recipes.FormatLive: func(out *recipes.Output) (any, error) {
 		alg, err := outputCompression(out)
 		o := &formats.LiveSpec{Compression: alg}

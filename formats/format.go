@@ -135,6 +135,9 @@ func Table() []Entry {
 		{Name: "ova", MadeFrom: map[string][]string{"": {"raw"}}, Writer: ovaFormat{}, Reader: ovaImageReader{}},
 		{Name: "gce", MadeFrom: map[string][]string{"": {"raw"}}, Writer: gceFormat{}, Reader: gceImageReader{}},
 		{Name: "erofs", Writer: erofsFormat{}, Reader: erofsImageReader{}},
+		// A compressed raw is known by the GPT in its plain stream, before
+		// tar (whose reader also decompresses) looks.
+		{Name: "compressed", MadeFrom: map[string][]string{"": {"raw"}}, Writer: compressedFormat{}, Reader: compressedImageReader{}},
 		{Name: "raw", Writer: rawFormat{}, Reader: rawImageReader{}},
 		// A live bundle holds a kernel, an initramfs and a script, as a pxe
 		// bundle does: it is known by its root image first.

@@ -32,6 +32,7 @@ func TestTableWritesAndReadsEveryFormat(t *testing.T) {
 		{Format: "vmdk", Name: "vmdk-sparse", Options: &VMDKSpec{Type: "monolithicSparse"}},
 		{Format: "ova", Name: "ova", Options: &OVASpec{}},
 		{Format: "gce", Name: "gce", Options: &GCESpec{}},
+		{Format: "compressed", Name: "compressed", Options: &CompressedSpec{Compression: compress.XZ}},
 		{Format: "erofs", Name: "erofs", Options: &ErofsSpec{}},
 		{Format: "live", Name: "live", Options: &LiveSpec{Cmdline: "console=ttyS0"}},
 		{Format: "cpio", Name: "cpio", Options: &CpioSpec{Compression: compress.Gzip}},

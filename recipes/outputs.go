@@ -59,6 +59,9 @@ var outputFormats = []outputFormat{
 	{name: FormatOVA, keys: []string{"from", "cpus", "memory", "firmware", "network"}, madeFrom: map[string][]string{"": {FormatRaw}},
 		defaults: (*decoder).ovaDefaults},
 	{name: FormatGCE, keys: []string{"from"}, madeFrom: map[string][]string{"": {FormatRaw}}},
+	// A compressed raw is for provisioners that stream it onto a disk.
+	{name: FormatCompressed, keys: []string{"from", "compression"}, compressions: []string{"zstd", "xz", "gzip"}, defaultCompression: "zstd",
+		madeFrom: map[string][]string{"": {FormatRaw}}},
 	// EROFS compresses inside, in LZ4 clusters the kernel reads.
 	{name: FormatErofs, keys: []string{"compression"}, compressions: []string{"lz4hc", "lz4", "none"}, defaultCompression: "lz4hc"},
 	// A live bundle's compression is its initramfs's; its root image is the
