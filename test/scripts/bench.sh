@@ -3,7 +3,7 @@
 # prints wall time and peak RSS side by side. Speed and memory are judged here,
 # never by timed unit tests.
 set -euo pipefail
-# Usage: bench.sh [tar|ext4|qcow2|vhd|vmdk|cpio|codecs|oci|debs|bootstrap|disk|node]...; all of them
+# Usage: bench.sh [tar|ext4|qcow2|vhd|vmdk|erofs|cpio|codecs|oci|debs|bootstrap|disk|node]...; all of them
 # by default. disk and node need the Kubernetes inputs (make k8s-inputs; it builds
 # them first, which takes about 50 minutes on a machine that has none).
 cd "$(dirname "$0")/../.."
@@ -96,6 +96,12 @@ bench_vmdk() {
 			printf "%-44s %8.2fx qemu-img'"'"'s time\n", "stamp/" s, t["stamp/" s] / t["qemu-img/" s] } }' "$WORK/vmdk" | sort
 }
 
+bench_erofs() {
+	echo
+	echo "== erofs: our writer vs mkfs.erofs -zlz4hc on the node's Debian tree (minbase + the node's packages, kernel included; as root), medians of 3 (targets: time-ratio <= 0.5, size-ratio within 1 +- 0.05)"
+	go test -run '^$' -bench '^BenchmarkVsMkfsErofs$' -benchtime 1x -timeout 60m ./disk/erofs 2>&1 | grep -E '^(Benchmark|erofs of)' || true
+}
+
 bench_cpio() {
 	echo
 	echo "== cpio: our writer vs find | sort | cpio -o -H newc --reproducible; xz and zstd throughput"
@@ -142,7 +148,7 @@ bench_node() {
 		grep -E '^(Benchmark|---|\s+node_bench_test)' || true
 }
 
-for b in "${@:-tar ext4 qcow2 vhd vmdk cpio codecs oci debs bootstrap disk node}"; do
+for b in "${@:-tar ext4 qcow2 vhd vmdk erofs cpio codecs oci debs bootstrap disk node}"; do
 	for one in $b; do
 		declare -F "bench_$one" >/dev/null || { echo "bench: no benchmark named $one" >&2; exit 2; }
 		"bench_$one"
