@@ -95,6 +95,7 @@ outputs:
   - {format: cpio}
   - {format: pxe, from: cpio, boot: {cmdline: console=ttyS0}}
   - {format: oci, name: cd, kind: containerdisk, layout: archive, compression: zstd, env: [A=1], labels: {k: v}, entrypoint: [/init]}
+  - {format: oci, name: disk, kind: disk, from: compressed}
 `), "opts.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -118,6 +119,7 @@ outputs:
 		{Format: "pxe", Name: "pxe", From: "cpio", Options: &formats.PXESpec{Compression: compress.Zstd, Cmdline: "console=ttyS0"}},
 		{Format: "oci", Name: "cd", From: "qcow2", Options: &formats.OCISpec{Kind: "containerdisk", Layout: "archive",
 			Compression: compress.Zstd, Entrypoint: []string{"/init"}, Env: []string{"A=1"}, Labels: map[string]string{"k": "v"}}},
+		{Format: "oci", Name: "disk", From: "compressed", Options: &formats.OCISpec{Kind: "disk", Layout: "dir", Compression: compress.None}},
 	}
 	if len(rec.Outputs) != len(want) {
 		t.Fatalf("%d outputs, want %d", len(rec.Outputs), len(want))

@@ -27,29 +27,38 @@ func (compressedImageReader) Read(ctx context.Context, h *Head) (*Image, error) 
 		return nil, err
 	}
 	defer f.Close()
-	rc, err := compress.NewReader(h.Compression, f)
-	if err != nil {
+	im := &Image{Path: h.Path, Format: "compressed", Compression: h.Compression, Size: h.Size, Plain: PlainDecompressed}
+	if err := readCompressedDisk(ctx, f, h.Compression, im); err != nil {
 		return nil, err
+	}
+	return im, nil
+}
+
+// readCompressedDisk reads the disk in the compressed stream r into im,
+// from a sparse copy: its file systems are read by offset, which a
+// compressed stream cannot seek to. The copy is unlinked at once.
+func readCompressedDisk(ctx context.Context, r io.Reader, alg compress.Algorithm, im *Image) error {
+	rc, err := compress.NewReader(alg, r)
+	if err != nil {
+		return err
 	}
 	defer rc.Close()
-	// The disk is read back from a sparse copy: its file systems are read
-	// by offset, which a compressed stream cannot seek to.
 	tmp, err := os.CreateTemp("", "stamp-compressed-*.raw")
 	if err != nil {
-		return nil, err
+		return err
 	}
-	defer os.Remove(tmp.Name())
+	os.Remove(tmp.Name())
 	defer tmp.Close()
 	buf := make([]byte, 1<<20)
 	var size int64
 	for {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
 		n, err := io.ReadFull(rc, buf)
 		if n > 0 {
 			if werr := disk.WriteNonZero(tmp, buf[:n], size); werr != nil {
-				return nil, werr
+				return werr
 			}
 			size += int64(n)
 		}
@@ -57,16 +66,12 @@ func (compressedImageReader) Read(ctx context.Context, h *Head) (*Image, error) 
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s stream at %d: %w", h.Compression, size, err)
+			return fmt.Errorf("%s stream at %d: %w", alg, size, err)
 		}
 	}
 	if err := tmp.Truncate(size); err != nil {
-		return nil, err
+		return err
 	}
-	im := &Image{Path: h.Path, Format: "compressed", Compression: h.Compression, Size: h.Size, Plain: PlainDecompressed}
 	im.Facts = append(im.Facts, Fact{"compressed.disk-size", fmt.Sprint(size)})
-	if err := readDisk(ctx, tmp, size, im); err != nil {
-		return nil, err
-	}
-	return im, nil
+	return readDisk(ctx, tmp, size, im)
 }

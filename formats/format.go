@@ -143,7 +143,7 @@ func Table() []Entry {
 		// bundle does: it is known by its root image first.
 		{Name: "live", MadeFrom: map[string][]string{"": {"erofs"}}, Writer: liveFormat{}, Reader: liveImageReader{}},
 		{Name: "pxe", MadeFrom: map[string][]string{"": {"cpio"}}, Writer: pxeFormat{}, Reader: pxeImageReader{}},
-		{Name: "oci", MadeFrom: map[string][]string{"containerdisk": {"qcow2", "raw"}}, Writer: ociFormat{}, Reader: ociImageReader{}},
+		{Name: "oci", MadeFrom: map[string][]string{"containerdisk": {"qcow2", "raw"}, "disk": {"compressed"}}, Writer: ociFormat{}, Reader: ociImageReader{}},
 		{Name: "cpio", Writer: cpioFormat{}, Reader: cpioImageReader{}},
 		{Name: "tar", Writer: tarFormat{}, Reader: tarReader{}},
 	}

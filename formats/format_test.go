@@ -40,6 +40,7 @@ func TestTableWritesAndReadsEveryFormat(t *testing.T) {
 		{Format: "tar", Name: "tar", Options: &TarSpec{Compression: compress.Zstd}},
 		{Format: "oci", Name: "oci", Options: &OCISpec{Kind: "rootfs"}},
 		{Format: "oci", Name: "containerdisk", Options: &OCISpec{Kind: "containerdisk", Layout: "archive"}},
+		{Format: "oci", Name: "disk", Options: &OCISpec{Kind: "disk"}},
 	}
 	table := Table()
 	byName := map[string]Entry{}

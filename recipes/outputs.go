@@ -75,7 +75,7 @@ var outputFormats = []outputFormat{
 	// the default because every registry and client reads it.
 	{name: FormatOCI, keys: []string{"from", "kind", "layout", "compression", "entrypoint", "env", "labels"},
 		compressions: []string{"gzip", "zstd", "none"}, defaultCompression: "gzip",
-		madeFrom: map[string][]string{"containerdisk": {FormatQcow2, FormatRaw}}, defaults: (*decoder).ociDefaults},
+		madeFrom: map[string][]string{"containerdisk": {FormatQcow2, FormatRaw}, "disk": {FormatCompressed}}, defaults: (*decoder).ociDefaults},
 }
 
 // outputFormatNamed returns the schema of a format, nil for an unknown one.
@@ -186,7 +186,7 @@ func (d *decoder) output(n *yaml.Node, field string) outputNode {
 		},
 		"boot":   func(v *yaml.Node, f string) { b := d.boot(v, f); o.Boot = &b },
 		"from":   func(v *yaml.Node, f string) { o.From = d.str(v, f) },
-		"kind":   func(v *yaml.Node, f string) { o.Kind = d.enum(v, f, "kind", "rootfs", "containerdisk") },
+		"kind":   func(v *yaml.Node, f string) { o.Kind = d.enum(v, f, "kind", "rootfs", "containerdisk", "disk") },
 		"layout": func(v *yaml.Node, f string) { o.Layout = d.enum(v, f, "layout", "dir", "archive") },
 		// The types depend on the format; its defaults check them.
 		"type": func(v *yaml.Node, f string) { o.Type = d.str(v, f) },
@@ -274,7 +274,17 @@ func (d *decoder) ociDefaults(on *outputNode) {
 		o.Layout = "dir"
 	}
 	if o.Kind == "rootfs" && on.seen["from"] != nil {
-		d.fail(on.seen["from"], child(o.Field, "from"), "an oci rootfs is made from the tree; from applies to kind containerdisk")
+		d.fail(on.seen["from"], child(o.Field, "from"), "an oci rootfs is made from the tree; from applies to kinds containerdisk and disk")
+	}
+	if o.Kind == "disk" {
+		// The layer is the compressed raw as it is, under ORAS's empty
+		// config: there is no layer codec, command or environment.
+		for _, k := range []string{"compression", "entrypoint", "env", "labels"} {
+			if n := on.seen[k]; n != nil {
+				d.fail(n, child(o.Field, k), "%s does not apply to an oci disk artifact, which holds the compressed raw as it is", k)
+			}
+		}
+		o.Compression = ""
 	}
 }
 
