@@ -363,9 +363,10 @@ const liveInitHead = `#!/bin/busybox sh
 # its sha256 (stamp.root.sha256=, else the one this initramfs was built
 # with) and refuses any other, mounts it read-only under a tmpfs overlay on
 # /sysroot (stamp.live.size= bounds the tmpfs), puts the paths of
-# stamp.live.tmpfs= (default /var/lib/containerd, which container runtimes
-# need on a file system overlayfs can use as its upper layer) on tmpfs with
-# what the image holds there, and switch_roots into init= (default
+# stamp.live.tmpfs= (default /var/lib/containerd and /var/lib/kubelet: a
+# container runtime needs its snapshots on a file system overlayfs can use
+# as an upper layer) on tmpfs with what the image holds there, and
+# switch_roots into init= (default
 # /sbin/init). stamp.shell: a shell instead of giving up.
 /bin/busybox --install -s /bin
 export PATH=/bin
@@ -384,7 +385,7 @@ fail() {
 	poweroff -f
 }
 
-url= sum= init=/sbin/init size= keep=/var/lib/containerd
+url= sum= init=/sbin/init size= keep="/var/lib/containerd /var/lib/kubelet"
 set -f
 for arg in $(cat /proc/cmdline); do
 	case "$arg" in
