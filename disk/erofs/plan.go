@@ -26,7 +26,6 @@ type node struct {
 	tail     []byte // the last partial block, packed after the inode
 	index    []byte // a compressed file's map header and indexes
 	children []dirent
-	dirBlock []int64 // a directory's data blocks
 }
 
 // dirent is one entry of a directory.

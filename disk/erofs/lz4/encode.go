@@ -86,8 +86,6 @@ func NewEncoder(s Settings) *Encoder {
 
 func hash4(v uint32) uint32 { return (v * 2654435761) >> (32 - hashLog) }
 
-func load32(b []byte, i int) uint32 { return binary.LittleEndian.Uint32(b[i:]) }
-
 // litExtra is how many bytes past the token a run length of n takes.
 func litExtra(n int) int {
 	if n < runMask {
