@@ -12,7 +12,7 @@ import (
 
 // segmentSize is how much of a file one worker compresses at a time; a
 // multiple of the block size, and short enough that no extent spans the
-// 2,048 clusters a legacy index can point back over.
+// 2,048 clusters an index can point back over.
 const segmentSize = 4 << 20
 
 // segment is one piece of a file's content, compressed (or read) by a
@@ -121,7 +121,7 @@ func (c *compressor) work(t *rootfs.Sealed, s *segment, codec Compression) {
 				plain += blockSize
 			}
 		}
-		if int64(len(out))+legacyIndexBytes(s.size) >= plain {
+		if int64(len(out))+compactIndexBytes(s.size, align(s.n.headerSize(), 8)) >= plain {
 			s.blocks = append(out[:0], in...)
 			return
 		}
@@ -143,12 +143,6 @@ func (bp *bufPool) get(n int) []byte {
 
 // put hands a buffer back.
 func (bp *bufPool) put(b []byte) { bp.p.Put(&b) }
-
-// legacyIndexBytes is the room the map header and legacy indexes of a
-// compressed file of size bytes take after its inode.
-func legacyIndexBytes(size int64) int64 {
-	return mapHeaderSize + legacyHeaderPadding + legacyIndexSize*((size+blockSize-1)/blockSize)
-}
 
 // compressAll runs the workers over the segments and hands each segment,
 // in order, to write as soon as it and those before it are done. At most a

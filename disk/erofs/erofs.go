@@ -24,8 +24,9 @@
 // metadata, whose size depends on the compression, is laid out last.
 //
 // Compression is LZ4 in fixed 4 KiB physical clusters, with the data placed
-// at the end of its cluster (the lz4_0padding feature) and the legacy
-// (full, 8-byte) indexes, which every kernel with EROFS reads. Files are
+// at the end of its cluster (the lz4_0padding feature) and compacted
+// indexes (2 or 4 bytes per 4 KiB of the file, the form mkfs.erofs writes
+// by default), which every kernel with EROFS's compression reads. Files are
 // cut into segments of segmentSize that are compressed in parallel, each
 // starting a new extent at a cluster boundary, so the bytes do not depend
 // on the number of workers. A file whose compression does not save space

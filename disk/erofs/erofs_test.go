@@ -133,17 +133,17 @@ func TestMixedTree(t *testing.T) {
 		t.Errorf("root nid %s, want 1", r["NID"])
 	}
 	for p, want := range map[string]string{
-		"/usr/bin/su":                 "Layout=1 Inode size=32",
-		"/usr/lib/big":                "Layout=1 Inode size=64", // owner past 16 bits, older mtime
+		"/usr/bin/su":                 "Layout=3 Inode size=32",
+		"/usr/lib/big":                "Layout=3 Inode size=64", // owner past 16 bits, older mtime
 		"/usr/lib/noise":              "Layout=2 Inode size=32", // incompressible: plain, tail packed
 		"/usr/lib/noise-big":          "Layout=0 Inode size=32", // plain, every block its own
-		"/usr/lib/zeros":              "Layout=1 Inode size=32",
+		"/usr/lib/zeros":              "Layout=3 Inode size=32",
 		"/usr/lib/sizes/text-4096":    "Layout=0 Inode size=32",
-		"/usr/lib/sizes/text-12345":   "Layout=1 Inode size=32",
+		"/usr/lib/sizes/text-12345":   "Layout=3 Inode size=32",
 		"/etc/shadow":                 "Layout=2 Inode size=64",
 		"/etc/empty":                  "Layout=0 Inode size=32",
 		"/usr/share/many":             "Layout=2 Inode size=32",
-		"/home/u/bigxattr":            "Layout=1 Inode size=32",
+		"/home/u/bigxattr":            "Layout=3 Inode size=32",
 		"/usr/lib/long":               "Layout=0 Inode size=32", // its target fills most of a block
 		"/usr/share/odd/" + odd255(t): "Layout=2 Inode size=32",
 	} {
@@ -275,7 +275,8 @@ func TestCodecs(t *testing.T) {
 // the host as root (owners, modes, devices, hard links, xattrs, mtimes):
 // its compacted indexes and its own layout, for each of its codecs; with
 // SOURCE_DATE_EPOCH (extended inodes, exact mtimes) or with -T (compact
-// inodes, every mtime the build's).
+// inodes, every mtime the build's); with compacted indexes (mkfs.erofs's
+// default and stamp's) and with legacy ones.
 func TestReadsMkfsImage(t *testing.T) {
 	tr := mixedTree(t)
 	dir, lost := materialize(t, tr)
@@ -286,9 +287,10 @@ func TestReadsMkfsImage(t *testing.T) {
 		}
 	}
 	for _, run := range []struct {
-		c     string
-		fixed bool
-	}{{"lz4hc", false}, {"lz4", true}, {"", false}} {
+		c      string
+		fixed  bool
+		legacy bool
+	}{{"lz4hc", false, false}, {"lz4", true, true}, {"", false, false}} {
 		c, fixed := run.c, run.fixed
 		{
 			theirs := filepath.Join(t.TempDir(), "mkfs.erofs")
@@ -299,6 +301,9 @@ func TestReadsMkfsImage(t *testing.T) {
 			}
 			if c != "" {
 				args = append(args, "-z"+c)
+			}
+			if run.legacy {
+				args = append(args, "-Elegacy-compress")
 			}
 			var errb strings.Builder
 			cmd := exec.Command(harness.Tool(t, "mkfs.erofs"), append(args, theirs, dir)...)

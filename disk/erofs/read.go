@@ -543,18 +543,22 @@ func (rd *reader) compressed(p string, ino *inode, w io.Writer) error {
 			if n > 255*blockSize {
 				return fmt.Errorf("an extent of %d bytes at %d is more than one cluster decompresses to", n, h.start)
 			}
+			if cap(out) < int(n) {
+				out = make([]byte, n)
+			}
+			// With zero padding the block ends the cluster and the zeros
+			// before it are skipped; without, it starts the cluster and
+			// ends where the output is full.
+			decode := lz4.DecompressPrefix
 			src := cluster
 			if rd.sb.featureIncompat&featureLZ4ZeroPadding != 0 {
 				k := 0
 				for k < len(src) && src[k] == 0 {
 					k++
 				}
-				src = src[k:]
+				src, decode = src[k:], lz4.Decompress
 			}
-			if cap(out) < int(n) {
-				out = make([]byte, n)
-			}
-			if err := lz4.Decompress(src, out[:n]); err != nil {
+			if err := decode(src, out[:n]); err != nil {
 				return fmt.Errorf("the extent at %d: %w", h.start, err)
 			}
 			if _, err := w.Write(out[:n]); err != nil {

@@ -151,8 +151,8 @@ func (w *writer) writeSegment(s *segment) error {
 			n.blkaddr = nullAddr
 		}
 	default:
-		n.layout = layoutCompressionLegacy
-		n.index = legacyIndex(n.size, w.curExts)
+		n.layout = layoutCompression
+		n.index = compactIndex(n.size, w.curExts, align(n.headerSize(), 8))
 		w.summary.Compressed++
 	}
 	w.cur, w.curExts = nil, nil
@@ -184,41 +184,3 @@ func (w *writer) writeFlat(n *node, content []byte) error {
 	return nil
 }
 
-// legacyIndex is a compressed file's map header and its legacy indexes: one
-// per logical cluster (4 KiB of the file). The cluster where an extent
-// starts is its head, pointing at its physical cluster, with the offset
-// where it starts; the clusters after it, up to the next head, point back
-// to it (delta[0]) and forward to the next (delta[1]). When the last
-// extent ends inside a cluster where none starts, that cluster gets a head
-// at the file's end, as mkfs.erofs writes it.
-func legacyIndex(size int64, exts []extent) []byte {
-	nl := (size + blockSize - 1) / blockSize
-	b := make([]byte, mapHeaderSize+legacyHeaderPadding+legacyIndexSize*nl)
-	// The map header: no tail packing, no options, LZ4, 4 KiB clusters.
-	idx := b[mapHeaderSize+legacyHeaderPadding:]
-	set := make([]bool, nl)
-	put := func(lc int64, typ int, clusterofs int64, u uint32) {
-		d := idx[legacyIndexSize*lc:]
-		le.PutUint16(d[0:], uint16(typ<<0))
-		le.PutUint16(d[2:], uint16(clusterofs))
-		le.PutUint32(d[4:], u)
-		set[lc] = true
-	}
-	for _, e := range exts {
-		head, ofs := e.off/blockSize, e.off%blockSize
-		typ := lclusterTypeHead
-		if e.plain {
-			typ = lclusterTypePlain
-		}
-		put(head, typ, ofs, uint32(e.block))
-		next := (e.off + e.size) / blockSize
-		for lc := head + 1; lc < next && lc < nl; lc++ {
-			back := min(lc-head, d0CBlkCnt-1)
-			put(lc, lclusterTypeNonhead, ofs, uint32(back)|uint32(next-lc)<<16)
-		}
-	}
-	if last := nl - 1; size%blockSize != 0 && !set[last] {
-		put(last, lclusterTypePlain, size%blockSize, 0)
-	}
-	return b
-}

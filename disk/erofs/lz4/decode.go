@@ -14,7 +14,16 @@ var ErrCorrupt = errors.New("lz4: corrupt block")
 // kernel's LZ4_decompress_safe, it requires the block to fill dst exactly,
 // to use all of src, to end in literals, and to keep every match out of the
 // last bytes of the output.
-func Decompress(src, dst []byte) error {
+func Decompress(src, dst []byte) error { return decompress(src, dst, false) }
+
+// DecompressPrefix decodes the block at the start of src until dst is
+// full, ignoring what follows in src and the end-of-block rules: how EROFS
+// reads a cluster without the lz4_0padding feature, whose block starts at
+// the cluster's start and whose end only the output's length marks (the
+// kernel's LZ4_decompress_safe_partial, which also stops inside a match).
+func DecompressPrefix(src, dst []byte) error { return decompress(src, dst, true) }
+
+func decompress(src, dst []byte, prefix bool) error {
 	ip, op := 0, 0
 	iend, oend := len(src), len(dst)
 	for {
@@ -40,12 +49,18 @@ func Decompress(src, dst []byte) error {
 				}
 			}
 		}
+		if prefix && lits > oend-op {
+			lits = oend - op
+		}
 		if lits > iend-ip || lits > oend-op {
 			return fmt.Errorf("%w: literal run past the end", ErrCorrupt)
 		}
 		copy(dst[op:], src[ip:ip+lits])
 		ip += lits
 		op += lits
+		if prefix && op == oend {
+			return nil
+		}
 		// The last sequence is literals alone and ends both buffers; a
 		// sequence whose literals come that near the end must be it.
 		if ip == iend {
@@ -54,7 +69,7 @@ func Decompress(src, dst []byte) error {
 			}
 			return nil
 		}
-		if op > oend-mfLimit {
+		if op > oend-mfLimit && !prefix {
 			return fmt.Errorf("%w: a match starts within %d bytes of the end", ErrCorrupt, mfLimit)
 		}
 		if ip+2 > iend {
@@ -74,7 +89,7 @@ func Decompress(src, dst []byte) error {
 				b := src[ip]
 				ip++
 				ml += int(b)
-				if ml > oend {
+				if (!prefix && ml > oend) || ml > 1<<30 {
 					return fmt.Errorf("%w: match longer than the output", ErrCorrupt)
 				}
 				if b != 255 {
@@ -83,7 +98,9 @@ func Decompress(src, dst []byte) error {
 			}
 		}
 		ml += minMatch
-		if ml > oend-lastLiterals-op {
+		if prefix {
+			ml = min(ml, oend-op)
+		} else if ml > oend-lastLiterals-op {
 			return fmt.Errorf("%w: a match reaches into the last %d bytes", ErrCorrupt, lastLiterals)
 		}
 		from := op - dist
@@ -96,5 +113,8 @@ func Decompress(src, dst []byte) error {
 			}
 		}
 		op += ml
+		if prefix && op == oend {
+			return nil
+		}
 	}
 }

@@ -149,3 +149,25 @@ func TestDecompressRefuses(t *testing.T) {
 		}
 	}
 }
+
+// DecompressPrefix reads a block from a cluster's start: the zeros after
+// it are ignored, and a block that decodes past the output stops there,
+// inside a match too, as the kernel's partial decoding does.
+func TestDecompressPrefix(t *testing.T) {
+	in := bytes.Repeat([]byte("0123456789abcdef"), 64)
+	block := make([]byte, 4096)
+	n, w := NewEncoder(settings["hc"]).CompressDestSize(in, block)
+	got := make([]byte, n)
+	if err := DecompressPrefix(block, got); err != nil || !bytes.Equal(got, in[:n]) {
+		t.Fatalf("a block and zeros after it: %v", err)
+	}
+	if err := Decompress(block, got); err == nil {
+		t.Errorf("Decompress takes a block with zeros after it")
+	}
+	for _, short := range []int{n - 1, n - 3, n / 2, 17} {
+		got := make([]byte, short)
+		if err := DecompressPrefix(block[:w], got); err != nil || !bytes.Equal(got, in[:short]) {
+			t.Errorf("the first %d of %d bytes: %v", short, n, err)
+		}
+	}
+}
