@@ -448,8 +448,8 @@ done
 for d in dev proc sys; do
 	mount -o move "/$d" "/sysroot/$d" 2>/dev/null || umount -l "/$d"
 done
-say "root image found, checked and mounted in $(awk -v a="$start" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }') s"
-say "running from RAM; starting $init"
+took=$(awk -v a="$start" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }')
+say "running from RAM (the image found, checked and mounted in $took s); starting $init"
 exec switch_root /sysroot "$init" "$@"
 `
 
