@@ -183,4 +183,3 @@ func (w *writer) writeFlat(n *node, content []byte) error {
 	w.next += n.blocks
 	return nil
 }
-

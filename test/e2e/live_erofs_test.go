@@ -83,7 +83,7 @@ func checkLiveRootLog(t *testing.T, log string) {
 
 // serveDir serves dir over HTTP on 127.0.0.1, which a qemu guest on user
 // networking reaches as 10.0.2.2, and returns the port.
-func serveDir(t *testing.T, dir string) int {
+func serveDir(t testing.TB, dir string) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
