@@ -377,6 +377,14 @@ var outputOptions = map[string]func(out *recipes.Output) (any, error){
 		}
 		return o, err
 	},
+	recipes.FormatISO: func(out *recipes.Output) (any, error) {
+		alg, err := outputCompression(out)
+		o := &formats.ISOSpec{Compression: alg}
+		if out.Boot != nil {
+			o.Cmdline, o.BIOS = out.Boot.Cmdline, out.Boot.BIOS
+		}
+		return o, err
+	},
 	recipes.FormatErofs: func(out *recipes.Output) (any, error) {
 		return &formats.ErofsSpec{Compression: out.Compression}, nil
 	},

@@ -3,6 +3,7 @@ package formats
 import (
 	"context"
 	"encoding/binary"
+	"io"
 	"os"
 
 	"github.com/stamp-dev/stamp/disk/erofs"
@@ -27,17 +28,28 @@ func (erofsImageReader) Read(ctx context.Context, h *Head) (*Image, error) {
 		return nil, err
 	}
 	defer f.Close()
+	im, err := readErofsImage(ctx, f, h.Size)
+	if err != nil {
+		return nil, err
+	}
+	im.Path, im.Compression = h.Path, h.Compression
+	return im, nil
+}
+
+// readErofsImage reads the EROFS image of size bytes in f, wherever it
+// lies (a file of its own, or inside an iso's EFI system image).
+func readErofsImage(ctx context.Context, f io.ReaderAt, size int64) (*Image, error) {
 	sb, err := erofs.ReadSuper(f)
 	if err != nil {
 		return nil, err
 	}
-	tree, data, err := erofs.Read(ctx, f, h.Size, sb)
+	tree, data, err := erofs.Read(ctx, f, size, sb)
 	if err != nil {
 		return nil, err
 	}
-	im := &Image{Path: h.Path, Format: "erofs", Compression: h.Compression, Size: h.Size, Tree: tree, Complete: true}
+	im := &Image{Format: "erofs", Size: size, Tree: tree, Complete: true}
 	if e := tree.Get(rootfs.RecordPath); e != nil && e.Type == rootfs.TypeRegular && e.Size <= maxRecord {
-		if rec, err := erofs.ReadFile(f, h.Size, sb, rootfs.RecordPath); err == nil {
+		if rec, err := erofs.ReadFile(f, size, sb, rootfs.RecordPath); err == nil {
 			im.Record = rec
 		}
 	}
@@ -58,7 +70,7 @@ func (erofsImageReader) Read(ctx context.Context, h *Head) (*Image, error) {
 		fsys.Facts = append(fsys.Facts, Fact(f))
 	}
 	im.Filesystems = []Filesystem{fsys}
-	for _, r := range sb.Regions(h.Size) {
+	for _, r := range sb.Regions(size) {
 		im.Regions = append(im.Regions, Region{Name: r.Name, Offset: r.Offset, Size: r.Size})
 	}
 	for _, r := range data {

@@ -135,6 +135,9 @@ func Table() []Entry {
 		{Name: "ova", MadeFrom: map[string][]string{"": {"raw"}}, Writer: ovaFormat{}, Reader: ovaImageReader{}},
 		{Name: "gce", MadeFrom: map[string][]string{"": {"raw"}}, Writer: gceFormat{}, Reader: gceImageReader{}},
 		{Name: "erofs", Writer: erofsFormat{}, Reader: erofsImageReader{}},
+		// A hybrid iso holds a GPT: it is known by its volume descriptors
+		// before compressed and raw look.
+		{Name: "iso", MadeFrom: map[string][]string{"": {"live"}}, Writer: isoFormat{}, Reader: isoImageReader{}},
 		// A compressed raw is known by the GPT in its plain stream, before
 		// tar (whose reader also decompresses) looks.
 		{Name: "compressed", MadeFrom: map[string][]string{"": {"raw"}}, Writer: compressedFormat{}, Reader: compressedImageReader{}},

@@ -35,6 +35,7 @@ func TestTableWritesAndReadsEveryFormat(t *testing.T) {
 		{Format: "compressed", Name: "compressed", Options: &CompressedSpec{Compression: compress.XZ}},
 		{Format: "erofs", Name: "erofs", Options: &ErofsSpec{}},
 		{Format: "live", Name: "live", Options: &LiveSpec{Cmdline: "console=ttyS0"}},
+		{Format: "iso", Name: "iso", Options: &ISOSpec{Cmdline: "console=ttyS0", BIOS: true}},
 		{Format: "cpio", Name: "cpio", Options: &CpioSpec{Compression: compress.Gzip}},
 		{Format: "pxe", Name: "pxe", Options: &PXESpec{Cmdline: "console=ttyS0"}},
 		{Format: "tar", Name: "tar", Options: &TarSpec{Compression: compress.Zstd}},

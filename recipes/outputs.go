@@ -68,6 +68,10 @@ var outputFormats = []outputFormat{
 	// erofs output it is made from, or one it writes.
 	{name: FormatLive, keys: []string{"compression", "from", "boot"}, compressions: compressions, defaultCompression: "zstd",
 		madeFrom: map[string][]string{"": {FormatErofs}}, fromOptional: true},
+	// An iso boots the live system from a CD or a disk; its compression is
+	// its initramfs's when it makes its own.
+	{name: FormatISO, keys: []string{"compression", "from", "boot"}, compressions: compressions, defaultCompression: "zstd",
+		madeFrom: map[string][]string{"": {FormatLive}}, fromOptional: true, defaults: (*decoder).isoDefaults},
 	{name: FormatCpio, keys: []string{"compression"}, compressions: compressions, defaultCompression: "zstd"},
 	{name: FormatPXE, keys: []string{"compression", "from", "boot"}, compressions: compressions, defaultCompression: "zstd",
 		madeFrom: map[string][]string{"": {FormatCpio}}, fromOptional: true},
@@ -285,6 +289,16 @@ func (d *decoder) ociDefaults(on *outputNode) {
 			}
 		}
 		o.Compression = ""
+	}
+}
+
+func (d *decoder) isoDefaults(on *outputNode) {
+	o := &on.out
+	if o.Boot != nil && o.Boot.Loader != "systemd-boot" {
+		d.fail(on.seen["boot"], child(o.Field, "boot.loader"), "an iso boots by systemd-boot (and GRUB with bios: true), not %s", o.Boot.Loader)
+	}
+	if on.seen["from"] != nil && on.seen["compression"] != nil {
+		d.fail(on.seen["compression"], child(o.Field, "compression"), "an iso made from a live output boots its initramfs; compression applies when it makes its own")
 	}
 }
 

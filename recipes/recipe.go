@@ -292,6 +292,7 @@ const (
 	FormatGCE   = "gce"
 	FormatErofs = "erofs"
 	FormatLive  = "live"
+	FormatISO   = "iso"
 	// FormatCompressed is a raw disk as one compressed stream.
 	FormatCompressed = "compressed"
 )
@@ -300,7 +301,7 @@ const (
 type Output struct {
 	Line   int
 	Field  string // e.g. "outputs[1]"
-	Format string // tar | raw | qcow2 | vhd | vmdk | ova | gce | compressed | erofs | live | cpio | pxe | oci
+	Format string // tar | raw | qcow2 | vhd | vmdk | ova | gce | compressed | erofs | live | iso | cpio | pxe | oci
 	// Name is unique among outputs; default the format.
 	Name string
 	// Compression: tar none|gzip|zstd|xz (default none); cpio and pxe the same
