@@ -59,6 +59,12 @@ func liveRootTree(t *testing.T, k *harness.BootKit) *rootfs.Tree {
 	if _, err := tree.Link("/etc/link-b", "/etc/link-a", rootfs.Origin{}); err != nil {
 		t.Fatal(err)
 	}
+	// systemd-boot, which an iso boots by.
+	efi, err := os.ReadFile(k.SystemdBoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk("/usr/lib/systemd/boot/efi/systemd-bootx64.efi", rootfs.Header{Perm: 0o644}, string(efi))
 	return tree
 }
 
@@ -95,14 +101,18 @@ func serveDir(t testing.TB, dir string) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// A recipe's erofs output and the live bundle made from it are the same
-// byte for byte as root and as uid 65534; the bundle boots through iPXE
-// from an HTTP server on 127.0.0.1 (qemu user networking, TCG), iPXE
-// fetching the image and the initramfs checking it, into the tree running
-// from RAM; the initramfs also fetches the image itself from stamp.root=URL
-// over that network; and an image whose sha256 is not the one the kernel
-// command line names is refused, with the reason on the console.
-func TestLiveBootHTTP(t *testing.T) {
+// A recipe's erofs output, the live bundle and the iso made from it are
+// the same byte for byte as root and as uid 65534; the bundle boots
+// through iPXE from an HTTP server on 127.0.0.1 (qemu user networking,
+// TCG), iPXE fetching the image and the initramfs checking it, into the
+// tree running from RAM; the initramfs also fetches the image itself from
+// stamp.root=URL over that network; an image whose sha256 is not the one
+// the kernel command line names is refused, with the reason on the
+// console; and the iso boots the same system with no network: as a CD-ROM
+// under OVMF (El Torito's EFI image, systemd-boot) and under SeaBIOS
+// (El Torito's GRUB), and copied to a USB stick under OVMF (the GPT's ESP)
+// and to a disk under SeaBIOS (GRUB from the MBR).
+func TestLiveBoot(t *testing.T) {
 	harness.RequireSetpriv(t)
 	k := harness.BootParts(t)
 	tree := liveRootTree(t, k)
@@ -124,6 +134,7 @@ customize:
 outputs:
   - {format: erofs}
   - {format: live, from: erofs, boot: {cmdline: "console=ttyS0 panic=-1"}}
+  - {format: iso, from: live, boot: {cmdline: "console=ttyS0 panic=-1", bios: true}}
 `})
 	out1 := filepath.Join(dir, "out-root")
 	stamp(t, dir, nil, "build", "recipe.yaml", "-o", out1, "--cache-dir", filepath.Join(dir, "cache-root"), "--work-dir", dir).mustSucceed(t)
@@ -139,7 +150,7 @@ outputs:
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"live.erofs", "live.live/vmlinuz", "live.live/initrd.img", "live.live/root.erofs", "live.live/boot.ipxe", "live.live/SHA256SUMS"} {
+	for _, name := range []string{"live.erofs", "live.iso", "live.live/vmlinuz", "live.live/initrd.img", "live.live/root.erofs", "live.live/boot.ipxe", "live.live/SHA256SUMS"} {
 		if !strings.Contains(string(sums), "  "+name+"\n") {
 			t.Errorf("SHA256SUMS does not list %s:\n%s", name, sums)
 		}
@@ -201,4 +212,25 @@ outputs:
 			t.Fatalf("no refusal on the console; log ends:\n%s", b.Tail(30))
 		}
 	})
+
+	iso := filepath.Join(out1, "live.iso")
+	for _, c := range []struct {
+		name string
+		args []string
+	}{
+		{"cd-uefi", []string{"-bios", harness.OVMFPath, "-drive", "if=none,id=cd,media=cdrom,readonly=on,format=raw,file=" + iso,
+			"-device", "ide-cd,drive=cd,bootindex=0"}},
+		{"cd-bios", []string{"-drive", "if=none,id=cd,media=cdrom,readonly=on,format=raw,file=" + iso, "-device", "ide-cd,drive=cd,bootindex=0"}},
+		{"usb-uefi", []string{"-bios", harness.OVMFPath, "-drive", "if=none,id=stick,format=raw,snapshot=on,file=" + iso,
+			"-device", "qemu-xhci", "-device", "usb-storage,drive=stick,bootindex=0"}},
+		{"disk-bios", []string{"-drive", "if=none,id=hd,format=raw,snapshot=on,file=" + iso, "-device", "ide-hd,drive=hd,bootindex=0"}},
+	} {
+		t.Run("iso-"+c.name, func(t *testing.T) {
+			log := harness.RunQEMU(t, append([]string{"-m", "1024", "-nic", "none"}, c.args...), liveMarker, 2*bootTimeout)
+			if strings.Contains(log, "fetching") {
+				t.Errorf("the initramfs fetched the image instead of finding it beside itself")
+			}
+			checkLiveRootLog(t, log)
+		})
+	}
 }
