@@ -210,19 +210,34 @@ func TestRefusals(t *testing.T) {
 	}
 }
 
-// A damaged or foreign image is refused, never a panic.
+// A damaged or foreign image is refused, never a panic. The input is the
+// first fuzzSlice bytes of each sector from the first volume descriptor
+// on, where everything Open reads lies in a small image; a short input
+// keeps the fuzzer fast.
 func FuzzOpen(f *testing.F) {
 	files, o := testFiles()
 	var buf writerBuffer
 	if _, err := Write(context.Background(), &buf, files, o); err != nil {
 		f.Fatal(err)
 	}
-	f.Add(buf.b[16*SectorSize : 24*SectorSize])
+	var seed []byte
+	for n := systemSectors; n < systemSectors+fuzzSectors; n++ {
+		seed = append(seed, buf.b[n*SectorSize:n*SectorSize+fuzzSlice]...)
+	}
+	f.Add(seed)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		img := append(make([]byte, 16*SectorSize), data...)
+		img := make([]byte, (systemSectors+fuzzSectors)*SectorSize)
+		for i := 0; i < fuzzSectors && i*fuzzSlice < len(data); i++ {
+			copy(img[(systemSectors+i)*SectorSize:], data[i*fuzzSlice:min(len(data), (i+1)*fuzzSlice)])
+		}
 		Open(bytes.NewReader(img), int64(len(img)))
 	})
 }
+
+const (
+	fuzzSectors = 8
+	fuzzSlice   = 256
+)
 
 type writerBuffer struct{ b []byte }
 

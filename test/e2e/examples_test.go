@@ -101,9 +101,9 @@ func TestEveryShippedRecipeBuilds(t *testing.T) {
 }
 
 // liveKernelDir lays out what recipes/examples/live.yaml's kernel parameter
-// names, a Debian kernel package unpacked, with only the modules its live
-// initramfs needs in a VM (the whole set is 400 MB), and returns the
-// --set that names it.
+// names, Debian's kernel and systemd-boot-efi packages unpacked, with only
+// the modules its live initramfs needs in a VM (the whole set is 400 MB),
+// and returns the --set that names it.
 func liveKernelDir(t *testing.T, dir string) []string {
 	t.Helper()
 	k := harness.BootParts(t)
@@ -113,6 +113,11 @@ func liveKernelDir(t *testing.T, dir string) []string {
 		t.Fatal(err)
 	}
 	copyTree(t, k.Vmlinuz, vmlinuz)
+	efi := filepath.Join(kdir, "usr", "lib", "systemd", "boot", "efi", filepath.Base(k.SystemdBoot))
+	if err := os.MkdirAll(filepath.Dir(efi), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	copyTree(t, k.SystemdBoot, efi)
 	for _, g := range append([]string{"modules.builtin", "modules.order"}, liveModuleGlobs...) {
 		found, _ := filepath.Glob(filepath.Join(k.Modules, g))
 		if len(found) == 0 {
