@@ -83,15 +83,9 @@ func writeISO(ctx context.Context, src *Source, spec *Spec, so *ISOSpec, out str
 	if err != nil {
 		return nil, fmt.Errorf("an iso boots by systemd-boot, which needs %s in the tree (Debian's systemd-boot-efi package): %w", sdboot, err)
 	}
-	cmdline := so.Cmdline
-	if cmdline == "" {
-		cmdline = PXEDefaultCmdline
-		if src.Arch == "arm64" {
-			cmdline = PXEDefaultCmdlineARM64
-		}
-	}
-	if strings.ContainsAny(cmdline, "\n\r") {
-		return nil, fmt.Errorf("boot.cmdline holds a line break")
+	cmdline, err := bundleCmdline(so.Cmdline, src.Arch)
+	if err != nil {
+		return nil, err
 	}
 
 	// The live system: the live output's bundle, or one made here.

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/stamp-dev/stamp/disk"
@@ -108,15 +107,9 @@ func writeLive(ctx context.Context, src *Source, spec *Spec, so *LiveSpec, dir s
 	if err != nil {
 		return nil, err
 	}
-	cmdline := so.Cmdline
-	if cmdline == "" {
-		cmdline = PXEDefaultCmdline
-		if src.Arch == "arm64" {
-			cmdline = PXEDefaultCmdlineARM64
-		}
-	}
-	if strings.ContainsAny(cmdline, "\n\r") {
-		return nil, fmt.Errorf("the kernel command line holds a line break")
+	cmdline, err := bundleCmdline(so.Cmdline, src.Arch)
+	if err != nil {
+		return nil, err
 	}
 	// Everything the initramfs needs is checked before the image is
 	// written.
@@ -445,10 +438,11 @@ for p in $keep; do
 		mount -o move "$t" "/sysroot$p" || fail "cannot put $p on a tmpfs"
 done
 [ -e "/sysroot$init" ] || [ -L "/sysroot$init" ] || fail "$init is not in the root image"
+# Timed while /proc is still here.
+took=$(awk -v a="$start" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }')
 for d in dev proc sys; do
 	mount -o move "/$d" "/sysroot/$d" 2>/dev/null || umount -l "/$d"
 done
-took=$(awk -v a="$start" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }')
 say "running from RAM (the image found, checked and mounted in $took s); starting $init"
 exec switch_root /sysroot "$init" "$@"
 `

@@ -117,20 +117,7 @@ func mixedTree(t testing.TB) *rootfs.Tree {
 	rootfstest.Add(t, tr, "/usr/lib/long", rootfs.Header{Type: rootfs.TypeSymlink, Perm: 0o777, Target: strings.Repeat("deep/", 816) + "x", MTime: testEpoch}, "")
 	rootfstest.Add(t, tr, "/usr/lib/labelled", rootfs.Header{Type: rootfs.TypeSymlink, Perm: 0o777, Target: "x", MTime: m1,
 		Xattrs: map[string]string{"security.selinux": strings.Repeat("s", 150)}}, "")
-	rootfstest.Add(t, tr, "/dev/null", rootfs.Header{Type: rootfs.TypeChar, Perm: 0o666, Major: 1, Minor: 3, MTime: testEpoch}, "")
-	rootfstest.Add(t, tr, "/dev/sda", rootfs.Header{Type: rootfs.TypeBlock, Perm: 0o660, GID: 6, Major: 8, Minor: 0, MTime: testEpoch}, "")
-	rootfstest.Add(t, tr, "/dev/nvme0n1p300", rootfs.Header{Type: rootfs.TypeBlock, Perm: 0o660, GID: 6, Major: 259, Minor: 70000, MTime: testEpoch}, "")
-	rootfstest.Add(t, tr, "/dev/ttyX", rootfs.Header{Type: rootfs.TypeChar, Perm: 0o620, Major: 4095, Minor: 1048575, MTime: testEpoch}, "")
-	rootfstest.Add(t, tr, "/run/initctl", rootfs.Header{Type: rootfs.TypeFifo, Perm: 0o600, MTime: testEpoch}, "")
-	rootfstest.Add(t, tr, "/run/sock", rootfs.Header{Type: rootfs.TypeSocket, Perm: 0o755, MTime: testEpoch}, "")
-	for _, l := range []string{"/usr/bin/su-link", "/usr/sbin/su"} {
-		if _, err := tr.Link(l, "/usr/bin/su", rootfs.Origin{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := tr.Link("/dev/null2", "/dev/null", rootfs.Origin{}); err != nil {
-		t.Fatal(err)
-	}
+	rootfstest.AddSpecials(t, tr, testEpoch)
 	// Directories over one block; names with bytes over 0x7f, and names
 	// that sort around "." and "..".
 	for i := range 300 {

@@ -48,17 +48,7 @@ func TestErofsOutput(t *testing.T) {
 		fmt.Fprintf(&big, "line %d of a file larger than one of the writer's segments\n", i)
 	}
 	dir := recipeDir(t, erofsRecipe, map[string]string{"big.txt": big.String()})
-	out1 := filepath.Join(dir, "out-root")
-	stampUmask022(t, dir, []string{"TZ=UTC"}, "build", "recipe.yaml", "-o", out1,
-		"--cache-dir", filepath.Join(dir, "cache-root"), "--work-dir", dir).mustSucceed(t)
-	work2 := filepath.Join(dir, "work-nobody")
-	out2 := filepath.Join(dir, "out-nobody")
-	for _, d := range []string{work2, out2} {
-		os.MkdirAll(d, 0o777)
-		os.Chmod(d, 0o777)
-	}
-	stampAs65534(t, dir, []string{"TZ=Asia/Kathmandu", "LANG=de_DE.UTF-8"}, "build", "recipe.yaml", "-o", out2,
-		"--cache-dir", filepath.Join(work2, "cache"), "--work-dir", work2).mustSucceed(t)
+	out1, out2 := buildAsRootAnd65534(t, dir, stampUmask022, []string{"TZ=UTC"}, []string{"TZ=Asia/Kathmandu", "LANG=de_DE.UTF-8"})
 	const img = "live-root.erofs"
 	a, err1 := os.ReadFile(filepath.Join(out1, img))
 	b, err2 := os.ReadFile(filepath.Join(out2, img))

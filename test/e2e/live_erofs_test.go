@@ -87,6 +87,25 @@ func checkLiveRootLog(t *testing.T, log string) {
 	}
 }
 
+// buildAsRootAnd65534 builds the recipe.yaml of dir twice, each with a
+// cache and a work directory of its own: by root through run (stamp or
+// stampUmask022) with rootEnv into dir/out-root, and as uid 65534 with
+// nobodyEnv into dir/out-nobody. It returns the two output directories.
+func buildAsRootAnd65534(t *testing.T, dir string, run func(*testing.T, string, []string, ...string) result, rootEnv, nobodyEnv []string) (string, string) {
+	t.Helper()
+	out1 := filepath.Join(dir, "out-root")
+	run(t, dir, rootEnv, "build", "recipe.yaml", "-o", out1, "--cache-dir", filepath.Join(dir, "cache-root"), "--work-dir", dir).mustSucceed(t)
+	work2 := filepath.Join(dir, "work-nobody")
+	out2 := filepath.Join(dir, "out-nobody")
+	for _, d := range []string{work2, out2} {
+		os.MkdirAll(d, 0o777)
+		os.Chmod(d, 0o777)
+	}
+	stampAs65534(t, dir, nobodyEnv, "build", "recipe.yaml", "-o", out2,
+		"--cache-dir", filepath.Join(work2, "cache"), "--work-dir", work2).mustSucceed(t)
+	return out1, out2
+}
+
 // serveDir serves dir over HTTP on 127.0.0.1, which a qemu guest on user
 // networking reaches as 10.0.2.2, and returns the port.
 func serveDir(t testing.TB, dir string) int {
@@ -136,16 +155,7 @@ outputs:
   - {format: live, from: erofs, boot: {cmdline: "console=ttyS0 panic=-1"}}
   - {format: iso, from: live, boot: {cmdline: "console=ttyS0 panic=-1", bios: true}}
 `})
-	out1 := filepath.Join(dir, "out-root")
-	stamp(t, dir, nil, "build", "recipe.yaml", "-o", out1, "--cache-dir", filepath.Join(dir, "cache-root"), "--work-dir", dir).mustSucceed(t)
-	out2 := filepath.Join(dir, "out-nobody")
-	work2 := filepath.Join(dir, "work-nobody")
-	for _, d := range []string{out2, work2} {
-		os.MkdirAll(d, 0o777)
-		os.Chmod(d, 0o777)
-	}
-	stampAs65534(t, dir, []string{"TZ=Asia/Kathmandu"}, "build", "recipe.yaml", "-o", out2,
-		"--cache-dir", filepath.Join(work2, "cache"), "--work-dir", work2).mustSucceed(t)
+	out1, out2 := buildAsRootAnd65534(t, dir, stamp, nil, []string{"TZ=Asia/Kathmandu"})
 	sums, err := os.ReadFile(filepath.Join(out1, "SHA256SUMS"))
 	if err != nil {
 		t.Fatal(err)
