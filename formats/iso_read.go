@@ -93,19 +93,25 @@ func (isoImageReader) Read(ctx context.Context, h *Head) (*Image, error) {
 		espFS.Files++
 		im.Extra = append(im.Extra, &rootfs.Entry{Path: "esp:" + e.Path, Inode: e.Inode, Origin: e.Origin})
 	}
-	im.Filesystems = append([]Filesystem{espFS}, im.Filesystems...)
 	// The GPT of a hybrid image: the same EFI image as an ESP, and GRUB's
 	// core.img in a BIOS boot partition.
 	if guid, parts, err := disk.ReadGPT(f, h.Size); err == nil {
 		facts = append(facts, Fact{"gpt.disk-guid", guid})
 		for i, p := range parts {
-			facts = append(facts, Fact{fmt.Sprintf("gpt.partition.%d", i+1), fmt.Sprintf("%s type %s at %d, %d bytes", p.Name, p.Type, p.Start, p.Size)})
+			fsys := ""
+			if p.Type == disk.TypeESP {
+				fsys = "vfat"
+				espFS.Partition = i + 1
+			}
+			im.Partitions = append(im.Partitions, Partition{Index: i + 1, Name: p.Name, Type: p.Type,
+				GUID: strings.ToLower(disk.FormatUUID(p.GUID)), Start: p.Start, Size: p.Size, Filesystem: fsys})
 			if p.Type == disk.TypeESP && (p.Start != esp.Offset || p.Size != esp.Size) {
 				return nil, fmt.Errorf("iso: the GPT's ESP (%d bytes at %d) is not El Torito's EFI image (%d at %d)", p.Size, p.Start, esp.Size, esp.Offset)
 			}
 		}
 		facts = append(facts, biosFacts(f, h.Size)...)
 	}
+	im.Filesystems = append([]Filesystem{espFS}, im.Filesystems...)
 	im.Facts = append(facts, im.Facts...)
 	return im, nil
 }

@@ -170,6 +170,18 @@ outputs:
 			t.Errorf("%s differs between the root and the uid 65534 build (%v %v)", name, err1, err2)
 		}
 	}
+	// The iso reads back as the tree its root image holds.
+	r := stamp(t, dir, nil, "diff", filepath.Join(out1, "live.erofs"), filepath.Join(out1, "live.iso")).mustSucceed(t)
+	if strings.TrimSpace(r.stdout) != "" {
+		t.Errorf("stamp diff of the erofs output and the iso:\n%s", r.stdout)
+	}
+	r = stamp(t, dir, nil, "inspect", filepath.Join(out1, "live.iso")).mustSucceed(t)
+	for _, want := range []string{"format:       iso", "iso.boot.bios", "iso.boot.efi", "EFIBOOT.IMG", "bios.loader"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("stamp inspect of the iso lacks %q:\n%s", want, r.stdout)
+		}
+	}
+
 	bundle := filepath.Join(out1, "live.live")
 	port := serveDir(t, bundle)
 	boot := func(script string) []string {
