@@ -3,6 +3,8 @@ package formats
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -101,11 +103,15 @@ func writeISO(ctx context.Context, src *Source, spec *Spec, so *ISOSpec, out str
 		}
 		bundle = tmp
 	}
-	kernel, err := hostFATFile("/vmlinuz", filepath.Join(bundle, LiveKernel))
+	kernel, err := hostFATFile("/vmlinuz", filepath.Join(bundle, LiveKernel), 1)
 	if err != nil {
 		return nil, err
 	}
-	initrd, err := hostFATFile("/initrd.img", filepath.Join(bundle, LiveInitrd))
+	// systemd-boot hands the kernel its initrds back to back, where the
+	// kernel's unpacker looks for an uncompressed archive only at a
+	// multiple of 4 bytes (it skips zeros to get there): the initramfs is
+	// padded to one, so the root archive after it starts on one.
+	initrd, err := hostFATFile("/initrd.img", filepath.Join(bundle, LiveInitrd), 4)
 	if err != nil {
 		return nil, err
 	}
@@ -218,13 +224,33 @@ func writeISO(ctx context.Context, src *Source, spec *Spec, so *ISOSpec, out str
 	return adds, nil
 }
 
-// hostFATFile is a host file for the EFI system image.
-func hostFATFile(p, host string) (espFile, error) {
-	sum, size, err := hashio.File(host, false)
+// hostFATFile is a host file for the EFI system image, padded with zeros
+// to a multiple of align bytes.
+func hostFATFile(p, host string, align int64) (espFile, error) {
+	f, err := os.Open(host)
 	if err != nil {
 		return espFile{}, err
 	}
-	return espFile{fat.File{Path: p, Size: size, Open: func() (io.ReadCloser, error) { return os.Open(host) }}, sum}, nil
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return espFile{}, err
+	}
+	pad := make([]byte, (align-fi.Size()%align)%align)
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return espFile{}, err
+	}
+	h.Write(pad)
+	size := fi.Size()
+	open := func() (io.ReadCloser, error) {
+		f, err := os.Open(host)
+		if err != nil {
+			return nil, err
+		}
+		return readCloser{io.MultiReader(io.LimitReader(f, size), bytes.NewReader(pad)), f.Close}, nil
+	}
+	return espFile{fat.File{Path: p, Size: size + int64(len(pad)), Open: open}, hex.EncodeToString(h.Sum(nil))}, nil
 }
 
 // rootArchiveFile is the root image at host wrapped in a newc archive of
