@@ -61,11 +61,12 @@ e2e-node: deps k8s-inputs
 
 # Boots out/e2e-node's raw image as Cluster API boots its first control-plane
 # machine (a kubeadm init seed) and waits, under TCG, for a Ready one-node
-# cluster; then boots two machines, the second joining as a worker. Makes out/e2e-node first when it is missing; after changing the
+# cluster; then boots two machines, the second joining as a worker; then the
+# node's live output with no disk, through iPXE, running from RAM. Makes out/e2e-node first when it is missing; after changing the
 # node recipe, run make e2e-node again.
 e2e-cluster: deps k8s-inputs
 	@test -f out/e2e-node/k8s-node.raw || $(MAKE) e2e-node
-	STAMP_E2E_CLUSTER_OUT=$(CURDIR)/out/e2e-cluster $(GO) test -tags node -count=1 -timeout 90m -v -run '^TestCluster(Join)?$$' ./test/e2e
+	STAMP_E2E_CLUSTER_OUT=$(CURDIR)/out/e2e-cluster $(GO) test -tags node -count=1 -timeout 90m -v -run '^TestCluster(Join|Diskless)?$$' ./test/e2e
 
 bench: deps build
 	bash test/scripts/bench.sh $(BENCH)
