@@ -5,6 +5,9 @@ DEMO    := out/demo
 # A count, not a duration: go1.26's fuzz coordinator can report a spurious
 # "context deadline exceeded" when a -fuzztime duration ends (go.dev/issue/75804).
 FUZZTIME ?= 50000x
+# FuzzScript interprets each input against a fresh tree (some 50 a second
+# on 2 cores), so it gets fewer.
+SCRIPT_FUZZTIME ?= 3000x
 
 .PHONY: all build deps demo test unit fuzz bench lint clean k8s-inputs e2e-node e2e-cluster
 
@@ -45,6 +48,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) ./disk/vmdk
 	$(GO) test -run '^$$' -fuzz '^FuzzRead$$' -fuzztime $(FUZZTIME) ./disk/erofs
 	$(GO) test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) ./disk/iso9660
+	$(GO) test -run '^$$' -fuzz '^FuzzScript$$' -fuzztime $(SCRIPT_FUZZTIME) ./packages/scripts
+	$(GO) test -run '^$$' -fuzz '^FuzzModule$$' -fuzztime $(FUZZTIME) ./packages/kmod
 
 # Kubernetes test inputs built from the Go module proxy, packaged and made into
 # images by stamp; cached per machine (the first run compiles Kubernetes).
@@ -54,10 +59,12 @@ k8s-inputs: build
 
 # The default node recipe built as uid 65534 against local repositories and
 # a local registry, checked on the image, verified (a root build, compared),
-# and booted under qemu with a NoCloud seed that checks it from inside.
+# and booted under qemu with a NoCloud seed that checks it from inside; and
+# images written into containerd's state handed to upstream containerd (the
+# version image-builder pins, built from the module proxy once per machine).
 # Leaves the outputs in out/e2e-node/ for the cluster test.
 e2e-node: deps k8s-inputs
-	STAMP_E2E_NODE_OUT=$(CURDIR)/out/e2e-node $(GO) test -tags node -count=1 -timeout 90m -v -run '^TestNodeImage$$' ./test/e2e
+	STAMP_E2E_NODE_OUT=$(CURDIR)/out/e2e-node $(GO) test -tags node -count=1 -timeout 90m -v -run '^(TestNodeImage|TestImagesInto(Upstream|Tree)Containerd)$$' ./test/e2e
 
 # Boots out/e2e-node's raw image as Cluster API boots its first control-plane
 # machine (a kubeadm init seed) and waits, under TCG, for a Ready one-node

@@ -68,6 +68,8 @@ type outputData struct {
 	Files    []string `json:"files"`
 	Adds     []string `json:"adds,omitempty"`
 	Warnings []string `json:"warnings,omitempty"`
+	// Facts are formats.Result.Facts, as key and value pairs.
+	Facts [][2]string `json:"facts,omitempty"`
 }
 
 const (
@@ -84,7 +86,7 @@ func (o *Options) openBuildCache(c *cache.Cache) (*buildCache, error) {
 		// verify's second build reads directories backwards to shake out
 		// order dependence; what it makes is not filed for others.
 		write: c.Writable() && !o.ReverseReaddir && !o.NoCache}
-	if o.CacheFrom != "" || o.CacheTo != "" {
+	if o.CacheFrom != "" || o.CacheTo != "" || o.CacheSign != "" || len(o.CacheTrust) > 0 {
 		if bc.shared, err = newSharedCache(o, c); err != nil {
 			return nil, err
 		}
@@ -360,6 +362,9 @@ func (bc *buildCache) lookup(ctx context.Context, kind, subject string, parts []
 		bc.log.WithError(err).Warnf("cache: ignoring the %s record of %s; building it again", kind, subject)
 		r = nil
 	}
+	if r != nil && bc.shared != nil && !bc.shared.believe(r) {
+		r = nil
+	}
 	if r == nil && bc.shared != nil {
 		r = bc.shared.pull(ctx, kind, subject, key)
 	}
@@ -473,7 +478,11 @@ func (bc *buildCache) fileOutput(ctx context.Context, subject string, parts []ca
 		}
 		r.Blobs = append(r.Blobs, cache.RecordBlob{Name: n, Digest: d, Size: fi.Size()})
 	}
-	data, _ := json.Marshal(outputData{Files: res.Files, Adds: res.Adds, Warnings: res.Warnings})
+	od := outputData{Files: res.Files, Adds: res.Adds, Warnings: res.Warnings}
+	for _, f := range res.Facts {
+		od.Facts = append(od.Facts, [2]string{f.Key, f.Value})
+	}
+	data, _ := json.Marshal(od)
 	r.Data = data
 	bc.file(ctx, r)
 }
@@ -497,6 +506,9 @@ func (bc *buildCache) restoreOutput(ctx context.Context, r *cache.Record, stagin
 		}
 	}
 	res := &formats.Result{Files: d.Files, Adds: d.Adds, Warnings: d.Warnings, Sums: map[string]string{}}
+	for _, f := range d.Facts {
+		res.Facts = append(res.Facts, formats.Fact{Key: f[0], Value: f[1]})
+	}
 	for _, b := range r.Blobs {
 		if !filepath.IsLocal(b.Name) {
 			return nil, fmt.Errorf("%w: output record %s names file %q", cache.ErrBadRecord, r.Key, b.Name)

@@ -110,6 +110,17 @@ func plan(rec *recipes.Recipe) ([]phase, []plannedInput, error) {
 		out.steps = append(out.steps, hooks(ph.name+".post", ph.p.Post)...)
 		phases = append(phases, out)
 	}
+	if rec.OfflineOnly {
+		// The maintainer-script handlers that would run a program of the
+		// image in the sandbox (py_compile) count as unhandled.
+		for _, ph := range phases {
+			for _, st := range ph.steps {
+				if d, ok := st.layer.(*layers.Debs); ok {
+					d.NoPrograms = true
+				}
+			}
+		}
+	}
 	return phases, inputs, nil
 }
 
@@ -210,7 +221,7 @@ var layerConverters = map[string]func(l *recipes.Layer, h hostInputs) layers.Lay
 		return &layers.Run{Command: l.Run.Command, Env: l.Run.Env, Network: l.Run.Network}
 	},
 	"images": func(l *recipes.Layer, _ hostInputs) layers.Layer {
-		im := &layers.Images{}
+		im := &layers.Images{Into: l.ImagesInto, DiscardLayers: l.ImagesDiscardLayers}
 		for _, i := range l.Images {
 			// A tag without a digest is resolved once and pinned in
 			// stamp.lock, as the oci layer's references are.

@@ -251,3 +251,47 @@ outputs:
 		t.Errorf("inputs:\n%s\nwant\n%s", strings.Join(got, "|"), want)
 	}
 }
+
+// TestPlanOfflineOnlyRunsNoPrograms: offline-only reaches every debs
+// layer, whose handlers then run no program of the image even in the
+// sandbox; without it they may.
+func TestPlanOfflineOnlyRunsNoPrograms(t *testing.T) {
+	for _, offline := range []bool{true, false} {
+		top := ""
+		if offline {
+			top = "offline-only: true\n"
+		}
+		rec, err := recipes.Parse([]byte(`apiVersion: stamp.dev/v1alpha1
+kind: Recipe
+name: plan
+`+top+`base:
+  debs: {repo: "file:///srv/debian", suite: bookworm, trusted: true, variant: minbase}
+provision:
+  layers:
+    - debs: {repo: "file:///srv/debian", suite: bookworm, trusted: true, packages: [python3]}
+outputs:
+  - {format: tar}
+`), "plan.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		phases, _, err := plan(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, ph := range phases {
+			for _, st := range ph.steps {
+				if d, ok := st.layer.(*layers.Debs); ok {
+					n++
+					if d.NoPrograms != offline {
+						t.Errorf("offline-only %v: %s has NoPrograms %v", offline, st.label, d.NoPrograms)
+					}
+				}
+			}
+		}
+		if n != 2 {
+			t.Fatalf("%d debs layers planned, want 2", n)
+		}
+	}
+}

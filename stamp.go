@@ -58,6 +58,13 @@ type Options struct {
 	// cache's records are read from and written to, so that runners with
 	// empty disks share builds. Credentials come from the docker config.
 	CacheFrom, CacheTo string
+	// CacheSign is a PEM file of an ed25519 private key (PKCS#8) that signs
+	// every record pushed to CacheTo. The key is read into memory only.
+	CacheSign string
+	// CacheTrust are PEM files of ed25519 public keys: with any, CacheFrom
+	// gives only records one of them signed, and a record pulled earlier
+	// without such a signature is not taken from the local cache either.
+	CacheTrust []string
 
 	Log      logrus.FieldLogger
 	Progress Progress
@@ -253,6 +260,17 @@ func prepare(ctx context.Context, rec *recipes.Recipe, o *Options, saveLock bool
 	}
 	if err := precheck(phases, rec.Arch); err != nil {
 		return nil, err
+	}
+	// What an output reads from the host is checked before anything runs.
+	for i := range rec.Outputs {
+		out := &rec.Outputs[i]
+		spec, err := outputSpec(out)
+		if err != nil {
+			return nil, err
+		}
+		if err := secureBootOf(rec, out, spec); err != nil {
+			return nil, err
+		}
 	}
 	c, lk, err := o.openStores(rec)
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/stamp-dev/stamp/layers/cache"
+	"github.com/stamp-dev/stamp/layers/containerd"
 	"github.com/stamp-dev/stamp/layers/ociremote"
 	"github.com/stamp-dev/stamp/rootfs"
 )
@@ -56,7 +57,18 @@ type Images struct {
 	Images []*Input
 	// Dir is where the archives go; "" is DefaultImagesDir.
 	Dir string
+	// Into is where the images go: "" for archives and the import unit,
+	// IntoContainerd for containerd's own state, written now (see
+	// layers/containerd), so the node boots with nothing to import.
+	Into string
+	// DiscardLayers, with IntoContainerd, leaves the layer blobs out of the
+	// content store once unpacked; nil follows the tree's containerd
+	// configuration (discard_unpacked_layers).
+	DiscardLayers *bool
 }
+
+// IntoContainerd is Images.Into for containerd's own state.
+const IntoContainerd = "containerd"
 
 // Kind implements Layer.
 func (l *Images) Kind() string { return "images" }
@@ -66,6 +78,9 @@ func (l *Images) Inputs() []*Input { return l.Images }
 
 // Apply implements Layer.
 func (l *Images) Apply(ctx context.Context, env *Env) error {
+	if l.Into == IntoContainerd {
+		return l.applyContainerd(ctx, env)
+	}
 	dir := path.Clean("/" + l.Dir)
 	if l.Dir == "" {
 		dir = DefaultImagesDir
@@ -380,4 +395,42 @@ RemainAfterExit=yes
 		return err
 	}
 	return (&Systemd{Enable: []string{ImportUnit}}).Apply(ctx, env)
+}
+
+// applyContainerd writes the images into containerd's state in the tree.
+func (l *Images) applyContainerd(ctx context.Context, env *Env) error {
+	var imgs []containerd.Image
+	names := map[string]int{}
+	for i, in := range l.Images {
+		full, err := ImageName(in.URI)
+		if err != nil {
+			return fmt.Errorf("%s[%d]: %w", env.Label, i, err)
+		}
+		if in.Digest == "" {
+			return fmt.Errorf("%s[%d]: %s: input was not resolved", env.Label, i, in.URI)
+		}
+		if j, dup := names[full]; dup {
+			return fmt.Errorf("%s[%d]: %s is listed twice (first at [%d])", env.Label, i, full, j)
+		}
+		names[full] = i
+		imgs = append(imgs, containerd.Image{Name: full, Digest: in.Digest})
+	}
+	start := time.Now()
+	r, err := containerd.Write(ctx, env.Tree, env.Cache, imgs, containerd.Options{
+		Platform:      ociremote.DefaultPlatform(env.Arch),
+		Epoch:         env.Epoch,
+		DiscardLayers: l.DiscardLayers,
+		Origin:        env.Origin,
+		Log:           env.Log,
+	})
+	if err != nil {
+		return fmt.Errorf("%s: into containerd: %w", env.Label, err)
+	}
+	// The sizes and the time are what make bench reports for the node.
+	env.Log.WithField("containerd", r.Package+" "+r.Version).WithField("images", len(imgs)).
+		WithField("snapshots", len(r.Snapshots)).WithField("contentBytes", r.ContentBytes).
+		WithField("layerBytes", r.LayerBytes).WithField("snapshotBytes", r.SnapshotBytes).
+		WithField("discarded", r.Discarded).WithField("seconds", time.Since(start).Seconds()).
+		Infof("wrote %d images into containerd's state (%d names)", len(imgs), len(r.Names))
+	return nil
 }

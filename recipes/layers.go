@@ -66,10 +66,8 @@ var layerKinds = []layerKind{
 		func(l *Layer) bool { return l.OCI != nil }},
 	{"debs", false, func(d *decoder, l *Layer, v *yaml.Node, f string) { b := d.debs(v, f, false); l.Debs = &b },
 		func(l *Layer) bool { return l.Debs != nil }},
-	{"images", true, func(d *decoder, l *Layer, v *yaml.Node, f string) {
-		l.Images = []Image{}
-		d.oneOrList(v, f, func(v *yaml.Node, f string) { l.Images = append(l.Images, d.image(v, f)) })
-	}, func(l *Layer) bool { return l.Images != nil }},
+	{"images", true, func(d *decoder, l *Layer, v *yaml.Node, f string) { d.images(l, v, f) },
+		func(l *Layer) bool { return l.Images != nil }},
 	{"run", false, func(d *decoder, l *Layer, v *yaml.Node, f string) { r := d.run(v, f); l.Run = &r },
 		func(l *Layer) bool { return l.Run != nil }},
 }
@@ -550,6 +548,59 @@ func (d *decoder) offlineOnly(r *Recipe) {
 			}
 		}
 	}
+}
+
+// ImagesInto are the places an images layer can put its images: "archives"
+// (the default: OCI archives that a unit imports into containerd at first
+// boot) or "containerd" (containerd's own state, written at build time).
+var ImagesInto = []string{"archives", "containerd"}
+
+// images reads an images layer: a list of references (each a string or
+// {ref: ...}), or a mapping with refs and where they go.
+func (d *decoder) images(l *Layer, n *yaml.Node, field string) {
+	l.Images = []Image{}
+	r := d.resolveQuiet(n)
+	if r == nil || r.Kind != yaml.MappingNode || !hasKey(r, "refs") && !hasKey(r, "into") {
+		d.oneOrList(n, field, func(v *yaml.Node, f string) { l.Images = append(l.Images, d.image(v, f)) })
+		return
+	}
+	seen := d.mapping(n, field, map[string]handler{
+		"refs": func(v *yaml.Node, f string) {
+			rv := d.resolveQuiet(v)
+			if rv != nil && (isNull(rv) || rv.Kind == yaml.SequenceNode && len(rv.Content) == 0) {
+				d.fail(rv, f, "list at least one image")
+				return
+			}
+			d.oneOrList(v, f, func(v *yaml.Node, f string) { l.Images = append(l.Images, d.image(v, f)) })
+		},
+		"into": func(v *yaml.Node, f string) {
+			l.ImagesInto = d.str(v, f)
+			if !d.failed(v) && !slices.Contains(ImagesInto, l.ImagesInto) {
+				d.fail(d.resolveQuiet(v), f, "into %q must be one of %s", l.ImagesInto, strings.Join(ImagesInto, ", "))
+			}
+		},
+		"discardLayers": func(v *yaml.Node, f string) {
+			b := d.boolean(v, f)
+			l.ImagesDiscardLayers = &b
+		},
+	})
+	d.required(n, field, seen, "refs")
+	if seen != nil && seen["discardLayers"] != nil && l.ImagesInto != "containerd" {
+		d.fail(seen["discardLayers"], child(field, "discardLayers"), "discardLayers needs into: containerd; archives keep every layer")
+	}
+	if l.ImagesInto == "archives" {
+		l.ImagesInto = ""
+	}
+}
+
+// hasKey reports whether the mapping n has the key k.
+func hasKey(n *yaml.Node, k string) bool {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == k {
+			return true
+		}
+	}
+	return false
 }
 
 func (d *decoder) image(n *yaml.Node, field string) Image {

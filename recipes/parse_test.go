@@ -166,6 +166,8 @@ customize:
     - hook: {run: ./h.sh, args: [a, 1], env: {B: "2", A: x}}
     - images: "r.example/a:1@sha256:` + hex64 + `"
     - images: [{ref: "r.example/b:2@sha256:` + hex64 + `"}]
+    - images: {into: containerd, refs: ["r.example/c:3@sha256:` + hex64 + `"], discardLayers: true}
+    - images: {into: archives, refs: "r.example/d:4@sha256:` + hex64 + `"}
     - debs: {repo: "https://deb.example.invalid/debian", suites: [bookworm, bookworm-updates], packages: socat, recommends: true}
 seal:
   cleanup: [/var/cache/**, /root/.bash_history]
@@ -198,7 +200,11 @@ outputs:
 		{"hook long", *l[10].Hook, Hook{Run: "./h.sh", Args: []string{"a", "1"}, Env: map[string]string{"A": "x", "B": "2"}}},
 		{"images string", l[11].Images, []Image{{Ref: "r.example/a:1@sha256:" + hex64}}},
 		{"images mapping", l[12].Images, []Image{{Ref: "r.example/b:2@sha256:" + hex64}}},
-		{"debs", *l[13].Debs, Debs{Repo: "https://deb.example.invalid/debian", Suites: []string{"bookworm", "bookworm-updates"}, Components: []string{"main"}, Packages: []string{"socat"}, Recommends: true, Scripts: ScriptsOffline}},
+		{"images into containerd", []any{l[13].Images, l[13].ImagesInto, *l[13].ImagesDiscardLayers},
+			[]any{[]Image{{Ref: "r.example/c:3@sha256:" + hex64}}, "containerd", true}},
+		{"images into archives", []any{l[14].Images, l[14].ImagesInto, l[14].ImagesDiscardLayers},
+			[]any{[]Image{{Ref: "r.example/d:4@sha256:" + hex64}}, "", (*bool)(nil)}},
+		{"debs", *l[15].Debs, Debs{Repo: "https://deb.example.invalid/debian", Suites: []string{"bookworm", "bookworm-updates"}, Components: []string{"main"}, Packages: []string{"socat"}, Recommends: true, Scripts: ScriptsOffline}},
 		{"cleanup list", r.Seal.Cleanup, Cleanup{Default: true, Globs: []string{"/var/cache/**", "/root/.bash_history"}}},
 		{"raw defaults", r.Outputs[0].Partitions, []Partition{
 			{Name: "esp", Type: "esp", Size: 256 << 20, Filesystem: "vfat"},
@@ -304,6 +310,7 @@ func unwrapAll(err error) error {
 }
 
 // Every example recipe parses; the examples are documentation users copy.
+// One whose mirror defaults to the host's reads a test apt configuration.
 func TestExamples(t *testing.T) {
 	files, err := filepath.Glob("examples/*.yaml")
 	if err != nil {
@@ -313,7 +320,7 @@ func TestExamples(t *testing.T) {
 		t.Fatalf("found %d examples, want at least 2", len(files))
 	}
 	for _, f := range files {
-		r, err := Load(f)
+		r, err := LoadWith(f, Options{HostApt: os.DirFS("testdata/apt/deb822")})
 		if err != nil {
 			t.Errorf("%s: %v", f, err)
 			continue

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"path"
 	"strings"
 )
@@ -28,6 +29,10 @@ type ExtractOptions struct {
 	// MaxSize, when set, bounds the bytes the archive may expand to (a
 	// sparse member can declare terabytes in a few bytes).
 	MaxSize int64
+	// Snapshot, when set, unpacks the archive into a directory of the tree
+	// as containerd's applier unpacks an image layer into a snapshot (see
+	// Snapshot). It replaces Whiteouts and KeepDirSymlinks.
+	Snapshot *Snapshot
 	// ByReference keeps the uncompressed archive in the tree's archive
 	// store or content directory and lets regular files point into it,
 	// instead of writing them to the tree's directory (see
@@ -37,6 +42,106 @@ type ExtractOptions struct {
 
 	archive *archiveWriter
 }
+
+// Snapshot is a directory of the tree that an archive is unpacked into as
+// containerd's applier unpacks an image layer for a snapshotter:
+//   - member paths, symlinks and hard-link targets resolve inside Dir, as if
+//     it were the root;
+//   - the archive's entry for its root is ignored, and its trusted.* xattrs
+//     are dropped (containerd refuses to set them from a layer);
+//   - with Overlay, the directory is an overlay upper directory over the
+//     layers below it: a whiteout ".wh.NAME" becomes a character device 0:0
+//     named NAME with the whiteout's owner, an opaque marker ".wh..wh..opq"
+//     the trusted.overlay.opaque=y xattr on its directory, and a missing
+//     parent directory takes the attributes Parent gives, as containerd
+//     copies them up from the first lower layer that has the directory;
+//   - without Overlay (the bottom layer, which containerd unpacks on a bind
+//     mount) whiteouts remove what the archive made before them.
+type Snapshot struct {
+	// Dir is the snapshot's directory, a clean path of the tree that exists.
+	Dir     string
+	Overlay bool
+	// Parent returns the attributes of a directory (a path inside Dir, such
+	// as "/usr/lib") that a member needs and the archive has not made;
+	// ok=false gives it mode 0755, owner 0:0. Only Overlay asks.
+	Parent func(dir string) (h Header, ok bool)
+}
+
+// within is the path inside root (a clean path of the tree) of its
+// descendant p.
+func within(root, p string) string {
+	if root == "/" {
+		return p
+	}
+	if p == root {
+		return "/"
+	}
+	return strings.TrimPrefix(p, root)
+}
+
+// mkparent makes the directory dir of the tree, and its missing parents up to
+// the snapshot's directory, with the attributes the lower layers give.
+func (s *Snapshot) mkparent(t *Tree, dir string, origin Origin) error {
+	if e := t.entries[dir]; e != nil {
+		if e.Type != TypeDir {
+			return &fs.PathError{Op: "mkdir", Path: dir, Err: ErrNotDir}
+		}
+		return nil
+	}
+	if dir == s.Dir || dir == "/" {
+		return &fs.PathError{Op: "mkdir", Path: dir, Err: ErrNotExist}
+	}
+	if err := s.mkparent(t, path.Dir(dir), origin); err != nil {
+		return err
+	}
+	h := Header{Type: TypeDir, Perm: 0o755, MTime: t.opts.DefaultMTime}
+	if s.Parent != nil {
+		if ph, ok := s.Parent(within(s.Dir, dir)); ok {
+			h = ph
+			h.Type = TypeDir
+		}
+	}
+	h.Origin = origin
+	_, err := t.Create(dir, h, nil)
+	return err
+}
+
+// overlayWhiteout turns a whiteout member in the directory rdir (resolved)
+// into what overlayfs reads as one.
+func overlayWhiteout(t *Tree, rdir, base string, hdr *tar.Header, origin Origin) (bool, error) {
+	if base == whiteoutOpaque {
+		return true, t.Update(rdir, func(in *Inode) {
+			x := make(map[string]string, len(in.Xattrs)+1)
+			for k, v := range in.Xattrs {
+				x[k] = v
+			}
+			x[overlayOpaqueXattr] = "y"
+			in.Xattrs = x
+		})
+	}
+	name, ok := strings.CutPrefix(base, whiteoutPrefix)
+	if !ok {
+		return false, nil
+	}
+	if name == "" || name == "." || name == ".." {
+		return true, fmt.Errorf("invalid whiteout name %q", base)
+	}
+	victim := join(rdir, name)
+	if t.entries[victim] != nil {
+		// containerd's mknod fails the same way.
+		return true, fmt.Errorf("whiteout of %s, which this layer makes itself", victim)
+	}
+	if hdr.Uid < 0 || hdr.Gid < 0 || hdr.Uid > 1<<32-1 || hdr.Gid > 1<<32-1 {
+		return true, fmt.Errorf("owner %d:%d out of range", hdr.Uid, hdr.Gid)
+	}
+	h := Header{Type: TypeChar, UID: uint32(hdr.Uid), GID: uint32(hdr.Gid), MTime: hdr.ModTime, Origin: origin}
+	_, err := t.Create(victim, h, nil)
+	return true, err
+}
+
+// overlayOpaqueXattr marks an overlay upper directory that hides what the
+// layers below hold at its path.
+const overlayOpaqueXattr = "trusted.overlay.opaque"
 
 // EntryError names the archive entry an extraction failed on.
 type EntryError struct {
@@ -109,7 +214,7 @@ func Extract(ctx context.Context, t *Tree, r io.Reader, o ExtractOptions) (n int
 	}
 	tr := tar.NewReader(r)
 	var created map[string]bool
-	if o.Whiteouts {
+	if o.Whiteouts || o.Snapshot != nil && !o.Snapshot.Overlay {
 		created = map[string]bool{}
 	}
 	var total int64
@@ -153,8 +258,34 @@ func extractOne(t *Tree, tr *tar.Reader, hdr *tar.Header, o *ExtractOptions, cre
 			return nil
 		}
 	}
-	if created != nil {
-		if done, err := whiteout(t, p, created); done || err != nil {
+	origin := o.Origin
+	origin.Member = strings.TrimPrefix(hdr.Name, "./")
+	if s := o.Snapshot; s != nil {
+		if p == "/" {
+			return nil // containerd ignores the member for the root
+		}
+		dir, base := path.Split(p)
+		rdir, err := t.ResolveIn(s.Dir, dir, true)
+		if err != nil {
+			return err
+		}
+		if s.Overlay {
+			if err := s.mkparent(t, rdir, Origin{Layer: origin.Layer, Input: origin.Input}); err != nil {
+				return err
+			}
+			if done, err := overlayWhiteout(t, rdir, base, hdr, origin); done || err != nil {
+				return err
+			}
+		} else if done, err := whiteout(t, rdir, base, created, true); done || err != nil {
+			return err
+		}
+		p = join(rdir, base)
+	} else if dir, base := path.Split(p); created != nil && strings.HasPrefix(base, whiteoutPrefix) {
+		rdir, err := t.Resolve(dir, true)
+		if err != nil {
+			return err
+		}
+		if done, err := whiteout(t, rdir, base, created, false); done || err != nil {
 			return err
 		}
 	}
@@ -166,10 +297,9 @@ func extractOne(t *Tree, tr *tar.Reader, hdr *tar.Header, o *ExtractOptions, cre
 		UID:    uint32(hdr.Uid),
 		GID:    uint32(hdr.Gid),
 		MTime:  hdr.ModTime,
-		Xattrs: paxXattrs(hdr.PAXRecords),
-		Origin: o.Origin,
+		Xattrs: paxXattrs(hdr.PAXRecords, o.Snapshot != nil),
+		Origin: origin,
 	}
-	h.Origin.Member = strings.TrimPrefix(hdr.Name, "./")
 	var content io.Reader
 	switch hdr.Typeflag {
 	case tar.TypeReg, tar.TypeGNUSparse, tar.TypeCont:
@@ -185,7 +315,7 @@ func extractOne(t *Tree, tr *tar.Reader, hdr *tar.Header, o *ExtractOptions, cre
 			root.Perm, root.UID, root.GID, root.MTime, root.Xattrs = h.Perm, h.UID, h.GID, h.MTime, h.Xattrs
 			return t.syncDisk("/", root.Inode)
 		}
-		if o.KeepDirSymlinks {
+		if o.KeepDirSymlinks && o.Snapshot == nil {
 			if keep, err := isDirSymlink(t, p); err != nil || keep {
 				return err
 			}
@@ -218,9 +348,39 @@ func extractOne(t *Tree, tr *tar.Reader, hdr *tar.Header, o *ExtractOptions, cre
 				return fmt.Errorf("hard link target %q is not extracted", hdr.Linkname)
 			}
 		}
+		if s := o.Snapshot; s != nil {
+			// As containerd: the target's directory resolves inside the
+			// snapshot, its last component is not followed.
+			dir, base := path.Split(target)
+			rdir, err := t.ResolveIn(s.Dir, dir, true)
+			if err != nil {
+				return fmt.Errorf("hard link target %q: %w", hdr.Linkname, err)
+			}
+			target = join(rdir, base)
+		}
 		e, err := t.Link(p, target, h.Origin)
 		if err != nil {
 			return fmt.Errorf("hard link to %q: %w", hdr.Linkname, err)
+		}
+		if o.Snapshot != nil {
+			// containerd's applier sets the link member's owner, mode,
+			// mtime and xattrs on the file, and so on every link to it.
+			err := t.Update(e.Path, func(in *Inode) {
+				in.UID, in.GID, in.Perm, in.MTime = h.UID, h.GID, h.Perm, h.MTime
+				if len(h.Xattrs) > 0 {
+					x := make(map[string]string, len(in.Xattrs)+len(h.Xattrs))
+					for k, v := range in.Xattrs {
+						x[k] = v
+					}
+					for k, v := range h.Xattrs {
+						x[k] = v
+					}
+					in.Xattrs = x
+				}
+			})
+			if err != nil {
+				return err
+			}
 		}
 		if created != nil {
 			created[e.Path] = true
@@ -294,16 +454,13 @@ const (
 	whiteoutOpaque = ".wh..wh..opq"
 )
 
-// whiteout applies an OCI whiteout entry. It removes only what earlier layers
-// made, never what this archive created before the marker.
-func whiteout(t *Tree, p string, created map[string]bool) (bool, error) {
-	dir, base := path.Split(p)
+// whiteout applies an OCI whiteout entry named base in the directory rdir
+// (resolved). It removes only what earlier layers made, never what this
+// archive created before the marker; but with always, a file's whiteout
+// removes it whoever made it, as containerd's applier does.
+func whiteout(t *Tree, rdir, base string, created map[string]bool, always bool) (bool, error) {
 	if !strings.HasPrefix(base, whiteoutPrefix) {
 		return false, nil
-	}
-	rdir, err := t.Resolve(dir, true)
-	if err != nil {
-		return true, err
 	}
 	if base == whiteoutOpaque {
 		if e := t.entries[rdir]; e == nil || e.Type != TypeDir {
@@ -319,17 +476,26 @@ func whiteout(t *Tree, p string, created map[string]bool) (bool, error) {
 		}
 		return true, nil
 	}
-	victim := join(rdir, strings.TrimPrefix(base, whiteoutPrefix))
-	if !created[victim] {
+	name := strings.TrimPrefix(base, whiteoutPrefix)
+	if always && (name == "" || name == "." || name == "..") {
+		return true, fmt.Errorf("invalid whiteout name %q", base)
+	}
+	victim := join(rdir, name)
+	if always || !created[victim] {
 		return true, t.remove(victim)
 	}
 	return true, nil
 }
 
-func paxXattrs(recs map[string]string) map[string]string {
+// paxXattrs are the xattrs a member's PAX records carry; noTrusted drops
+// the trusted.* ones.
+func paxXattrs(recs map[string]string, noTrusted bool) map[string]string {
 	var x map[string]string
 	for k, v := range recs {
 		if name, ok := strings.CutPrefix(k, "SCHILY.xattr."); ok {
+			if noTrusted && strings.HasPrefix(name, "trusted.") {
+				continue
+			}
 			if x == nil {
 				x = map[string]string{}
 			}

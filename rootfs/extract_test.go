@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -447,7 +448,22 @@ func FuzzExtract(f *testing.F) {
 		}
 		defer tr.Close()
 		opts := ExtractOptions{Whiteouts: len(data)%2 == 0, MaxSize: 1 << 20}
+		if len(data)%3 == 0 {
+			// Into a snapshot's directory, as containerd unpacks a layer:
+			// nothing may land outside it.
+			if _, err := tr.Create("/snap", Header{Type: TypeDir, Perm: 0o755, MTime: epoch}, nil); err != nil {
+				t.Fatal(err)
+			}
+			opts = ExtractOptions{Snapshot: &Snapshot{Dir: "/snap", Overlay: len(data)%2 == 0}, MaxSize: 1 << 20}
+		}
 		_, err = Extract(context.Background(), tr, bytes.NewReader(data), opts)
+		if opts.Snapshot != nil {
+			for _, p := range tr.Paths() {
+				if p != "/" && p != "/snap" && !strings.HasPrefix(p, "/snap/") {
+					t.Fatalf("%s is outside the snapshot's directory", p)
+				}
+			}
+		}
 		ents, _ := os.ReadDir(base)
 		if len(ents) != 1 {
 			t.Fatalf("extractor wrote next to the tree: %v", ents)
@@ -470,6 +486,11 @@ func fuzzByReference(t *testing.T, data []byte, opts ExtractOptions, written *Tr
 		t.Fatal(err)
 	}
 	defer tr.Close()
+	if opts.Snapshot != nil {
+		if _, err := tr.Create(opts.Snapshot.Dir, Header{Type: TypeDir, Perm: 0o755, MTime: epoch}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
 	opts.ByReference = true
 	_, err = Extract(context.Background(), tr, bytes.NewReader(data), opts)
 	if (err == nil) != (werr == nil) {
@@ -583,5 +604,86 @@ func TestExtractQueuedWriteFailureNamesItsEntry(t *testing.T) {
 	}
 	if tr.Get("/dir/stray") != nil {
 		t.Fatal("the failed file is still in the index")
+	}
+}
+
+// A layer unpacked into a snapshot's directory stays inside it and is
+// converted as containerd's overlayfs applier converts it.
+func TestExtractSnapshot(t *testing.T) {
+	tr, err := New(t.TempDir(), Options{DefaultMTime: epoch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	for _, d := range []string{"/etc", "/snap", "/snap/1", "/snap/2"} {
+		if _, err := tr.Create(d, Header{Type: TypeDir, Perm: 0o755, MTime: epoch}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lower := mktar(t,
+		member{name: "./", typ: tar.TypeDir, mode: 0o700},
+		member{name: "usr/", typ: tar.TypeDir, mode: 0o750, uid: 4, gid: 4, pax: map[string]string{"SCHILY.xattr.user.a": "1", "SCHILY.xattr.trusted.b": "2"}},
+		member{name: "abs", typ: tar.TypeSymlink, link: "/etc"},
+		member{name: "up", typ: tar.TypeSymlink, link: "../../.."},
+		member{name: "abs/inside", body: "stays in the snapshot"},
+		member{name: "up/inside2", body: "stays too"},
+		member{name: "gone", body: "x"},
+		member{name: ".wh.gone"},
+	)
+	if _, err := Extract(context.Background(), tr, bytes.NewReader(lower), ExtractOptions{Snapshot: &Snapshot{Dir: "/snap/1"}}); err != nil {
+		t.Fatal(err)
+	}
+	parent := func(dir string) (Header, bool) {
+		e := tr.Get("/snap/1" + dir)
+		if e == nil {
+			return Header{}, false
+		}
+		return Header{Perm: e.Perm, UID: e.UID, GID: e.GID, MTime: e.MTime, Xattrs: map[string]string{"user.a": e.Xattrs["user.a"]}}, true
+	}
+	upper := mktar(t,
+		member{name: "usr/lib/x", body: "x"},
+		member{name: "usr/.wh.gone", uid: 7, gid: 7},
+		member{name: "opq/", typ: tar.TypeDir, mode: 0o755},
+		member{name: "opq/.wh..wh..opq"},
+		member{name: "f", body: "f", mode: 0o600},
+		member{name: "g", typ: tar.TypeLink, link: "f", mode: 0o640, uid: 3, gid: 3},
+	)
+	if _, err := Extract(context.Background(), tr, bytes.NewReader(upper), ExtractOptions{Snapshot: &Snapshot{Dir: "/snap/2", Overlay: true, Parent: parent}}); err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]string{
+		"/snap/1":                  "dir 755 0:0",
+		"/snap/1/usr":              "dir 750 4:4 user.a=1",
+		"/snap/1/etc/inside":       "file 644 0:0",
+		"/snap/1/inside2":          "file 644 0:0",
+		"/snap/1/gone":             "",
+		"/etc/inside":              "",
+		"/snap/2/usr":              "dir 750 4:4 user.a=1",
+		"/snap/2/usr/lib":          "dir 755 0:0",
+		"/snap/2/usr/gone":         "char 0 7:7 0,0",
+		"/snap/2/opq":              "dir 755 0:0 trusted.overlay.opaque=y",
+		"/snap/2/opq/.wh..wh..opq": "",
+		"/snap/2/f":                "file 640 3:3",
+		"/snap/2/g":                "file 640 3:3",
+	} {
+		got := ""
+		if e := tr.Get(p); e != nil {
+			got = fmt.Sprintf("%s %o %d:%d", e.Type, e.Perm, e.UID, e.GID)
+			if e.Type == TypeChar {
+				got += fmt.Sprintf(" %d,%d", e.Major, e.Minor)
+			}
+			for _, n := range e.XattrNames() {
+				got += " " + n + "=" + e.Xattrs[n]
+			}
+		}
+		if got != want {
+			t.Errorf("%s: %q, want %q", p, got, want)
+		}
+	}
+	// A whiteout of what the layer itself made fails, as containerd's
+	// mknod does.
+	bad := mktar(t, member{name: "w", body: "w"}, member{name: ".wh.w"})
+	if _, err := Extract(context.Background(), tr, bytes.NewReader(bad), ExtractOptions{Snapshot: &Snapshot{Dir: "/snap/2", Overlay: true}}); err == nil {
+		t.Error("a whiteout of the layer's own file was accepted")
 	}
 }

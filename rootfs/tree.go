@@ -213,16 +213,26 @@ func (t *Tree) DiskPath(p string) string {
 // root and ".." never climbs above it. The last component is followed only if
 // follow is set. Components that do not exist yet are kept as they are.
 func (t *Tree) Resolve(p string, follow bool) (string, error) {
+	return t.ResolveIn("/", p, follow)
+}
+
+// ResolveIn is Resolve with the directory root (a clean path of the tree)
+// taken for the root: p starts there, absolute symlink targets start there
+// again and ".." never climbs above it, as a container runtime resolves a
+// path inside a snapshot's directory. The result is a path of the tree.
+func (t *Tree) ResolveIn(root, p string, follow bool) (string, error) {
 	if len(p) > PathMax {
 		return "", &fs.PathError{Op: "resolve", Path: p[:64] + "...", Err: ErrTooLong}
 	}
 	comps := splitPath(p)
-	cur := "/"
+	cur := root
 	links := 0
 	for i := 0; i < len(comps); i++ {
 		c := comps[i]
 		if c == ".." {
-			cur = path.Dir(cur)
+			if cur != root {
+				cur = path.Dir(cur)
+			}
 			continue
 		}
 		if len(c) > NameMax {
@@ -237,7 +247,7 @@ func (t *Tree) Resolve(p string, follow bool) (string, error) {
 				return "", &fs.PathError{Op: "resolve", Path: p, Err: ErrLoop}
 			}
 			if strings.HasPrefix(e.Target, "/") {
-				cur = "/"
+				cur = root
 			}
 			rest := append(splitPath(e.Target), comps[i+1:]...)
 			comps, i = rest, -1

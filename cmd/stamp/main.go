@@ -21,6 +21,7 @@ import (
 
 	"github.com/stamp-dev/stamp"
 	"github.com/stamp-dev/stamp/recipes"
+	"github.com/stamp-dev/stamp/rootfs/hostroot"
 	"github.com/stamp-dev/stamp/verify"
 )
 
@@ -63,6 +64,12 @@ func newApp(getenv func(string) string, code *int) *cli.App {
 	updateLock := func() cli.Flag {
 		return &cli.BoolFlag{Name: "update-lock", Usage: "accept inputs that no longer match stamp.lock"}
 	}
+	cacheSign := func() cli.Flag {
+		return &cli.StringFlag{Name: "cache-sign", Usage: "sign every record pushed to --cache-to with the ed25519 private key in PEM file KEY (openssl genpkey -algorithm ed25519)"}
+	}
+	cacheTrust := func() cli.Flag {
+		return &cli.StringSliceFlag{Name: "cache-trust", Usage: "take from --cache-from only records signed by the ed25519 public key in PEM file PUBKEY (repeatable; openssl pkey -pubout)"}
+	}
 	set := func() cli.Flag {
 		return &cli.GenericFlag{Name: "set", Value: &setFlag{}, Usage: "give recipe parameter NAME the value VALUE (NAME=VALUE, repeatable)"}
 	}
@@ -76,6 +83,7 @@ func newApp(getenv func(string) string, code *int) *cli.App {
 		&cli.BoolFlag{Name: "no-cache", Usage: "build every phase and output, neither reading nor writing the build cache (inputs are still cached)"},
 		&cli.StringFlag{Name: "cache-from", Usage: "read cache records from registry repository REF (HOST/NAME), as OCI artifacts"},
 		&cli.StringFlag{Name: "cache-to", Usage: "write cache records to registry repository REF (HOST/NAME), with the docker config's credentials"},
+		cacheSign(), cacheTrust(),
 		&cli.BoolFlag{Name: "dry-run", Usage: "print the plan (inputs with their digests, what comes from the cache and why not) and build nothing"},
 		&cli.BoolFlag{Name: "reverse-readdir", Hidden: true, Usage: "read host directories in reverse order (verify's second build)"},
 	}, common...)
@@ -292,6 +300,7 @@ func newApp(getenv func(string) string, code *int) *cli.App {
 					&cli.BoolFlag{Name: "offline", Usage: "use only the cache"},
 					&cli.StringFlag{Name: "cache-from", Usage: "read cache records from registry repository REF (HOST/NAME), as OCI artifacts"},
 					&cli.StringFlag{Name: "cache-to", Usage: "write cache records to registry repository REF (HOST/NAME), with the docker config's credentials"},
+					cacheSign(), cacheTrust(),
 					&cli.BoolFlag{Name: "dry-run", Usage: "print every change apply would make and change nothing"},
 					&cli.BoolFlag{Name: "json", Usage: "print the changes as JSON (the default with --log-format json)"},
 					&cli.BoolFlag{Name: "undo", Usage: "put the root back as it was before the last apply (takes no RECIPE)"},
@@ -364,7 +373,7 @@ func undo(c *cli.Context, code *int) error {
 		*code = exitUsage
 		return err
 	}
-	res, err := stamp.Undo(c.Context, c.String("root"), stamp.UndoOptions{Force: c.Bool("force"), Log: log})
+	res, err := hostroot.Undo(c.Context, c.String("root"), hostroot.UndoOptions{Force: c.Bool("force"), Log: log})
 	if err != nil {
 		*code = exitFailed
 		return err
@@ -471,6 +480,8 @@ func act(c *cli.Context, code *int, getenv func(string) string, fn func(*recipes
 		NoCache:            c.Bool("no-cache"),
 		CacheFrom:          c.String("cache-from"),
 		CacheTo:            c.String("cache-to"),
+		CacheSign:          c.String("cache-sign"),
+		CacheTrust:         c.StringSlice("cache-trust"),
 		Log:                log,
 	}
 	if c.IsSet("epoch") {

@@ -25,6 +25,16 @@ type Inspection struct {
 	// TreeDigest is the digest of the image's tree when the format carries
 	// every field the digest covers; "" otherwise.
 	TreeDigest string
+	// Sections are what the caller learned from files of the image (such
+	// as the container images in containerd's state), printed after the
+	// record.
+	Sections []Section
+}
+
+// Section is a titled list of lines Write prints.
+type Section struct {
+	Title string
+	Lines []string
 }
 
 // Inspect reads the output at path, of any format stamp reads.
@@ -147,6 +157,7 @@ func (in *Inspection) Write(w io.Writer) {
 	if len(im.Extra) > 0 {
 		fmt.Fprintf(w, "format adds:  %d entries beyond the tree\n", len(im.Extra))
 	}
+	defer in.writeSections(w)
 	if in.Record == nil {
 		fmt.Fprintf(w, "record:       %v\n", in.RecordErr)
 		return
@@ -186,6 +197,15 @@ func (in *Inspection) Write(w io.Writer) {
 			name = "(none)"
 		}
 		fmt.Fprintf(w, "    %-40s %d paths\n", name, counts[l])
+	}
+}
+
+func (in *Inspection) writeSections(w io.Writer) {
+	for _, s := range in.Sections {
+		fmt.Fprintf(w, "%-13s %d lines\n", s.Title+":", len(s.Lines))
+		for _, l := range s.Lines {
+			fmt.Fprintf(w, "  %s\n", l)
+		}
 	}
 }
 

@@ -71,12 +71,15 @@ type Options struct {
 	// Progress, when set, is called once per transfer. Either function it
 	// returns may be nil.
 	Progress rootfs.Progress
-	// HTTPClient is used for http(s) fetches; nil means a plain http.Client,
-	// which follows redirects. Cancellation comes from the context, so it
-	// needs no timeout.
+	// HTTPClient is used for http(s) fetches; nil means a plain http.Client
+	// with CheckRedirect's policy. Cancellation comes from the context, and
+	// stalls end by Retry's idle timeout, so it needs no timeout.
 	HTTPClient *http.Client
 	// UserAgent is sent with http(s) requests when not empty.
 	UserAgent string
+	// Retry says how downloads meet faults of the network; the zero value
+	// is its defaults.
+	Retry Retry
 }
 
 // Cache is a content-addressed store on disk. It is safe for concurrent use by
@@ -198,7 +201,7 @@ func Open(dir string, opts Options) (*Cache, error) {
 		c.log = l
 	}
 	if c.client == nil {
-		c.client = &http.Client{}
+		c.client = &http.Client{CheckRedirect: CheckRedirect}
 	}
 	if err := c.prepare(); err != nil {
 		return nil, err
@@ -299,6 +302,10 @@ func (c *Cache) sweep() {
 
 // Dir is the cache's directory, absolute.
 func (c *Cache) Dir() string { return c.dir }
+
+// Retry is how the cache's downloads, and those of clients that share its
+// policy (the registry client), meet faults of the network.
+func (c *Cache) Retry() Retry { return c.opts.Retry }
 
 // Writable tells whether this user can store blobs in the cache.
 func (c *Cache) Writable() bool { return c.writable }
@@ -576,26 +583,37 @@ func (c *Cache) put(ctx context.Context, r io.Reader, wantHex, source string, to
 	if wantHex != "" && got != wantHex {
 		return "", &MismatchError{Source: source, Want: digestOf(wantHex), Got: digestOf(got)}
 	}
-	if err := f.Chmod(blobMode); err != nil {
-		return "", fmt.Errorf("store %s: %w", name, err)
-	}
-	if err := f.Sync(); err != nil {
-		return "", fmt.Errorf("store %s: %w", name, err)
-	}
 	closed = true
-	if err := f.Close(); err != nil {
-		return "", fmt.Errorf("store %s: %w", name, err)
+	if err := c.fileTemp(f, got, name); err != nil {
+		return "", err
+	}
+	return digestOf(got), nil
+}
+
+// fileTemp files the temp file f, complete and checked, as the blob with
+// hex sum got: readable by all, synced, closed (whatever happens) and
+// renamed into place.
+func (c *Cache) fileTemp(f *os.File, got, name string) error {
+	err := f.Chmod(blobMode)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
 	// Renaming over an existing blob is fine: same name, same content, and it
 	// heals a copy that was damaged on disk.
-	if err := os.Rename(tmpName, c.blobPath(got)); err != nil {
-		return "", fmt.Errorf("store %s: %w", name, err)
+	if err == nil {
+		err = os.Rename(f.Name(), c.blobPath(got))
+	}
+	if err != nil {
+		return fmt.Errorf("store %s: %w", name, err)
 	}
 	if err := syncDir(c.blobs); err != nil {
 		c.log.WithError(err).Debug("cannot sync cache blob directory")
 	}
 	c.log.WithField("source", name).WithField("digest", digestOf(got)).Debug("stored blob")
-	return digestOf(got), nil
+	return nil
 }
 
 // syncDir makes a rename durable, so a crash cannot leave a blob name

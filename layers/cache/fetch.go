@@ -3,7 +3,6 @@ package cache
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -87,26 +86,9 @@ func fetchFile(ctx context.Context, c *Cache, u *url.URL, wantHex string) (strin
 }
 
 func fetchHTTP(ctx context.Context, c *Cache, u *url.URL, wantHex string) (string, error) {
-	src := u.Redacted()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return "", fmt.Errorf("fetch %s: %w", src, err)
+	want := ""
+	if wantHex != "" {
+		want = digestOf(wantHex)
 	}
-	if c.opts.UserAgent != "" {
-		req.Header.Set("User-Agent", c.opts.UserAgent)
-	}
-	c.log.WithField("url", src).Debug("downloading")
-	resp, err := c.client.Do(req)
-	if err != nil {
-		// *url.Error already names the method and URL, without a password.
-		return "", err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		if final := resp.Request.URL.Redacted(); final != src {
-			return "", fmt.Errorf("GET %s (redirected to %s): %s", src, final, resp.Status)
-		}
-		return "", fmt.Errorf("GET %s: %s", src, resp.Status)
-	}
-	return c.put(ctx, resp.Body, wantHex, src, resp.ContentLength)
+	return c.Download(ctx, Request{URL: u.String(), Want: want, Size: -1})
 }

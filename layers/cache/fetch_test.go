@@ -128,7 +128,7 @@ func TestFetchHTTP(t *testing.T) {
 func TestFetchHTTPErrors(t *testing.T) {
 	data := randomBytes(11, 64<<10)
 	srv := newServer(t, data)
-	c := openCache(t, Options{})
+	c := openCache(t, Options{Retry: fastRetry})
 	ctx := context.Background()
 
 	missing := srv.URL + "/nothing-here"
@@ -399,3 +399,6 @@ func TestFetchFile(t *testing.T) {
 		t.Errorf("missing local Fetch = %v", err)
 	}
 }
+
+// fastRetry tries three times without waiting long, for tests of faults.
+var fastRetry = Retry{Attempts: 3, Backoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, MaxRetryAfter: 2 * time.Second, IdleTimeout: 2 * time.Second}

@@ -54,6 +54,19 @@ type Record struct {
 	Parts   []Part          `json:"parts"`
 	Blobs   []RecordBlob    `json:"blobs"`
 	Data    json.RawMessage `json:"data,omitempty"`
+	// Pulled is set on a record filed from a shared cache and says where
+	// it came from; nil is a record this machine made. It is the local
+	// cache's own note: never part of the key, never shared, never signed.
+	Pulled *Pulled `json:"pulled,omitempty"`
+}
+
+// Pulled is where a record filed from a shared cache came from.
+type Pulled struct {
+	// From is the reference it was pulled from.
+	From string `json:"from"`
+	// Signer is the ID of the trusted key whose signature was checked
+	// before it was filed; "" when no signature was asked for.
+	Signer string `json:"signer,omitempty"`
 }
 
 // KeyOf is the key of parts: the sha256 of their canonical JSON, in the

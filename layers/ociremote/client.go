@@ -148,20 +148,28 @@ func (c *Client) Head(ctx context.Context, ref string) (string, error) {
 		return "", err
 	}
 	u := blobURL(r.Context(), "manifests", r.Identifier())
-	req, err := http.NewRequestWithContext(ctx, http.MethodHead, u, nil)
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set("Accept", acceptManifests)
-	resp, err := hc.Do(req)
+	var dh string
+	err = c.retry().Do(ctx, "HEAD "+u, func(a *cache.Attempt) error {
+		req, err := http.NewRequestWithContext(a.Context(), http.MethodHead, u, nil)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Accept", acceptManifests)
+		resp, err := hc.Do(req)
+		if err != nil {
+			return cache.RoundTripError(err)
+		}
+		resp.Body.Close()
+		if err := checkStatus(resp, r.Context()); err != nil {
+			return err
+		}
+		dh = resp.Header.Get("Docker-Content-Digest")
+		return nil
+	})
 	if err != nil {
 		return "", fmt.Errorf("resolve %s: %w", ref, err)
 	}
-	resp.Body.Close()
-	if err := transport.CheckError(resp, http.StatusOK); err != nil {
-		return "", fmt.Errorf("resolve %s: %w", ref, authHint(err, r.Context()))
-	}
-	if dh := resp.Header.Get("Docker-Content-Digest"); dh != "" {
+	if dh != "" {
 		if _, err := cache.ParseDigest(dh); err == nil {
 			return dh, nil
 		}
@@ -217,29 +225,66 @@ func (c *Client) Manifest(ctx context.Context, ref, digest string) (*Manifest, e
 }
 
 func (c *Client) getManifest(ctx context.Context, hc *http.Client, r name.Reference, digest string) ([]byte, types.MediaType, error) {
-	u := blobURL(r.Context(), "manifests", r.Identifier())
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, "", err
-	}
-	req.Header.Set("Accept", acceptManifests)
-	resp, err := hc.Do(req)
+	h := http.Header{"Accept": {acceptManifests}}
+	raw, resp, err := c.getSmall(ctx, hc, blobURL(r.Context(), "manifests", r.Identifier()), h, r.Context(), maxManifest)
 	if err != nil {
 		return nil, "", fmt.Errorf("manifest %s: %w", r, err)
-	}
-	defer resp.Body.Close()
-	if err := transport.CheckError(resp, http.StatusOK); err != nil {
-		return nil, "", fmt.Errorf("manifest %s: %w", r, authHint(err, r.Context()))
-	}
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxManifest+1))
-	if err != nil {
-		return nil, "", fmt.Errorf("manifest %s: %w", r, err)
-	}
-	if len(raw) > maxManifest {
-		return nil, "", fmt.Errorf("manifest %s is larger than %d bytes", r, maxManifest)
 	}
 	mt := types.MediaType(strings.TrimSpace(strings.Split(resp.Header.Get("Content-Type"), ";")[0]))
 	return raw, mt, nil
+}
+
+// getSmall reads a small answer (a manifest, a record) whole into memory,
+// at most max bytes, trying again as the cache's Retry says.
+func (c *Client) getSmall(ctx context.Context, hc *http.Client, u string, h http.Header, repo name.Repository, max int64) ([]byte, *http.Response, error) {
+	var raw []byte
+	var last *http.Response
+	err := c.retry().Do(ctx, "GET "+u, func(a *cache.Attempt) error {
+		req, err := http.NewRequestWithContext(a.Context(), http.MethodGet, u, nil)
+		if err != nil {
+			return err
+		}
+		for k, v := range h {
+			req.Header[k] = v
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return cache.RoundTripError(err)
+		}
+		defer resp.Body.Close()
+		if err := checkStatus(resp, repo); err != nil {
+			return err
+		}
+		raw, err = io.ReadAll(io.LimitReader(a.Reader(resp.Body), max+1))
+		if err != nil {
+			return cache.Retryable(err, 0)
+		}
+		if int64(len(raw)) > max {
+			return fmt.Errorf("larger than %d bytes", max)
+		}
+		if resp.ContentLength >= 0 && int64(len(raw)) != resp.ContentLength {
+			return cache.Retryable(fmt.Errorf("%d bytes of the %d its Content-Length says", len(raw), resp.ContentLength), 0)
+		}
+		last = resp
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return raw, last, nil
+}
+
+// checkStatus turns an answer other than 200 into the registry's error,
+// marked for another attempt when the status is a passing one (5xx, 429).
+func checkStatus(resp *http.Response, repo name.Repository) error {
+	err := transport.CheckError(resp, http.StatusOK)
+	switch {
+	case err == nil:
+		return nil
+	case cache.RetryableStatus(resp.StatusCode):
+		return cache.Retryable(err, cache.RetryAfter(resp.Header))
+	}
+	return authHint(err, repo)
 }
 
 // Resolved is what a reference names for one platform.
@@ -366,30 +411,15 @@ func (c *Client) blob(ctx context.Context, ref string, repo name.Repository, d v
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, blobURL(repo, "blobs", digest), nil)
-	if err != nil {
-		return err
-	}
 	c.log.WithField("ref", ref).WithField("digest", digest).WithField("size", d.Size).Debug("downloading blob")
-	resp, err := hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("blob %s: %w", digest, err)
+	size := d.Size
+	if size <= 0 {
+		size = -1 // a descriptor without a size says nothing of it
 	}
-	defer resp.Body.Close()
-	if err := transport.CheckError(resp, http.StatusOK); err != nil {
+	// The cache checks every byte against the digest, resumes what a fault
+	// cut short, and files nothing until it is whole.
+	if _, err := c.cache.Download(ctx, cache.Request{URL: blobURL(repo, "blobs", digest), Client: hc, Want: digest, Size: size}); err != nil {
 		return fmt.Errorf("blob %s: %w", digest, authHint(err, repo))
-	}
-	if resp.ContentLength >= 0 && d.Size > 0 && resp.ContentLength != d.Size {
-		return fmt.Errorf("blob %s: the registry sends %d bytes, the manifest says %d", digest, resp.ContentLength, d.Size)
-	}
-	var body io.Reader = resp.Body
-	if d.Size > 0 {
-		// More bytes than the manifest declares cannot hash right; stop there
-		// instead of filling the disk.
-		body = io.LimitReader(resp.Body, d.Size)
-	}
-	if _, err := c.cache.Put(ctx, body, digest); err != nil {
-		return fmt.Errorf("blob %s: %w", digest, err)
 	}
 	return nil
 }
@@ -407,30 +437,45 @@ func (c *Client) client(ctx context.Context, repo name.Repository) (*http.Client
 	if err != nil {
 		return nil, fmt.Errorf("credentials for %s: %w", repo, err)
 	}
-	base := transport.NewRetry(c.opts.Transport)
+	// No retrying transport: every request is tried again by the cache's
+	// Retry, body included, and retries stacked would multiply.
+	base := c.opts.Transport
 	if c.opts.UserAgent != "" {
 		base = transport.NewUserAgent(base, c.opts.UserAgent)
 	}
-	tr, err := transport.NewWithContext(ctx, repo.Registry, auth, base, []string{repo.Scope(transport.PullScope)})
+	// Making the transport pings the registry (and fetches a token): a
+	// fault there is tried again like any other.
+	var tr http.RoundTripper
+	err = c.retry().Do(ctx, "GET "+repo.Scheme()+"://"+repo.RegistryStr()+"/v2/", func(a *cache.Attempt) error {
+		var err error
+		tr, err = transport.NewWithContext(a.Context(), repo.Registry, auth, base, []string{repo.Scope(transport.PullScope)})
+		return pingError(err)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("registry %s: %w", repo.RegistryStr(), authHint(err, repo))
 	}
-	hc := &http.Client{Transport: tr, CheckRedirect: checkRedirect}
+	hc := &http.Client{Transport: tr, CheckRedirect: cache.CheckRedirect}
 	c.clients[key] = hc
 	return hc, nil
 }
 
-// checkRedirect follows blob redirects (registries hand out storage URLs)
-// but only to http(s), and not forever.
-func checkRedirect(req *http.Request, via []*http.Request) error {
-	if len(via) >= 10 {
-		return errors.New("stopped after 10 redirects")
+// pingError marks what is worth another ping: a passing status, or a
+// fault of the connection.
+func pingError(err error) error {
+	var te *transport.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &te):
+		if cache.RetryableStatus(te.StatusCode) {
+			return cache.Retryable(err, 0)
+		}
+		return err
 	}
-	if req.URL.Scheme != "http" && req.URL.Scheme != "https" {
-		return fmt.Errorf("redirect to %s: only http and https are followed", req.URL.Redacted())
-	}
-	return nil
+	return cache.RoundTripError(err)
 }
+
+func (c *Client) retry() cache.Retry { return c.cache.Retry() }
 
 func blobURL(repo name.Repository, kind, id string) string {
 	u := url.URL{Scheme: repo.Scheme(), Host: repo.RegistryStr(), Path: fmt.Sprintf("/v2/%s/%s/%s", repo.RepositoryStr(), kind, id)}
@@ -445,4 +490,41 @@ func authHint(err error, repo name.Repository) error {
 			"$DOCKER_CONFIG/config.json, ~/.docker/config.json and its credential helpers)", err, repo.RegistryStr())
 	}
 	return err
+}
+
+// FetchManifest reads the manifest r names (a tag or a digest) from its
+// registry, without filing it: for callers that judge it first, as the
+// shared cache does an entry.
+func (c *Client) FetchManifest(ctx context.Context, r name.Reference) ([]byte, types.MediaType, error) {
+	hc, err := c.client(ctx, r.Context())
+	if err != nil {
+		return nil, "", err
+	}
+	return c.getManifest(ctx, hc, r, "")
+}
+
+// ReadBlob reads a small blob of repo (at most max bytes) into memory,
+// checked against d's digest and size, without filing it.
+func (c *Client) ReadBlob(ctx context.Context, repo name.Repository, d v1.Descriptor, max int64) ([]byte, error) {
+	if d.Size < 0 || d.Size > max {
+		return nil, fmt.Errorf("blob %s: %d bytes, more than the %d expected", d.Digest, d.Size, max)
+	}
+	hc, err := c.client(ctx, repo)
+	if err != nil {
+		return nil, err
+	}
+	b, _, err := c.getSmall(ctx, hc, blobURL(repo, "blobs", d.Digest.String()), nil, repo, d.Size)
+	if err != nil {
+		return nil, fmt.Errorf("blob %s: %w", d.Digest, err)
+	}
+	if h, n, err := v1.SHA256(bytes.NewReader(b)); err != nil || h != d.Digest || n != d.Size {
+		return nil, fmt.Errorf("blob %s: the registry sent %d bytes hashing to %s", d.Digest, n, h)
+	}
+	return b, nil
+}
+
+// FetchBlob makes blob d of repo present in the cache and verified, as Pull
+// does each blob of an image.
+func (c *Client) FetchBlob(ctx context.Context, repo name.Repository, d v1.Descriptor) error {
+	return c.blobOnce(ctx, repo.String(), repo, d)
 }

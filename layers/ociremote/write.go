@@ -19,9 +19,15 @@ func WriteOptions(ctx context.Context, kc authn.Keychain, insecure bool) []remot
 	}
 	opts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(kc), remote.WithUserAgent("stamp")}
 	if insecure {
-		tr := remote.DefaultTransport.(*http.Transport).Clone()
-		tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: true}
-		opts = append(opts, remote.WithTransport(tr))
+		opts = append(opts, remote.WithTransport(InsecureTransport()))
 	}
 	return opts
+}
+
+// InsecureTransport is remote.DefaultTransport without certificate checks,
+// for a registry named by --insecure-registry.
+func InsecureTransport() http.RoundTripper {
+	tr := remote.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: true}
+	return tr
 }

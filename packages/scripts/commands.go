@@ -25,6 +25,15 @@ type command func(r *run, hc interp.HandlerContext, args []string) error
 var commands = map[string]command{
 	"stamp-command-v":          cmdCommandV,
 	"stamp-umask":              cmdUmask,
+	"stamp-test":               cmdTest,
+	"stamp-[":                  cmdTest,
+	"stamp-pwd":                cmdPwd,
+	"stamp-filetest":           cmdFileTest,
+	"stamp-procsubst":          cmdProcSubst,
+	"stamp-refuse":             cmdRefuse,
+	"stamp-fd":                 cmdFd,
+	"stamp-var":                cmdVar,
+	"whoami":                   cmdWhoami,
 	"grep":                     cmdGrep,
 	"egrep":                    cmdGrep,
 	"fgrep":                    cmdGrep,
@@ -40,6 +49,7 @@ var commands = map[string]command{
 	"seq":                      cmdSeq,
 	"mktemp":                   cmdMktemp,
 	"dpkg-query":               cmdDpkgQuery,
+	"dpkg-realpath":            cmdDpkgRealpath,
 	"dpkg-statoverride":        cmdDpkgStatoverride,
 	"getcap":                   cmdGetcap,
 	"ls":                       cmdLs,
@@ -103,6 +113,8 @@ var commands = map[string]command{
 	"ischroot":                 cmdIschroot,
 	"shadowconfig":             cmdShadowconfig,
 	"update-shells":            cmdUpdateShells,
+	"add-shell":                cmdAddShell,
+	"remove-shell":             cmdRemoveShell,
 	"pam-auth-update":          cmdPamAuthUpdate,
 	"sed":                      cmdSed,
 	"true":                     cmdTrue,
@@ -112,8 +124,15 @@ var commands = map[string]command{
 // exec runs a command through its handler; no program of the host ever runs.
 func (r *run) exec(ctx context.Context, args []string) error {
 	hc := interp.HandlerCtx(ctx)
+	if hc.Stdin == nil {
+		// Closed (<&-): a handler that reads it reads nothing.
+		hc.Stdin = strings.NewReader("")
+	}
 	r.cwd = hc.Dir
 	name := path.Base(args[0])
+	if strings.HasPrefix(name, "stamp-") && strings.Contains(args[0], "/") {
+		name = "" // stamp's own handlers are never a path in the image
+	}
 	h, ok := commands[name]
 	// Not in the table: these run scripts, which run commands through
 	// the table, and Go refuses a table that refers to itself.
@@ -243,6 +262,8 @@ func cmdDpkg(r *run, hc interp.HandlerContext, args []string) error {
 		return r.dpkgQuery(hc, args[1], args[2:])
 	case "-S", "--search":
 		return r.dpkgSearch(hc, args[2:])
+	case "-l", "--list":
+		return r.dpkgList(hc, args[2:])
 	case "--assert-support-predepends", "--assert-working-epoch", "--assert-long-filenames",
 		"--assert-multi-conrep", "--assert-multi-arch", "--assert-versioned-provides",
 		"--assert-protected-field":
@@ -825,13 +846,27 @@ func (r *run) accountID(db, name string) (uint32, bool) {
 
 // lookupAccount returns the fields of the record named name, or nil.
 func (r *run) lookupAccount(db, name string) []string {
+	return r.findAccount(db, func(f []string) bool { return f[0] == name })
+}
+
+// accountName is the name of id in the tree's passwd or group, or the
+// number when it has none.
+func (r *run) accountName(db string, id uint32) string {
+	n := strconv.FormatUint(uint64(id), 10)
+	if f := r.findAccount(db, func(f []string) bool { return f[2] == n }); f != nil {
+		return f[0]
+	}
+	return n
+}
+
+// findAccount returns the fields of the first record of db that match.
+func (r *run) findAccount(db string, match func(f []string) bool) []string {
 	b, err := r.readFile(db)
 	if err != nil {
 		return nil
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Split(l, ":")
-		if len(f) > 2 && f[0] == name {
+		if f := strings.Split(l, ":"); len(f) > 2 && match(f) {
 			return f
 		}
 	}
@@ -868,21 +903,40 @@ func cmdGetent(r *run, hc interp.HandlerContext, args []string) error {
 	return exit(code)
 }
 
+// cmdID is id: scripts run as root, as under dpkg; a user operand is
+// looked up in the tree's passwd.
 func cmdID(r *run, hc interp.HandlerContext, args []string) error {
 	flags, ops := splitFlags(args[1:])
-	if len(ops) != 1 {
+	if len(ops) > 1 {
 		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
 	}
-	f := r.lookupAccount("/etc/passwd", ops[0])
-	if f == nil {
-		fmt.Fprintf(hc.Stderr, "id: '%s': no such user\n", ops[0])
-		return exit(1)
+	uid, gid, user := "0", "0", r.accountName("/etc/passwd", 0)
+	if len(ops) == 1 {
+		f := r.lookupAccount("/etc/passwd", ops[0])
+		if len(f) < 4 {
+			fmt.Fprintf(hc.Stderr, "id: '%s': no such user\n", ops[0])
+			return exit(1)
+		}
+		uid, gid, user = f[2], f[3], f[0]
 	}
+	name := flags["-n"] || flags["--name"]
 	switch {
-	case flags["-u"]:
-		fmt.Fprintln(hc.Stdout, f[2])
-	case flags["-g"] && len(f) > 3:
-		fmt.Fprintln(hc.Stdout, f[3])
+	case flags["-u"] || flags["--user"]:
+		if name {
+			fmt.Fprintln(hc.Stdout, user)
+		} else {
+			fmt.Fprintln(hc.Stdout, uid)
+		}
+	case flags["-g"] || flags["--group"]:
+		if name {
+			n, _ := strconv.ParseUint(gid, 10, 32)
+			fmt.Fprintln(hc.Stdout, r.accountName("/etc/group", uint32(n)))
+		} else {
+			fmt.Fprintln(hc.Stdout, gid)
+		}
+	case len(flags) == 0 && len(ops) == 0:
+		g := r.accountName("/etc/group", 0)
+		fmt.Fprintf(hc.Stdout, "uid=0(%s) gid=0(%s) groups=0(%s)\n", user, g, g)
 	default:
 		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
 	}

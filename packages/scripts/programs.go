@@ -1,14 +1,9 @@
 package scripts
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -16,6 +11,7 @@ import (
 
 	"mvdan.cc/sh/v3/interp"
 
+	"github.com/stamp-dev/stamp/packages/journalcatalog"
 	"github.com/stamp-dev/stamp/rootfs"
 )
 
@@ -141,15 +137,14 @@ func cmdUpdateLocale(r *run, hc interp.HandlerContext, args []string) error {
 }
 
 // cmdSshKeygen covers openssh-server's host keys: ssh-keygen -q -f FILE
-// -N ” -t TYPE [-b BITS] and ssh-keygen -l -f FILE. The image's own
-// ssh-keygen runs, through its loader, on a scratch directory, so the keys
-// are made as the image would make them; their comment names the image's
-// host name rather than the build machine's. Host keys are machine state:
-// the seal removes them from every output, and the machine makes its own
-// on first boot.
+// -N "" -t TYPE [-b BITS], then ssh-keygen -l -f FILE.pub. Host keys are
+// machine state: the seal would remove them from every output, and each
+// machine makes its own on first boot (cloud-init's ssh module, or a unit
+// running ssh-keygen -A), so none is made here and no program of the image
+// runs; the log says so. The fingerprint of a key not made is not shown.
 func cmdSshKeygen(r *run, hc interp.HandlerContext, args []string) error {
-	var file, typ, bits string
-	list, quiet, pass := false, false, false
+	var file, typ string
+	list, pass := false, false
 	for i := 1; i < len(args); i++ {
 		a := args[i]
 		val := func() string {
@@ -161,15 +156,14 @@ func cmdSshKeygen(r *run, hc interp.HandlerContext, args []string) error {
 		}
 		switch a {
 		case "-q":
-			quiet = true
 		case "-l":
 			list = true
 		case "-f":
 			file = val()
 		case "-t":
 			typ = val()
-		case "-b":
-			bits = val()
+		case "-b", "-C":
+			val()
 		case "-N":
 			if val() != "" {
 				return r.unhandled("ssh-keygen with a passphrase")
@@ -182,79 +176,19 @@ func cmdSshKeygen(r *run, hc interp.HandlerContext, args []string) error {
 	if file == "" || list == (typ != "") || !list && !pass {
 		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
 	}
-	scratch, err := r.scratchDir(".stamp-ssh-keygen-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(scratch)
-	prog, ok := r.lookPath("ssh-keygen")
-	if !ok {
+	if _, ok := r.lookPath("ssh-keygen"); !ok {
 		fmt.Fprintf(hc.Stderr, "%s: ssh-keygen: not found\n", r.s.Name)
 		return exit(127)
 	}
-	sp, err := r.stageProgram(prog, filepath.Join(scratch, "prog"))
-	if err != nil {
-		return r.unhandled(fmt.Sprintf("ssh-keygen: cannot run the image's ssh-keygen here: %v", err))
-	}
-	key := filepath.Join(scratch, "key")
 	p := r.treePath(file)
 	if list {
-		if err := r.stageResolved(p, key); err != nil {
-			fmt.Fprintf(hc.Stderr, "%s: No such file or directory\n", file)
-			return exit(255)
+		if r.env.skippedKey(strings.TrimSuffix(p, ".pub")) {
+			return nil
 		}
-		var out bytes.Buffer
-		err := r.runStaged(sp, hc, "ssh-keygen", []string{"-l", "-f", key}, scratch, &out)
-		hc.Stdout.Write(bytes.ReplaceAll(out.Bytes(), []byte(key), []byte(file)))
-		return err
+		return r.unhandled(fmt.Sprintf("command %q (it shows a key the build did not skip)", strings.Join(args, " ")))
 	}
-	host := "localhost"
-	if b, err := r.readFile("/etc/hostname"); err == nil && strings.TrimSpace(string(b)) != "" {
-		host = strings.TrimSpace(string(b))
-	}
-	a := []string{"-f", key, "-N", "", "-t", typ, "-C", "root@" + host}
-	if quiet {
-		a = append([]string{"-q"}, a...)
-	}
-	if bits != "" {
-		a = append(a, "-b", bits)
-	}
-	var out bytes.Buffer
-	if err := r.runStaged(sp, hc, "ssh-keygen", a, scratch, &out); err != nil {
-		hc.Stderr.Write(out.Bytes())
-		return err
-	}
-	hc.Stdout.Write(bytes.ReplaceAll(out.Bytes(), []byte(key), []byte(file)))
-	for _, f := range []struct {
-		src, dst string
-		perm     uint32
-	}{{key, p, 0o600}, {key + ".pub", p + ".pub", 0o644}} {
-		b, err := os.ReadFile(f.src)
-		if err != nil {
-			return fmt.Errorf("ssh-keygen: %w", err)
-		}
-		if err := r.createFile(f.dst, b, f.perm); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// runStaged runs a staged program of the image with an empty environment,
-// its output to out; a non-zero exit is the script's status.
-func (r *run) runStaged(sp *stagedProgram, hc interp.HandlerContext, argv0 string, args []string, dir string, out *bytes.Buffer) error {
-	argv := append([]string{"--inhibit-cache", "--library-path", sp.libDir, "--argv0", argv0, sp.prog}, args...)
-	cmd := exec.CommandContext(r.ctx, sp.ldso, argv...)
-	cmd.Env = []string{"PATH=/nonexistent", "LC_ALL=C", "HOME=" + dir}
-	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Run(); err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) && ee.ExitCode() > 0 {
-			return exit(ee.ExitCode())
-		}
-		return fmt.Errorf("%s: %w", argv0, err)
-	}
+	r.env.skipKey(p)
+	r.logf("%s %s: not making the SSH host key %s (%s): host keys are each machine's own, made on its first boot", r.s.Package, r.s.Name, p, typ)
 	return nil
 }
 
@@ -321,52 +255,53 @@ func cmdDbusUUIDGen(r *run, hc interp.HandlerContext, args []string) error {
 }
 
 // cmdJournalctl is journalctl --update-catalog: the message catalog's
-// binary database is the image's journald's format, so the image's own
-// journalctl builds it (through its loader) from the catalog directories
-// staged under a scratch root, and the database it writes is copied into
-// the tree.
+// database, written by packages/journalcatalog from the tree's catalog
+// files as the image's journalctl writes it; no database when they hold no
+// entry, as journalctl leaves it.
 func cmdJournalctl(r *run, hc interp.HandlerContext, args []string) error {
 	if len(args) != 2 || args[1] != "--update-catalog" {
 		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
 	}
 	t := r.env.Tree
-	prog, ok := r.lookPath("journalctl")
-	if !ok {
+	if _, ok := r.lookPath("journalctl"); !ok {
 		fmt.Fprintf(hc.Stderr, "%s: journalctl: not found\n", r.s.Name)
 		return exit(127)
 	}
-	scratch, err := r.scratchDir(".stamp-journalctl-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(scratch)
-	sp, err := r.stageProgram(prog, filepath.Join(scratch, "prog"))
-	if err != nil {
-		return r.unhandled(fmt.Sprintf("journalctl: cannot run the image's journalctl here: %v", err))
-	}
-	root := filepath.Join(scratch, "root")
-	for _, d := range []string{"/etc/systemd/catalog", "/run/systemd/catalog", "/usr/local/lib/systemd/catalog", "/usr/lib/systemd/catalog"} {
-		rd, err := t.Resolve(d, true)
+	paths := journalcatalog.Choose(func(dir string) []string {
+		e, err := t.Lookup(dir, true)
+		if err != nil || e.Type != rootfs.TypeDir {
+			return nil
+		}
+		return t.Children(e.Path)
+	})
+	var files []journalcatalog.File
+	for _, p := range paths {
+		b, err := r.readFile(p)
 		if err != nil {
-			continue
+			fmt.Fprintf(hc.Stderr, "Failed to import file '%s': %v\n", p, err)
+			return exit(1)
 		}
-		if e := t.Get(rd); e == nil || e.Type != rootfs.TypeDir {
-			continue
-		}
-		if _, err := r.stageTree(rd, filepath.Join(root, filepath.FromSlash(d))); err != nil {
-			return fmt.Errorf("journalctl: %w", err)
-		}
+		files = append(files, journalcatalog.File{Path: p, Data: b})
 	}
-	var out bytes.Buffer
-	err = r.runStaged(sp, hc, "journalctl", []string{"--root=" + root, "--update-catalog"}, scratch, &out)
-	hc.Stderr.Write(bytes.ReplaceAll(out.Bytes(), []byte(root), nil))
+	db, err := journalcatalog.Build(files)
 	if err != nil {
-		return err
+		fmt.Fprintf(hc.Stderr, "Failed to import file: %v\n", err)
+		return exit(1)
 	}
-	const db = "/var/lib/systemd/catalog/database"
-	b, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(db)))
-	if err != nil {
-		return fmt.Errorf("journalctl: %w", err)
+	if db == nil {
+		fmt.Fprintln(hc.Stderr, "No items in catalog.")
+		return nil
 	}
-	return r.createFile(db, b, 0o644)
+	return r.createFile(journalcatalog.Database, db, 0o644)
 }
+
+// skipKey records an SSH host key the build did not make.
+func (e *Env) skipKey(p string) {
+	if e.skippedKeys == nil {
+		e.skippedKeys = map[string]bool{}
+	}
+	e.skippedKeys[p] = true
+}
+
+// skippedKey reports whether the key at p was one not made.
+func (e *Env) skippedKey(p string) bool { return e.skippedKeys[p] }

@@ -2,13 +2,8 @@ package scripts
 
 import (
 	"bytes"
-	"context"
-	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"path"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -16,6 +11,7 @@ import (
 	"mvdan.cc/sh/v3/interp"
 
 	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/rootfs/sandbox"
 )
 
 // Byte-compiling Python modules: py3compile (python3's helper every
@@ -23,16 +19,15 @@ import (
 // which run py_compile.py on the standard library.
 //
 // A .pyc holds the code object marshalled by the very interpreter that
-// will load it, so, as with depmod, only the image's python writes it
-// byte for byte: it runs through the image's dynamic loader and
-// libraries, with the image's standard library staged beside it as hard
-// links, on hard-linked copies of the sources. It compiles each file with
-// py_compile, naming it by its path in the image (dfile), under
-// SOURCE_DATE_EPOCH, so each .pyc is checked by the hash of its source
-// (CHECKED_HASH) and holds no time; PYTHONHASHSEED=0 keeps the order of
-// set constants from depending on a random seed. The .pyc files are then
-// written into the tree where the real tools write them, with the mode
-// py_compile gives (the source's, plus owner write, under the umask).
+// will load it, so only the image's python writes it byte for byte: it
+// runs in the sandbox (runImageProgram), chrooted into the tree mounted
+// read-only, and compiles each file with py_compile, naming it by its path
+// in the image (dfile), under SOURCE_DATE_EPOCH, so each .pyc is checked by
+// the hash of its source (CHECKED_HASH) and holds no time; PYTHONHASHSEED=0
+// keeps the order of set constants from depending on a random seed. The
+// .pyc files, written to the run's output directory, are then put into the
+// tree where the real tools write them, with the mode py_compile gives
+// (the source's, plus owner write, under the umask).
 
 // pyCompileJob is one .py to compile: its path in the image and the
 // .pyc to write.
@@ -196,7 +191,7 @@ func cmdPy3compile(r *run, hc interp.HandlerContext, args []string) error {
 	}
 	for _, v := range versions {
 		if jobs := byVersion[v]; len(jobs) > 0 {
-			if err := r.pyCompile(r.ctx, hc, v, optimize, jobs); err != nil {
+			if err := r.pyCompile(hc, v, optimize, jobs); err != nil {
 				return err
 			}
 		}
@@ -408,7 +403,7 @@ func cmdPython(r *run, hc interp.HandlerContext, args []string) error {
 		p := r.treePath(f)
 		jobs = append(jobs, pyCompileJob{src: p, pyc: pycPath(p, version, optimize)})
 	}
-	return r.pyCompile(r.ctx, hc, version, optimize, jobs)
+	return r.pyCompile(hc, version, optimize, jobs)
 }
 
 func shorten(s string) string {
@@ -418,11 +413,11 @@ func shorten(s string) string {
 	return s
 }
 
-// pyDriver compiles the files named on stdin (staged source, .pyc to
+// pyDriver compiles the files named in the jobs file (source, .pyc to
 // write, path in the image, in threes) with py_compile, as py_compile's
 // own main does with its operands.
 const pyDriver = `import sys, py_compile
-_a = sys.stdin.read().split("\n")
+_a = open(sys.argv[1], encoding="utf-8").read().split("\n")
 _e = 0
 for _i in range(0, len(_a) - 2, 3):
     try:
@@ -433,88 +428,55 @@ for _i in range(0, len(_a) - 2, 3):
 sys.exit(_e)
 `
 
-// pyCompile runs the image's python version on the jobs and writes the
-// .pyc files into the tree.
-func (r *run) pyCompile(ctx context.Context, hc interp.HandlerContext, version string, optimize bool, jobs []pyCompileJob) error {
-	t := r.env.Tree
+// pyCompile runs the image's python version on the jobs, in the sandbox
+// (the tree read-only, the .pyc files written to the run's output
+// directory), and writes the .pyc files into the tree.
+func (r *run) pyCompile(hc interp.HandlerContext, version string, optimize bool, jobs []pyCompileJob) error {
 	interpPath := "/usr/bin/python" + version
 	if !r.executable(interpPath) {
 		fmt.Fprintf(hc.Stderr, "%s: %s: not found\n", r.s.Name, interpPath)
 		return exit(127)
 	}
-	scratch, err := r.scratchDir(".stamp-python-")
-	if err != nil {
-		return fmt.Errorf("python: %w", err)
-	}
-	defer os.RemoveAll(scratch)
-	sp, err := r.stageProgram(interpPath, filepath.Join(scratch, "prog"))
-	if err != nil {
-		return r.unhandled(fmt.Sprintf("python%s: cannot run the image's python here: %v", version, err))
-	}
-	home := filepath.Join(scratch, "usr")
-	stdlib, err := t.Resolve("/usr/lib/python"+version, true)
-	if err != nil {
-		return err
-	}
-	if _, err := r.stageTree(stdlib, filepath.Join(home, "lib", "python"+version)); err != nil {
-		return fmt.Errorf("python%s: %w", version, err)
-	}
-	src, out := filepath.Join(scratch, "src"), filepath.Join(scratch, "out")
-	for _, d := range []string{src, out} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return err
-		}
-	}
-	var stdin bytes.Buffer
-	// staged pairs each job that could be staged with the .pyc the
-	// interpreter writes for it.
-	type stagedJob struct {
-		job pyCompileJob
-		out string
-	}
-	var staged []stagedJob
-	for i, j := range jobs {
-		s := filepath.Join(src, strconv.Itoa(i)+".py")
-		if err := r.stageResolved(j.src, s); err != nil {
+	var staged []pyCompileJob
+	var list strings.Builder
+	for _, j := range jobs {
+		if e, err := r.env.Tree.Lookup(j.src, true); err != nil || e.Type != rootfs.TypeRegular {
 			// py_compile reports a missing source and goes on.
 			fmt.Fprintf(hc.Stderr, "[Errno 2] No such file or directory: '%s'\n", j.src)
 			continue
 		}
-		c := filepath.Join(out, strconv.Itoa(i)+".pyc")
-		fmt.Fprintf(&stdin, "%s\n%s\n%s\n", s, c, j.src)
-		staged = append(staged, stagedJob{j, c})
+		staged = append(staged, j)
 	}
-	argv := []string{"--inhibit-cache", "--library-path", sp.libDir, "--argv0", interpPath, sp.prog, "-S", "-s"}
+	prepare := func(ir *imageRun) error {
+		for i, j := range staged {
+			fmt.Fprintf(&list, "%s\n%s\n%s\n", j.src, ir.inside(strconv.Itoa(i)+".pyc"), j.src)
+		}
+		return ir.write("jobs", []byte(list.String()))
+	}
+	argv := []string{interpPath, "-S", "-s"}
 	if optimize {
 		argv = append(argv, "-O")
 	}
-	argv = append(argv, "-c", pyDriver)
-	cmd := exec.CommandContext(ctx, sp.ldso, argv...)
-	cmd.Env = []string{"PATH=/nonexistent", "LC_ALL=C.UTF-8", "PYTHONHOME=" + home, "PYTHONDONTWRITEBYTECODE=1",
-		"PYTHONHASHSEED=0", "SOURCE_DATE_EPOCH=" + strconv.FormatInt(r.env.Epoch.Unix(), 10)}
-	cmd.Dir = scratch
-	cmd.Stdin = &stdin
-	var output bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &output, &output
-	runErr := cmd.Run()
-	hc.Stderr.Write(bytes.ReplaceAll(output.Bytes(), []byte(scratch), nil))
-	var ee *exec.ExitError
-	if runErr != nil && !errors.As(runErr, &ee) {
-		return fmt.Errorf("python%s: %w", version, runErr)
+	argv = append(argv, "-c", pyDriver, sandbox.OutputDir+"/jobs")
+	env := []string{"LC_ALL=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1", "PYTHONHASHSEED=0"}
+	ir, runErr := r.runImageProgram(hc, "python"+version, env, prepare, argv...)
+	if ir == nil {
+		return runErr
 	}
-	for _, sj := range staged {
-		b, err := os.ReadFile(sj.out)
+	defer ir.done()
+	for i, j := range staged {
+		b, err := ir.read(strconv.Itoa(i) + ".pyc")
 		if err != nil {
 			continue // its error is in the output above
 		}
-		if err := r.writePyc(sj.job, b); err != nil {
+		if err := r.writePyc(j, b); err != nil {
 			return err
 		}
 	}
 	if runErr != nil {
-		return exit(ee.ExitCode())
+		return runErr
 	}
-	r.logf("python%s: compiled %d modules with the image's interpreter", version, len(staged))
+	r.logf("python%s: compiled %d modules with the image's interpreter, in the sandbox", version, len(staged))
 	return nil
 }
 

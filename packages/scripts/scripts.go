@@ -1,19 +1,30 @@
 // Package scripts applies the effects of Debian maintainer scripts to a tree
-// without running anything on the host and without root. A script is
-// interpreted by a POSIX shell interpreter written in Go; its own logic
-// (tests on $1 and $2, on files in the tree, functions, here-documents)
-// runs as written, every path it touches is resolved inside the tree, and
-// every external command it runs is one of the built-in handlers:
-// update-alternatives, deb-systemd-helper, adduser, systemd-sysusers, dpkg
-// --compare-versions, dpkg-maintscript-helper, linux-update-symlinks,
-// run-parts, file utilities and a few more. A command no handler covers
-// stops the script with an *UnhandledError naming the package, the script
-// and the command, unless Env.Defer takes it for first boot.
+// without root and without running anything of the image on the host. A
+// script is interpreted by a POSIX shell interpreter written in Go
+// (mvdan.cc/sh); its own logic (tests on $1 and $2, on files in the tree,
+// functions, here-documents) runs as written, and every external command
+// it runs is one of the built-in handlers: update-alternatives,
+// deb-systemd-helper, adduser, systemd-sysusers, dpkg --compare-versions,
+// dpkg-maintscript-helper, linux-update-symlinks, run-parts, file
+// utilities and a few more. A command no handler covers stops the script
+// with an *UnhandledError naming the package, the script and the command,
+// unless Env.Defer takes it for first boot.
 //
-// One handler runs a program: depmod's indexes are kmod's own trie formats,
-// so the image's kmod writes them, run through the image's dynamic loader
-// and libraries on a scratch copy of the module directory, never on the
-// tree and never a program of the host.
+// The interpreter sees only the image (view.go, rewrite.go, testcmd.go):
+// every path it hands a handler becomes a path in the image, and pwd,
+// $PWD and cd speak image paths; file tests of every form answer from the
+// tree's index as root would see it; $UID, $EUID and id say 0, ~user reads the image's passwd, $$ and
+// $PPID are fixed; process substitutions are kept in memory; descriptors
+// above 2 are dropped where nothing reads them and refused where a script
+// would. So a root build and an unprivileged one interpret every script
+// alike, and nothing of the host reaches an output.
+//
+// Handlers do their work in Go (ldconfig's cache, the journal catalog
+// through packages/journalcatalog). The one that needs the image's own
+// program, py_compile, runs it through runImageProgram, in rootfs/sandbox
+// with the tree read-only (imageprog.go); Env.NoPrograms (offline-only)
+// makes it unhandled. depmod's indexes are written in Go by packages/kmod,
+// byte for byte as the image's kmod would write them, for any architecture.
 package scripts
 
 import (
@@ -21,12 +32,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"io/fs"
 	"os"
 	"path"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"mvdan.cc/sh/v3/expand"
@@ -61,9 +77,19 @@ type Env struct {
 	// the script goes on as if it had succeeded. Nil defers nothing.
 	Defer func(pkg string, argv []string) bool
 
+	// NoPrograms makes every handler that would run a program of the
+	// image (in rootfs/sandbox) unhandled: a recipe's offline-only.
+	NoPrograms bool
+
 	// debconf is the question database the scripts share, made when the
 	// first one sources debconf's confmodule.
 	debconf *debconfDB
+	// skippedKeys are the SSH host keys scripts asked for and the build
+	// did not make.
+	skippedKeys map[string]bool
+	// once makes progs, the sandbox the handlers run programs in.
+	once  sync.Once
+	progs *programs
 }
 
 // Group is a group a script asks for.
@@ -133,7 +159,27 @@ type run struct {
 	dsh *dshInstance
 	// cwd is the interpreter's working directory when a handler runs.
 	cwd string
+	// virtual are the files process substitutions and sourced code left
+	// in memory.
+	virtual *virtualFiles
+	// refusedMu guards refused, the first thing this script did that no
+	// handler covers: it stops the script as unhandled even where the
+	// interpreter would only print it (a redirection's word) or the
+	// script would swallow it (|| true).
+	refusedMu sync.Mutex
+	refused   *UnhandledError
+	// calls counts the commands the script ran, against maxCalls.
+	calls atomic.Int64
 }
+
+// A script that runs away is refused before it exhausts the build: more
+// commands than any maintainer script runs, or recursion deeper than
+// maxFrames of the interpreter's Go stack (a few hundred shell calls deep),
+// which would otherwise end the process.
+const (
+	maxCalls  = 200000
+	maxFrames = 20000
+)
 
 // Run interprets the script with args ($1, $2...) against the tree, as
 // dpkg runs it: in the root, with DPKG_MAINTSCRIPT_* set and a fixed
@@ -148,7 +194,7 @@ func Run(ctx context.Context, env *Env, s Script, args ...string) error {
 		"DPKG_RUNNING_VERSION=1.21.22",
 		"SOURCE_DATE_EPOCH=" + strconv.FormatInt(env.Epoch.Unix(), 10),
 	}
-	r := &run{env: env, s: s, ctx: ctx, umask: 0o022}
+	r := &run{env: env, s: s, ctx: ctx, umask: 0o022, virtual: &virtualFiles{}}
 	err := r.interpret(ctx, vars, args, &r.output, &r.output)
 	if out := strings.TrimSpace(r.output.String()); out != "" {
 		r.logf("%s %s: %s", s.Package, s.Name, out)
@@ -166,7 +212,7 @@ func (r *run) nested(ctx context.Context, hc interp.HandlerContext, s Script, ar
 		}
 		return true
 	})
-	n := &run{env: r.env, s: s, ctx: ctx, umask: r.umask}
+	n := &run{env: r.env, s: s, ctx: ctx, umask: r.umask, virtual: &virtualFiles{}}
 	return n.interpret(ctx, vars, args, hc.Stdout, hc.Stderr)
 }
 
@@ -182,11 +228,15 @@ func (r *run) interpret(ctx context.Context, vars, args []string, stdout, stderr
 	if err != nil {
 		return &UnhandledError{Package: s.Package, Script: s.Name, What: fmt.Sprintf("shell syntax (%v)", err)}
 	}
+	rewrite(f)
 	var output bytes.Buffer
 	// Options on the #! line (#!/bin/sh -e) are the shell's options.
 	params := append(shebangOptions(s.Body), "--")
 	runner, err := interp.New(
-		interp.Env(expand.ListEnviron(vars...)),
+		interp.Env(imageEnviron{expand.ListEnviron(vars...), r}),
+		// The tree's directory, so the interpreter's own checks (cd's) see
+		// the tree; what it says of it (pwd, $PWD) is rewritten into image
+		// paths.
 		interp.Dir(r.env.Tree.Dir()),
 		interp.Params(append(params, args...)...),
 		interp.StdIO(strings.NewReader(""), io.MultiWriter(stdout, &output), io.MultiWriter(stderr, &output)),
@@ -199,7 +249,22 @@ func (r *run) interpret(ctx context.Context, vars, args []string, stdout, stderr
 	if err != nil {
 		return err
 	}
-	err = runner.Run(ctx, f)
+	// $RANDOM starts from a seed of the script's name, so two builds
+	// draw the same numbers.
+	seed := fnv.New64a()
+	io.WriteString(seed, s.Package+"\x00"+s.Name)
+	seeding := &syntax.File{Stmts: []*syntax.Stmt{{Cmd: &syntax.CallExpr{Assigns: []*syntax.Assign{{
+		Name: &syntax.Lit{Value: "RANDOM"}, Value: lit(strconv.FormatUint(seed.Sum64()%32768, 10))}}}}}}
+	err = runner.Run(ctx, seeding)
+	if err == nil {
+		err = runner.Run(ctx, f)
+	}
+	r.refusedMu.Lock()
+	refused := r.refused
+	r.refusedMu.Unlock()
+	if refused != nil {
+		return refused
+	}
 	if err == nil {
 		return nil
 	}
@@ -263,20 +328,34 @@ func (r *run) logf(format string, args ...any) {
 }
 
 func (r *run) unhandled(what string) error {
-	return &UnhandledError{Package: r.s.Package, Script: r.s.Name, What: what}
+	ue := &UnhandledError{Package: r.s.Package, Script: r.s.Name, What: what}
+	r.refusedMu.Lock()
+	if r.refused == nil {
+		r.refused = ue
+	}
+	r.refusedMu.Unlock()
+	return ue
 }
 
-// treePath turns a path the interpreter produced (absolute in the tree, or
-// under the tree's host directory after a relative path was joined with
-// the working directory) into a clean path inside the tree.
+// treePath turns a path the interpreter or a script produced (absolute
+// in the image, under the tree's directory after the interpreter joined a
+// relative one with its working directory, or relative to that) into a
+// clean path inside the tree.
 func (r *run) treePath(p string) string {
-	dir := r.env.Tree.Dir()
-	if !path.IsAbs(p) && r.cwd != "" {
+	if !path.IsAbs(p) {
 		// A handler's relative operand is relative to the script's
-		// working directory (after a cd).
-		p = path.Join(r.cwd, p)
+		// working directory (after a cd), and .. stops at the image's
+		// root, as it does there.
+		return path.Join(r.imagePath(r.cwd), p)
 	}
-	if p == dir {
+	return r.imagePath(p)
+}
+
+// imagePath is the image's path of an absolute path the interpreter
+// produced: under the tree's directory, or already the image's.
+func (r *run) imagePath(p string) string {
+	dir := r.env.Tree.Dir()
+	if p == dir || p == "" {
 		return "/"
 	}
 	if rest, ok := strings.CutPrefix(p, dir+"/"); ok {
@@ -285,76 +364,56 @@ func (r *run) treePath(p string) string {
 	return path.Clean("/" + p)
 }
 
-// hostPath is where the object at tree path p lives on the host, with
-// every symlink resolved inside the tree (the last one only if follow), so
-// a host stat or access on it sees what the image would.
-func (r *run) hostPath(p string, follow bool) string {
-	rp, err := r.env.Tree.Resolve(r.treePath(p), follow)
-	if err != nil {
-		return r.env.Tree.DiskPath("/nonexistent-" + strconv.Itoa(len(p)))
-	}
-	return r.env.Tree.DiskPath(rp)
-}
-
-// fileTests are the test(1) operators that take a file operand.
-var fileTests = map[string]bool{"-e": true, "-f": true, "-d": true, "-r": true, "-w": true, "-x": true, "-s": true,
-	"-h": true, "-L": true, "-b": true, "-c": true, "-p": true, "-S": true, "-g": true, "-u": true, "-k": true,
-	"-O": true, "-G": true, "-N": true}
-
-// call rewrites builtins that would look at the host: the file operands of
-// test and [, and command -v (which searches the host's PATH).
+// call rewrites builtins that would look at the host or run code the
+// rewrite has not seen (rewriteCall), and command -v (which searches the
+// host's PATH).
 func (r *run) call(ctx context.Context, args []string) ([]string, error) {
 	if len(args) == 0 {
 		return args, nil
 	}
+	if r.calls.Add(1) > maxCalls {
+		return nil, r.unhandled(fmt.Sprintf("a script that runs more than %d commands", maxCalls))
+	}
+	var pc [1]uintptr
+	if runtime.Callers(maxFrames, pc[:]) > 0 {
+		return nil, r.unhandled("function calls nested too deep")
+	}
+	r.cwd = interp.HandlerCtx(ctx).Dir
 	switch args[0] {
-	case "[", "test":
-		out := append([]string(nil), args...)
-		for i := 1; i+1 < len(out); i++ {
-			if fileTests[out[i]] && out[i+1] == "" {
-				// An empty name is no file, wherever the script is.
-				out[i+1] = r.hostPath("/nonexistent-empty-operand", false)
-				i++
-				continue
-			}
-			if fileTests[out[i]] && strings.HasPrefix(out[i+1], "/") {
-				follow := out[i] != "-h" && out[i] != "-L"
-				out[i+1] = r.hostPath(out[i+1], follow)
-				i++
-			}
-		}
-		return out, nil
 	case "command":
 		if len(args) >= 3 && (args[1] == "-v" || args[1] == "-V") {
 			return append([]string{"stamp-command-v"}, args[2:]...), nil
 		}
 	case "type":
 		return append([]string{"stamp-command-v"}, args[1:]...), nil
-	case "trap":
-		// Signal 0 is EXIT, which the interpreter knows only by name;
-		// no other signal reaches an offline script, so traps on them
-		// are dropped rather than refused.
-		if len(args) >= 3 && args[1] != "-p" && args[1] != "-l" {
-			out := []string{args[0], args[1]}
-			for _, c := range args[2:] {
-				switch strings.ToUpper(strings.TrimPrefix(c, "SIG")) {
-				case "0", "EXIT":
-					out = append(out, "EXIT")
-				case "ERR":
-					out = append(out, "ERR")
-				}
-			}
-			if len(out) == 2 {
-				return []string{"true"}, nil
-			}
-			return out, nil
-		}
 	case "umask":
 		// The interpreter has no umask of its own; the handler keeps the
 		// script's, which the files it creates are made with.
 		return append([]string{"stamp-umask"}, args[1:]...), nil
 	}
-	return args, nil
+	return r.rewriteCall(args)
+}
+
+// rewriteTrap keeps the traps that can fire offline: signal 0 is EXIT,
+// which the interpreter knows only by name; no other signal reaches an
+// offline script, so traps on them are dropped rather than refused.
+func (r *run) rewriteTrap(args []string) []string {
+	if len(args) >= 3 && args[1] != "-p" && args[1] != "-l" {
+		out := []string{args[0], args[1]}
+		for _, c := range args[2:] {
+			switch strings.ToUpper(strings.TrimPrefix(c, "SIG")) {
+			case "0", "EXIT":
+				out = append(out, "EXIT")
+			case "ERR":
+				out = append(out, "ERR")
+			}
+		}
+		if len(out) == 2 {
+			return []string{"true"}
+		}
+		return out
+	}
+	return args
 }
 
 // lookPath finds an executable in the tree's PATH, as command -v does.
@@ -366,7 +425,7 @@ func (r *run) lookPath(name string) (string, bool) {
 	if builtins[name] {
 		return name, true
 	}
-	for _, dir := range []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"} {
+	for _, dir := range pathDirs {
 		e, err := r.env.Tree.Lookup(dir+"/"+name, true)
 		if err == nil && e.Type == rootfs.TypeRegular && e.Perm&0o111 != 0 {
 			return dir + "/" + name, true
@@ -375,6 +434,9 @@ func (r *run) lookPath(name string) (string, bool) {
 	return "", false
 }
 
+// pathDirs are the PATH scripts run with, as dpkg sets it.
+var pathDirs = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
+
 // builtins are the shell builtins command -v reports by name.
 var builtins = map[string]bool{"echo": true, "printf": true, "test": true, "[": true, "true": true, "false": true,
 	"cd": true, "set": true, "exit": true, "return": true, "shift": true, "read": true, "eval": true, "exec": true,
@@ -382,9 +444,34 @@ var builtins = map[string]bool{"echo": true, "printf": true, "test": true, "[": 
 	"umask": true, "wait": true, "getopts": true, "pwd": true, "alias": true, "readonly": true, "times": true}
 
 func (r *run) open(ctx context.Context, name string, flag int, perm os.FileMode) (io.ReadWriteCloser, error) {
+	r.refusedMu.Lock()
+	refused := r.refused
+	r.refusedMu.Unlock()
+	if refused != nil {
+		// The redirection's word was a refusal: open nothing.
+		return nil, refused
+	}
+	if name == "" {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
+	}
 	p := r.treePath(name)
 	if p == "/dev/null" {
 		return devNull{}, nil
+	}
+	write := flag&(os.O_WRONLY|os.O_RDWR) != 0
+	if f, ok := stdStream(interp.HandlerCtx(ctx), p, write); ok {
+		return f, nil
+	}
+	if b, ok := r.virtualFile(p); ok {
+		if write {
+			return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrPermission}
+		}
+		return nopCloser{strings.NewReader(string(b))}, nil
+	}
+	if strings.HasPrefix(p, "/dev/") && write {
+		// A device (a terminal, the console): there is none offline, and
+		// a file written there would be a file in the image's /dev.
+		return nil, &fs.PathError{Op: "open", Path: name, Err: syscall.ENXIO}
 	}
 	if p == debconfModule && flag&(os.O_WRONLY|os.O_RDWR) == 0 {
 		return nopCloser{strings.NewReader(debconfShim)}, nil
@@ -439,6 +526,9 @@ func (w *treeWriter) Close() error                { return w.r.writeFile(w.path,
 func (r *run) readFile(p string) ([]byte, error) {
 	if p == "/dev/null" {
 		return nil, nil
+	}
+	if b, ok := r.virtualFile(p); ok {
+		return b, nil
 	}
 	e, err := r.env.Tree.Lookup(p, true)
 	if err != nil {
@@ -498,12 +588,29 @@ func (r *run) symlink(target, p string) error {
 }
 
 func (r *run) stat(ctx context.Context, name string, follow bool) (fs.FileInfo, error) {
+	if name == "" {
+		// test -e "": no file, wherever the script is.
+		return nil, &fs.PathError{Op: "stat", Path: name, Err: fs.ErrNotExist}
+	}
+	if b, ok := r.virtualFile(r.treePath(name)); ok {
+		return rootfs.FileInfo(path.Base(name), &rootfs.Entry{Path: r.treePath(name),
+			Inode: &rootfs.Inode{Type: rootfs.TypeFifo, Perm: 0o600, Size: int64(len(b))}}), nil
+	}
 	e, err := r.env.Tree.Lookup(r.treePath(name), follow)
 	if err != nil {
 		return nil, err
 	}
+	if e.Type == rootfs.TypeDir {
+		// A directory's size on the file systems images use: test -s
+		// holds for it.
+		return dirInfo{rootfs.FileInfo(path.Base(e.Path), e)}, nil
+	}
 	return rootfs.FileInfo(path.Base(e.Path), e), nil
 }
+
+type dirInfo struct{ fs.FileInfo }
+
+func (dirInfo) Size() int64 { return 4096 }
 
 func (r *run) readDir(ctx context.Context, name string) ([]fs.DirEntry, error) {
 	e, err := r.env.Tree.Lookup(r.treePath(name), true)

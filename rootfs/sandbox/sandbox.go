@@ -52,6 +52,14 @@ type Sandbox struct {
 	DenyServices bool
 	// Logf receives what the programs print; nil discards it.
 	Logf func(format string, args ...any)
+	// ReadOnly runs the program on the tree mounted read-only, always in
+	// a user namespace (where even a root build's program holds no
+	// privilege over the host): nothing it does changes the tree or needs
+	// a fold-back, and what it makes goes to Output.
+	ReadOnly bool
+	// OutputHost, when set, is a host directory the program may write,
+	// seen inside at OutputDir; the caller reads back what it left there.
+	OutputHost string
 
 	userns  bool // the build is not root: the program runs in a user namespace
 	checked bool // the tools and the namespace probe passed once
@@ -59,6 +67,10 @@ type Sandbox struct {
 
 // Path is the PATH programs run with.
 const Path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// OutputDir is where a program sees Sandbox.OutputHost: under the sandbox's
+// own /dev, so no mount point is needed in the tree.
+const OutputDir = "/dev/stamp-output"
 
 // ExitError is a program that ran and exited non-zero, with what it printed.
 type ExitError struct {
@@ -76,9 +88,16 @@ func (e *ExitError) Error() string {
 }
 
 // setup runs in the new namespaces, as root, before chroot(2). Available
-// checked the mount points to be directories, not symlinks.
+// checked the mount points to be directories, not symlinks. Its arguments
+// are the tree, "ro" or "rw", and the host directory to bind at OutputDir
+// (or ""), then the environment, the host's chroot, the tree and the
+// program: the host's env and chroot start it, so the image needs neither.
 const setup = `set -e
-root=$1; shift
+root=$1; mode=$2; output=$3; shift 3
+if [ "$mode" = ro ]; then
+	mount --bind "$root" "$root"
+	mount -o remount,bind,ro,nosuid,nodev "$root"
+fi
 mount -t proc proc "$root/proc"
 mount -t tmpfs -o mode=0755,size=1m stamp-dev "$root/dev"
 # The host's nodes, bound: a user namespace may not mknod.
@@ -91,9 +110,13 @@ ln -s /proc/self/fd/0 "$root/dev/stdin"
 ln -s /proc/self/fd/1 "$root/dev/stdout"
 ln -s /proc/self/fd/2 "$root/dev/stderr"
 mkdir "$root/dev/pts" "$root/dev/shm"
+if [ -n "$output" ]; then
+	mkdir "$root` + OutputDir + `"
+	mount --bind "$output" "$root` + OutputDir + `"
+fi
 if [ -d "$root/tmp" ]; then mount -t tmpfs -o mode=1777 stamp-tmp "$root/tmp"; fi
 umask 022
-exec chroot "$root" "$@"
+exec env -i "$@"
 `
 
 // policyRcd is where invoke-rc.d asks whether it may start a service.
@@ -120,24 +143,26 @@ func namespaces(userns, network bool) []string {
 // Check says why a sandbox cannot run on this machine, or nil. It needs
 // no tree, so the conductor calls it before a build writes anything.
 func Check(network bool) error {
-	_, err := probe(network)
-	return err
+	return probe(os.Geteuid() != 0, network)
 }
 
+// CheckReadOnly is Check for a ReadOnly sandbox, which always needs a user
+// namespace.
+func CheckReadOnly() error { return probe(true, false) }
+
 // probe looks for the tools and makes the namespaces a run needs once,
-// running true in them. It reports whether a user namespace is needed.
-func probe(network bool) (userns bool, err error) {
+// running true in them.
+func probe(userns, network bool) error {
 	for _, tool := range []string{"unshare", "chroot", "mount"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			return false, fmt.Errorf("a sandbox needs %s on the build machine: %w", tool, err)
+			return fmt.Errorf("a sandbox needs %s on the build machine: %w", tool, err)
 		}
 	}
-	userns = os.Geteuid() != 0
 	cmd := exec.Command("unshare", append(namespaces(userns, network), "true")...)
 	cmd.Env = hostEnv
 	out, err := cmd.CombinedOutput()
 	if err == nil {
-		return userns, nil
+		return nil
 	}
 	msg := strings.TrimSpace(string(out))
 	if userns {
@@ -148,17 +173,20 @@ func probe(network bool) (userns bool, err error) {
 		case strings.Contains(msg, "Operation not permitted"):
 			hint = " (the kernel or a security policy forbids them: kernel.unprivileged_userns_clone, AppArmor, seccomp)"
 		}
-		return userns, fmt.Errorf("a sandbox needs a root build or user namespaces, and this build (uid %d) may not make a user namespace: %v: %s%s",
+		if os.Geteuid() == 0 {
+			return fmt.Errorf("a read-only sandbox needs a user namespace, and this build may not make one: %v: %s%s", err, msg, hint)
+		}
+		return fmt.Errorf("a sandbox needs a root build or user namespaces, and this build (uid %d) may not make a user namespace: %v: %s%s",
 			os.Geteuid(), err, msg, hint)
 	}
-	return userns, fmt.Errorf("a sandbox needs mount, PID and network namespaces, and this root build may not make them: %v: %s", err, msg)
+	return fmt.Errorf("a sandbox needs mount, PID and network namespaces, and this root build may not make them: %v: %s", err, msg)
 }
 
 // Available says why Run cannot work on this tree, or nil.
 func (s *Sandbox) Available() error {
 	if !s.checked {
-		userns, err := probe(s.Network)
-		if err != nil {
+		userns := os.Geteuid() != 0 || s.ReadOnly
+		if err := probe(userns, s.Network); err != nil {
 			return err
 		}
 		s.userns, s.checked = userns, true
@@ -218,7 +246,7 @@ func (s *Sandbox) Run(ctx context.Context, name string, env []string, argv ...st
 	if err := s.Tree.Materialize(ctx); err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	if !s.userns {
+	if !s.userns && !s.ReadOnly {
 		if err := s.showOwners(ctx); err != nil {
 			return err
 		}
@@ -230,10 +258,19 @@ func (s *Sandbox) Run(ctx context.Context, name string, env []string, argv ...st
 		}
 		defer undo()
 	}
+	mode := "rw"
+	if s.ReadOnly {
+		mode = "ro"
+	}
 	args := namespaces(s.userns, s.Network)
+	chroot, err := exec.LookPath("chroot")
+	if err != nil {
+		return fmt.Errorf("%s: sandbox: %w", name, err)
+	}
 	args = append(args, "--kill-child", "--propagation", "private",
-		"/bin/sh", "-c", setup, "stamp-sandbox", s.Tree.Dir(), "/usr/bin/env", "-i")
+		"/bin/sh", "-c", setup, "stamp-sandbox", s.Tree.Dir(), mode, s.OutputHost)
 	args = append(args, s.Environ(env)...)
+	args = append(args, chroot, s.Tree.Dir())
 	args = append(args, argv...)
 	cmd := exec.CommandContext(ctx, "unshare", args...)
 	cmd.Env = hostEnv
@@ -244,7 +281,7 @@ func (s *Sandbox) Run(ctx context.Context, name string, env []string, argv ...st
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
+	err = cmd.Run()
 	if s.Logf != nil && out.Len() > 0 {
 		s.Logf("%s: %s", name, bytes.TrimSpace(out.Bytes()))
 	}

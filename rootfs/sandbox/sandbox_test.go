@@ -179,3 +179,27 @@ func TestRefusesSymlinkedMountPoints(t *testing.T) {
 		t.Fatal("policy-rc.d was written for a run that was refused")
 	}
 }
+
+// A ReadOnly run sees the tree read-only, in a user namespace even as
+// root, and writes only to the output directory the caller hands it.
+func TestReadOnlyWithOutput(t *testing.T) {
+	tr := baseTree(t)
+	out := t.TempDir()
+	s := &sandbox.Sandbox{Tree: tr, Epoch: epoch, ReadOnly: true, OutputHost: out}
+	script := `if echo x > /etc/stamp-written 2>/dev/null; then echo wrote; fi
+cat /proc/self/uid_map > ` + sandbox.OutputDir + `/uid_map
+echo made > ` + sandbox.OutputDir + `/made`
+	if err := s.Run(context.Background(), "ro", nil, "/bin/sh", "-c", script); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(tr.DiskPath("/etc/stamp-written")); err == nil {
+		t.Error("a read-only run wrote into the tree")
+	}
+	if b, _ := os.ReadFile(filepath.Join(out, "made")); string(b) != "made\n" {
+		t.Errorf("output directory holds %q", b)
+	}
+	m, _ := os.ReadFile(filepath.Join(out, "uid_map"))
+	if f := strings.Fields(string(m)); len(f) != 3 || f[2] != "1" {
+		t.Errorf("uid_map %q: want one id mapped (a user namespace, even as root)", m)
+	}
+}

@@ -304,7 +304,7 @@ crictl images 2>&1 | info crictl
 systemctl show '*' -p Id -p InactiveExitTimestampMonotonic -p ActiveEnterTimestampMonotonic 2>/dev/null |
 	awk -F= '/^Id=/ { id = $2 } /^InactiveExit/ { s = $2 } /^ActiveEnter/ { if (s > 0 && $2 > s) printf "%.3fs %s\n", ($2 - s) / 1e6, id }' |
 	sort -rn | head -n 10 | info blame
-for u in multi-user.target stamp-import-images.service containerd.service kubelet.service cloud-final.service; do
+for u in multi-user.target containerd.service kubelet.service cloud-final.service; do
 	echo "STAMP-INFO reached $u $(systemctl show -p ActiveEnterTimestampMonotonic --value "$u" | awk '{ printf "%.1f", $1 / 1e6 }')"
 done
 echo "STAMP-INFO started cloud-final.service $(systemctl show -p ExecMainStartTimestampMonotonic --value cloud-final.service | awk '{ printf "%.1f", $1 / 1e6 }')"

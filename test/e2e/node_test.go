@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/stamp-dev/stamp/formats"
+	ctdstate "github.com/stamp-dev/stamp/layers/containerd"
 	"github.com/stamp-dev/stamp/recipes"
 	"github.com/stamp-dev/stamp/rootfs"
 	"github.com/stamp-dev/stamp/test/harness"
@@ -288,10 +289,40 @@ func checkNodeHygiene(t *testing.T, raw string, images []string) {
 			bad("partition %+v is swap", p)
 		}
 	}
-	for _, name := range images {
-		p := "/var/lib/stamp/images/" + strings.NewReplacer(":", "_", "/", "_").Replace(name) + ".tar"
+	// The images are in containerd's own state, with nothing to import.
+	for _, p := range []string{"/var/lib/containerd/io.containerd.metadata.v1.bolt/meta.db",
+		"/var/lib/containerd/io.containerd.snapshotter.v1.overlayfs/metadata.db",
+		"/var/lib/containerd/io.containerd.snapshotter.v1.overlayfs/snapshots/1/fs"} {
 		if im.Tree.Get(p) == nil {
-			bad("no pre-seeded archive %s for %s", p, name)
+			bad("no %s: the images are not in containerd's state", p)
 		}
+	}
+	for _, p := range []string{"/var/lib/stamp/images", "/usr/lib/systemd/system/stamp-import-images.service"} {
+		if im.Tree.Get(p) != nil {
+			bad("%s is there: the node imports nothing at first boot", p)
+		}
+	}
+	// What stamp inspect lists: every image under its name, from the
+	// databases read back off the raw disk's ext4 root.
+	meta, err := formats.ReadTreeFile(context.Background(), im, ctdstate.MetaDBPath, 64<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := formats.ReadTreeFile(context.Background(), im, ctdstate.SnapshotsDBPath, 64<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := ctdstate.ReadState(meta, snaps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := strings.Join(st.Lines(), "\n")
+	for _, name := range images {
+		if !strings.Contains(listed, "image k8s.io/"+name+" -> ") {
+			bad("containerd's state does not list %s:\n%s", name, listed)
+		}
+	}
+	if !strings.Contains(listed, "(committed, snapshots/7)") {
+		bad("containerd's state lists fewer than seven committed snapshots:\n%s", listed)
 	}
 }

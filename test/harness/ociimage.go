@@ -3,6 +3,8 @@ package harness
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
+	"io"
 	"os"
 	"os/exec"
 	"testing"
@@ -15,6 +17,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
 )
@@ -55,11 +58,31 @@ type TarFile struct {
 	Type             byte
 	Mode             int64
 	UID, GID         int
+	// Xattrs go in the member's PAX records, as SCHILY.xattr.NAME.
+	Xattrs map[string]string
 }
 
 // TarLayer is an uncompressed image layer holding files, in order, every
 // mtime 1600000000.
 func TarLayer(t testing.TB, files ...TarFile) v1.Layer {
+	t.Helper()
+	return static.NewLayer(tarBytes(t, files), types.OCIUncompressedLayer)
+}
+
+// GzipLayer is TarLayer gzip-compressed, with its diff ID the digest of
+// the tar itself.
+func GzipLayer(t testing.TB, files ...TarFile) v1.Layer {
+	t.Helper()
+	b := tarBytes(t, files)
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil },
+		tarball.WithMediaType(types.OCILayer), tarball.WithCompressionLevel(gzip.BestSpeed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func tarBytes(t testing.TB, files []TarFile) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -72,6 +95,12 @@ func TarLayer(t testing.TB, files ...TarFile) v1.Layer {
 		if h.Mode == 0 {
 			h.Mode = 0o644
 		}
+		for k, v := range f.Xattrs {
+			if h.PAXRecords == nil {
+				h.PAXRecords = map[string]string{}
+			}
+			h.PAXRecords["SCHILY.xattr."+k] = v
+		}
 		if err := tw.WriteHeader(h); err != nil {
 			t.Fatal(err)
 		}
@@ -82,7 +111,7 @@ func TarLayer(t testing.TB, files ...TarFile) v1.Layer {
 	if err := tw.Close(); err != nil {
 		t.Fatal(err)
 	}
-	return static.NewLayer(buf.Bytes(), types.OCIUncompressedLayer)
+	return buf.Bytes()
 }
 
 // Image is a container image of layers for linux/arch.

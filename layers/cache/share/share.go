@@ -9,13 +9,20 @@
 // digest. Nothing a registry serves is trusted: a pulled entry becomes a
 // record only once it names what was asked for and every blob has been
 // re-hashed into the cache.
+//
+// That proves an entry whole, not who made it. With Options.Signer, Push
+// signs each entry: the signed payload is the record's canonical JSON
+// (Payload), which names its kind, key, parts, subject, blobs (name,
+// digest, size) and data, signed as RecordType with package sign (ed25519
+// over DSSE's PAE) and carried in the manifest's SignaturesAnnotation as a
+// JSON list of DSSE signature objects. With Options.Trust, Pull takes only
+// an entry that a trusted key signed, checked over the record as stamp
+// decoded it, before any blob is fetched.
 package share
 
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,6 +40,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/stamp-dev/stamp/layers/cache"
+	"github.com/stamp-dev/stamp/layers/cache/sign"
 	"github.com/stamp-dev/stamp/layers/ociremote"
 )
 
@@ -43,9 +51,25 @@ const (
 	BlobType   types.MediaType = "application/vnd.stamp.cache.blob.v1"
 )
 
+// SignaturesAnnotation is the manifest annotation holding an entry's
+// signatures: a JSON list of DSSE signature objects ({"keyid", "sig"}) over
+// Payload of its record, as RecordType.
+const SignaturesAnnotation = "dev.stamp.cache.signatures"
+
 // A record is a few parts and blob names; anything much bigger is not one of
 // ours and is not read into memory.
 const maxRecord = 16 << 20
+
+// ErrUnavailable marks a registry that failed a request of its own after
+// every attempt (unreachable, refusing, answering 5xx), rather than an
+// entry that is not what it should be: asking it again in the same build
+// would cost the same wait.
+var ErrUnavailable = errors.New("shared cache unavailable")
+
+// ErrUnvouched is a record Push will not sign: it was pulled from a shared
+// cache without a trusted signature, and a signature vouches for what the
+// signer made or checked.
+var ErrUnvouched = errors.New("pulled without a trusted signature; not signing it")
 
 // Options configure Pull and Push.
 type Options struct {
@@ -58,6 +82,12 @@ type Options struct {
 	Keychain authn.Keychain
 	// Log is told what was pulled, pushed or skipped; nil discards it.
 	Log logrus.FieldLogger
+	// Signer, when set, signs every entry Push writes, and Push replaces an
+	// entry under the same tag that is not the one it would write.
+	Signer *sign.Signer
+	// Trust, when it holds keys, makes Pull take only entries one of them
+	// signed; anything else is an error wrapping sign.ErrUntrusted.
+	Trust *sign.Trust
 }
 
 func (o Options) log() logrus.FieldLogger {
@@ -71,6 +101,16 @@ func (o Options) log() logrus.FieldLogger {
 
 func (o Options) remote(ctx context.Context) []remote.Option {
 	return ociremote.WriteOptions(ctx, o.Keychain, o.Insecure)
+}
+
+// client is the registry client pulls go through: every request tried
+// again as the cache's Retry says, blobs resumed and verified into c.
+func (o Options) client(c *cache.Cache) *ociremote.Client {
+	var tr http.RoundTripper
+	if o.Insecure {
+		tr = ociremote.InsecureTransport()
+	}
+	return ociremote.New(c, ociremote.Options{Keychain: o.Keychain, Transport: tr, UserAgent: "stamp", Log: o.Log})
 }
 
 // Tag is the tag an entry lives under: kind, "-" and the key's hex, which
@@ -122,43 +162,81 @@ func Pull(ctx context.Context, c *cache.Cache, repo, kind, key string, o Options
 	if err != nil {
 		return false, err
 	}
-	ropts := o.remote(ctx)
-	desc, err := remote.Get(ref, ropts...)
+	cl := o.client(c)
+	raw, mt, err := cl.FetchManifest(ctx, ref)
 	if notFound(err) {
 		o.log().WithField("ref", ref.Name()).Debug("no shared cache entry")
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("pull %s: %w", ref.Name(), err)
+		return false, fmt.Errorf("pull %s: %w (%w)", ref.Name(), err, ErrUnavailable)
 	}
-	r, m, err := readEntry(desc, ref, kind, key, c, ropts)
+	r, m, err := readEntry(ctx, cl, raw, mt, ref, kind, key, c)
 	if err != nil {
 		return false, fmt.Errorf("pull %s: %w", ref.Name(), err)
 	}
+	signer := ""
+	if o.Trust.Len() > 0 {
+		if signer, err = verifyEntry(m, r, o.Trust); err != nil {
+			return false, fmt.Errorf("pull %s: %w", ref.Name(), err)
+		}
+	}
+	// Whatever the entry said of its origin, this is where it came from.
+	r.Pulled = &cache.Pulled{From: ref.Name(), Signer: signer}
 	for i, b := range r.Blobs {
 		if c.Has(b.Digest) {
 			// Re-hashed whenever it is read, like any blob; not worth fetching.
 			continue
 		}
-		if err := pullBlob(ctx, c, ref, m.Layers[i].Digest, ropts); err != nil {
+		if err := cl.FetchBlob(ctx, ref.Context(), m.Layers[i]); err != nil {
 			return false, fmt.Errorf("pull %s: blob %s (%s): %w", ref.Name(), b.Digest, b.Name, err)
 		}
 	}
 	if err := c.PutRecord(r); err != nil {
 		return false, fmt.Errorf("pull %s: %w", ref.Name(), err)
 	}
-	o.log().WithField("ref", ref.Name()).WithField("blobs", len(r.Blobs)).Info("pulled shared cache entry")
+	log := o.log().WithField("ref", ref.Name()).WithField("blobs", len(r.Blobs))
+	if signer != "" {
+		log = log.WithField("signer", signer)
+	}
+	log.Info("pulled shared cache entry")
 	return true, nil
 }
 
-// readEntry checks that desc is one of our artifacts holding the record
-// kind/key and that its layers are that record's blobs, before any blob is
-// fetched: a foreign entry costs one small download, not gigabytes.
-func readEntry(desc *remote.Descriptor, ref name.Tag, kind, key string, c *cache.Cache, ropts []remote.Option) (*cache.Record, *v1.Manifest, error) {
-	if desc.MediaType != types.OCIManifestSchema1 {
-		return nil, nil, fmt.Errorf("%w: manifest is %s, not %s", cache.ErrBadRecord, desc.MediaType, types.OCIManifestSchema1)
+// Payload is what an entry's signature covers: the record's JSON as the
+// entry's config holds it, compact, in the field order of cache.Record,
+// without the local note of where it was pulled from.
+func Payload(r *cache.Record) ([]byte, error) {
+	shared := *r
+	shared.Pulled = nil
+	return json.Marshal(&shared)
+}
+
+// verifyEntry checks the signatures on m against trust, over the record as
+// it was decoded: what is verified is what the build will believe, whatever
+// else the config's bytes held.
+func verifyEntry(m *v1.Manifest, r *cache.Record, trust *sign.Trust) (string, error) {
+	var sigs []sign.Signature
+	if a, ok := m.Annotations[SignaturesAnnotation]; ok {
+		if err := json.Unmarshal([]byte(a), &sigs); err != nil {
+			return "", fmt.Errorf("%w: annotation %s: %v", sign.ErrUntrusted, SignaturesAnnotation, err)
+		}
 	}
-	m, err := v1.ParseManifest(bytes.NewReader(desc.Manifest))
+	payload, err := Payload(r)
+	if err != nil {
+		return "", err
+	}
+	return trust.Verify(string(RecordType), payload, sigs)
+}
+
+// readEntry checks that the manifest is one of our artifacts holding the
+// record kind/key and that its layers are that record's blobs, before any
+// blob is fetched: a foreign entry costs one small download, not gigabytes.
+func readEntry(ctx context.Context, cl *ociremote.Client, raw []byte, mt types.MediaType, ref name.Tag, kind, key string, c *cache.Cache) (*cache.Record, *v1.Manifest, error) {
+	if mt != types.OCIManifestSchema1 {
+		return nil, nil, fmt.Errorf("%w: manifest is %s, not %s", cache.ErrBadRecord, mt, types.OCIManifestSchema1)
+	}
+	m, err := v1.ParseManifest(bytes.NewReader(raw))
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: manifest: %v", cache.ErrBadRecord, err)
 	}
@@ -168,23 +246,10 @@ func readEntry(desc *remote.Descriptor, ref name.Tag, kind, key string, c *cache
 	if m.Config.Size < 0 || m.Config.Size > maxRecord {
 		return nil, nil, fmt.Errorf("%w: record of %d bytes", cache.ErrBadRecord, m.Config.Size)
 	}
-	l, err := remote.Layer(ref.Context().Digest(m.Config.Digest.String()), ropts...)
+	// Read into memory and checked against its digest; not filed.
+	b, err := cl.ReadBlob(ctx, ref.Context(), m.Config, maxRecord)
 	if err != nil {
-		return nil, nil, fmt.Errorf("record %s: %w", m.Config.Digest, err)
-	}
-	rc, err := l.Compressed()
-	if err != nil {
-		return nil, nil, fmt.Errorf("record %s: %w", m.Config.Digest, err)
-	}
-	b, err := io.ReadAll(io.LimitReader(rc, m.Config.Size+1))
-	rc.Close()
-	if err != nil {
-		return nil, nil, fmt.Errorf("record %s: %w", m.Config.Digest, err)
-	}
-	// ggcr checks the digest only when the body is read to its end; the limit
-	// may stop short of that, so check here whatever it did.
-	if sum := sha256.Sum256(b); int64(len(b)) != m.Config.Size || "sha256:"+hex.EncodeToString(sum[:]) != m.Config.Digest.String() {
-		return nil, nil, fmt.Errorf("%w: record blob is not %s (%d bytes)", cache.ErrBadRecord, m.Config.Digest, m.Config.Size)
+		return nil, nil, fmt.Errorf("record: %w", err)
 	}
 	var r cache.Record
 	if err := json.Unmarshal(b, &r); err != nil {
@@ -213,21 +278,6 @@ func readEntry(desc *remote.Descriptor, ref name.Tag, kind, key string, c *cache
 	return &r, m, nil
 }
 
-func pullBlob(ctx context.Context, c *cache.Cache, ref name.Tag, d v1.Hash, ropts []remote.Option) error {
-	l, err := remote.Layer(ref.Context().Digest(d.String()), ropts...)
-	if err != nil {
-		return err
-	}
-	rc, err := l.Compressed()
-	if err != nil {
-		return err
-	}
-	defer rc.Close()
-	// Put stores nothing unless the stream hashes to d.
-	_, err = c.Put(ctx, rc, d.String())
-	return err
-}
-
 // Push uploads r and its blobs to repo as the entry for r's kind and key,
 // unless the registry has that entry already: the key names the inputs, so
 // an entry under it is as good as ours. Blobs are streamed from c and
@@ -243,25 +293,45 @@ func Push(ctx context.Context, c *cache.Cache, repo string, r *cache.Record, o O
 	if err := c.Check(r, r.Kind, r.Key); err != nil {
 		return fmt.Errorf("push %s: %w", ref.Name(), err)
 	}
-	ropts := o.remote(ctx)
-	if _, err := remote.Head(ref, ropts...); err == nil {
-		o.log().WithField("ref", ref.Name()).Info("shared cache already has this entry")
-		return nil
-	} else if !notFound(err) {
-		return fmt.Errorf("push %s: %w", ref.Name(), err)
+	if o.Signer != nil && r.Pulled != nil && r.Pulled.Signer == "" {
+		return fmt.Errorf("push %s: %w", ref.Name(), ErrUnvouched)
 	}
-	a, err := newArtifact(c, r)
+	a, err := newArtifact(c, r, o.Signer)
 	if err != nil {
 		return fmt.Errorf("push %s: %w", ref.Name(), err)
+	}
+	ropts := o.remote(ctx)
+	desc, err := remote.Head(ref, ropts...)
+	switch {
+	case err == nil && (o.Signer == nil || desc.Digest == a.digest):
+		// ed25519 signs deterministically: the same record and key make
+		// the same manifest.
+		o.log().WithField("ref", ref.Name()).Info("shared cache already has this entry")
+		return nil
+	case err == nil:
+		// Unsigned, or signed by another key, or another record: whoever
+		// trusts this key would miss it, so it is replaced.
+		o.log().WithField("ref", ref.Name()).WithField("was", desc.Digest.String()).
+			Info("replacing a shared cache entry this key did not sign")
+	case !notFound(err):
+		return fmt.Errorf("push %s: %w (%w)", ref.Name(), err, ErrUnavailable)
 	}
 	img, err := partial.CompressedToImage(a)
 	if err != nil {
 		return fmt.Errorf("push %s: %w", ref.Name(), err)
 	}
 	if err := remote.Write(ref, img, ropts...); err != nil {
-		return fmt.Errorf("push %s: %w", ref.Name(), err)
+		var ce *cache.CorruptError
+		if errors.As(err, &ce) {
+			return fmt.Errorf("push %s: %w", ref.Name(), err)
+		}
+		return fmt.Errorf("push %s: %w (%w)", ref.Name(), err, ErrUnavailable)
 	}
-	o.log().WithField("ref", ref.Name()).WithField("blobs", len(r.Blobs)).Info("pushed shared cache entry")
+	log := o.log().WithField("ref", ref.Name()).WithField("blobs", len(r.Blobs))
+	if o.Signer != nil {
+		log = log.WithField("signer", o.Signer.KeyID())
+	}
+	log.Info("pushed shared cache entry")
 	return nil
 }
 
@@ -272,11 +342,12 @@ type artifact struct {
 	c        *cache.Cache
 	config   []byte
 	manifest []byte
+	digest   v1.Hash // of manifest
 	sizes    map[string]int64
 }
 
-func newArtifact(c *cache.Cache, r *cache.Record) (*artifact, error) {
-	cfg, err := json.Marshal(r)
+func newArtifact(c *cache.Cache, r *cache.Record, signer *sign.Signer) (*artifact, error) {
+	cfg, err := Payload(r)
 	if err != nil {
 		return nil, err
 	}
@@ -313,7 +384,17 @@ func newArtifact(c *cache.Cache, r *cache.Record) (*artifact, error) {
 		a.sizes[h.String()] = b.Size
 		m.Layers = append(m.Layers, v1.Descriptor{MediaType: BlobType, Size: b.Size, Digest: h})
 	}
+	if signer != nil {
+		sigs, err := json.Marshal([]sign.Signature{signer.Sign(string(RecordType), cfg)})
+		if err != nil {
+			return nil, err
+		}
+		m.Annotations = map[string]string{SignaturesAnnotation: string(sigs)}
+	}
 	if a.manifest, err = json.Marshal(m); err != nil {
+		return nil, err
+	}
+	if a.digest, _, err = v1.SHA256(bytes.NewReader(a.manifest)); err != nil {
 		return nil, err
 	}
 	return a, nil

@@ -8,11 +8,14 @@ import (
 	"errors"
 	"io"
 	"math/rand"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/partial"
@@ -22,14 +25,19 @@ import (
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/stamp-dev/stamp/layers/cache"
+	"github.com/stamp-dev/stamp/layers/cache/sign"
 	"github.com/stamp-dev/stamp/test/harness"
 )
 
 const kind = "output"
 
+// fastRetry tries each request twice, briefly: a registry the tests stop
+// answers no better the fifth time.
+var fastRetry = cache.Retry{Attempts: 2, Backoff: 10 * time.Millisecond, IdleTimeout: 2 * time.Second}
+
 func newCache(t *testing.T) *cache.Cache {
 	t.Helper()
-	c, err := cache.Open(t.TempDir(), cache.Options{})
+	c, err := cache.Open(t.TempDir(), cache.Options{Retry: fastRetry})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +98,13 @@ func blob(t *testing.T, c *cache.Cache, d string) []byte {
 // manifest first, to make the entries a broken or hostile registry serves.
 func pushAs(t *testing.T, c *cache.Cache, repo, tag string, r *cache.Record, edit func(m map[string]any)) {
 	t.Helper()
-	a, err := newArtifact(c, r)
+	pushSigned(t, c, repo, tag, r, nil, edit)
+}
+
+// pushSigned is pushAs with the entry signed by s (nil: unsigned).
+func pushSigned(t *testing.T, c *cache.Cache, repo, tag string, r *cache.Record, s *sign.Signer, edit func(m map[string]any)) {
+	t.Helper()
+	a, err := newArtifact(c, r, s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,6 +169,10 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if got.Pulled == nil || got.Pulled.From != repo+":"+Tag(kind, r.Key) || got.Pulled.Signer != "" {
+		t.Errorf("pulled record notes its origin as %+v", got.Pulled)
+	}
+	got.Pulled = nil
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("pulled record\n%+v\nwant\n%+v", got, want)
 	}
@@ -255,7 +273,7 @@ func TestUnreachable(t *testing.T) {
 	b := newCache(t)
 	key := cache.KeyOf(nil)
 	found, err := Pull(context.Background(), b, addr+"/stamp-cache", kind, key, Options{})
-	if found || err == nil || !strings.Contains(err.Error(), addr) {
+	if found || err == nil || !strings.Contains(err.Error(), addr) || !errors.Is(err, ErrUnavailable) {
 		t.Errorf("Pull from a stopped registry = %v, %v; want an error naming it", found, err)
 	}
 }
@@ -411,5 +429,45 @@ func TestLoginFromDockerConfig(t *testing.T) {
 	t.Setenv("DOCKER_CONFIG", t.TempDir())
 	if found, err := Pull(context.Background(), newCache(t), repo, r.Kind, r.Key, Options{}); err == nil || found {
 		t.Fatalf("pull without credentials: %v, %v", found, err)
+	}
+}
+
+// TestPullThroughFaults: the shared cache pulls through the registry
+// client that meets faults of the network: a 503 for the entry's manifest
+// is tried again, a raw disk cut short is resumed where it stopped, and the
+// record and its blobs arrive whole.
+func TestPullThroughFaults(t *testing.T) {
+	reg := harness.StartRegistry(t)
+	ctx := context.Background()
+	a, b := newCache(t), newCache(t)
+	r := fixture(t, a, "faults")
+	if err := Push(ctx, a, reg.Addr+"/stamp-cache", r, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	target, _ := url.Parse("http://" + reg.Addr)
+	front := harness.NewFaultServer(t, httputil.NewSingleHostReverseProxy(target))
+	disk := harness.PathHas("/blobs/" + r.Blobs[1].Digest)
+	front.Add(
+		harness.Fault{Kind: harness.Status, Status: 503, Match: harness.PathHas("/manifests/"), Times: 1},
+		harness.Fault{Kind: harness.Truncate, After: 3 << 20, Match: disk, Times: 1},
+	)
+	repo := front.Listener.Addr().String() + "/stamp-cache"
+	found, err := Pull(ctx, b, repo, kind, r.Key, Options{})
+	if err != nil || !found {
+		t.Fatalf("Pull = %v, %v\n%+v", found, err, front.Seen())
+	}
+	for _, rb := range r.Blobs {
+		if !bytes.Equal(blob(t, b, rb.Digest), blob(t, a, rb.Digest)) {
+			t.Errorf("blob %s differs after faults", rb.Name)
+		}
+	}
+	var ranges []string
+	for _, s := range front.Seen() {
+		if strings.Contains(s.Path, r.Blobs[1].Digest) {
+			ranges = append(ranges, s.Range)
+		}
+	}
+	if strings.Join(ranges, ",") != ",bytes=3145728-" {
+		t.Errorf("the raw disk was asked for with ranges %q", ranges)
 	}
 }

@@ -1,0 +1,143 @@
+package scripts
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"golang.org/x/sys/unix"
+	"mvdan.cc/sh/v3/interp"
+
+	"github.com/stamp-dev/stamp/rootfs/sandbox"
+)
+
+// The one way a handler runs a program of the image (python's py_compile
+// today): in rootfs/sandbox, chrooted into the tree mounted read-only, in
+// a user namespace, with no network and nothing of the host in view but
+// an empty output directory. Whatever the program makes, it leaves there;
+// the handler reads it back and writes it into the tree through the index,
+// so the program changes nothing behind the index and never runs on the
+// host itself.
+
+// programs is the sandbox the handlers of one Env share: its namespace
+// probe runs once, and its runs one at a time.
+type programs struct {
+	mu  sync.Mutex
+	box *sandbox.Sandbox
+	err error // why no program can run here, once known
+}
+
+// imageRun is one program run: its output directory on the host, which
+// done removes.
+type imageRun struct {
+	out string
+}
+
+// read returns the regular file a program left in its output directory
+// under name; a symlink or anything else it put there is not followed.
+func (ir *imageRun) read(name string) ([]byte, error) {
+	fd, err := unix.Open(filepath.Join(ir.out, name), unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: name, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file", name)
+	}
+	return io.ReadAll(f)
+}
+
+// write puts an input for the program into its output directory.
+func (ir *imageRun) write(name string, data []byte) error {
+	return os.WriteFile(filepath.Join(ir.out, name), data, 0o600)
+}
+
+// inside is where the program sees name of the output directory.
+func (ir *imageRun) inside(name string) string { return sandbox.OutputDir + "/" + name }
+
+func (ir *imageRun) done() { os.RemoveAll(ir.out) }
+
+// runImageProgram runs argv (a program of the image, by its path in the
+// image) in the sandbox, after prepare has put its inputs into the run's
+// output directory. What it prints goes to the script's stderr, with the
+// output directory's path as the program saw it; a non-zero exit is the
+// script's status (returned with the run, whose files the caller may
+// still read). A build that may run no program (offline-only), a machine
+// where the sandbox cannot work, or a program of an architecture the
+// machine cannot run makes the command unhandled, naming why.
+func (r *run) runImageProgram(hc interp.HandlerContext, what string, env []string, prepare func(*imageRun) error, argv ...string) (*imageRun, error) {
+	if r.env.NoPrograms {
+		return nil, r.unhandled(fmt.Sprintf("%s runs a program of the image, and this build runs none (offline-only)", what))
+	}
+	p := r.env.programs()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err == nil && p.box == nil {
+		if err := sandbox.CheckArch(r.env.Arch); err != nil {
+			p.err = err
+		} else {
+			p.box = &sandbox.Sandbox{Tree: r.env.Tree, Epoch: r.env.Epoch, ReadOnly: true}
+			p.err = p.box.Available()
+		}
+	}
+	if p.err != nil {
+		return nil, r.unhandled(fmt.Sprintf("%s runs a program of the image, which cannot run in a sandbox here: %v", what, p.err))
+	}
+	out, err := r.scratchDir(".stamp-program-")
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	ir := &imageRun{out: out}
+	if err := prepare(ir); err != nil {
+		ir.done()
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	var printed bytes.Buffer
+	p.box.OutputHost = out
+	p.box.Logf = func(_ string, args ...any) {
+		// "name: output", as Run logs it.
+		if len(args) == 2 {
+			fmt.Fprintf(&printed, "%s\n", args[1])
+		}
+	}
+	err = p.box.Run(r.ctx, what, env, argv...)
+	p.box.Logf, p.box.OutputHost = nil, ""
+	var ee *sandbox.ExitError
+	if errors.As(err, &ee) {
+		if ee.Output != "" {
+			fmt.Fprintln(hc.Stderr, ee.Output)
+		}
+		return ir, exit(ee.Status)
+	}
+	if err != nil {
+		ir.done()
+		return nil, fmt.Errorf("%s %s: %w", r.s.Package, r.s.Name, err)
+	}
+	hc.Stderr.Write(printed.Bytes())
+	return ir, nil
+}
+
+// programs returns the Env's sandbox state, made on first use.
+func (e *Env) programs() *programs {
+	e.once.Do(func() { e.progs = &programs{} })
+	return e.progs
+}
+
+// scratchDir makes a scratch directory beside the tree, by an absolute
+// path, in the build's work directory and nowhere else on the host.
+func (r *run) scratchDir(prefix string) (string, error) {
+	base, err := filepath.Abs(filepath.Dir(r.env.Tree.Dir()))
+	if err != nil {
+		return "", err
+	}
+	return os.MkdirTemp(base, prefix)
+}
