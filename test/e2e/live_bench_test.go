@@ -1,3 +1,5 @@
+//go:build boot
+
 package e2e
 
 import (

@@ -105,7 +105,7 @@ bench_erofs() {
 bench_live() {
 	echo
 	echo "== live: the node's Debian tree as a live bundle, booted (qemu TCG) through iPXE and with stamp.root=URL; seconds the initramfs takes to find, check and mount the root image"
-	go test -run '^$' -bench '^BenchmarkLiveRootMount$' -benchtime 1x -timeout 60m -v ./test/e2e 2>&1 | grep -E '^(Benchmark|\s+live_bench_test)' || true
+	go test -tags boot -run '^$' -bench '^BenchmarkLiveRootMount$' -benchtime 1x -timeout 60m -v ./test/e2e 2>&1 | grep -E '^(Benchmark|\s+live_bench_test)' || true
 }
 
 bench_cpio() {
