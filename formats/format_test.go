@@ -139,7 +139,7 @@ func TestTableWritesAndReadsEveryFormat(t *testing.T) {
 		// One file's content read back, where the format can give it.
 		data, err := ReadTreeFile(ctx, im, "/usr/bin/busybox", 16<<20)
 		switch w.spec.Format {
-		case "tar", "raw", "qcow2", "vhd", "vmdk", "ova":
+		case "tar", "raw", "qcow2", "vhd", "vmdk", "ova", "erofs":
 			if err != nil || !bytes.Equal(data, busybox) {
 				t.Errorf("%s: ReadTreeFile: %d bytes, not the busybox's %d: %v", w.spec.Name, len(data), len(busybox), err)
 			}

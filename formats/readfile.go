@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/stamp-dev/stamp/disk/erofs"
 	"github.com/stamp-dev/stamp/disk/ext4"
 	"github.com/stamp-dev/stamp/rootfs"
 	"github.com/stamp-dev/stamp/rootfs/compress"
@@ -18,8 +19,9 @@ import (
 var ErrCannotReadFile = errors.New("reading a file's content back is not supported for this format")
 
 // ReadTreeFile reads the content of the regular file at p in the tree of an
-// image read back, up to max bytes: a member of a tar, or a file of the
-// ext4 root of a disk (raw, qcow2, vhd, vmdk, ova). Other formats return
+// image read back, up to max bytes: a member of a tar, a file of the ext4
+// root of a disk (raw, qcow2, vhd, vmdk, ova) or of an EROFS image (erofs,
+// decompressed as the kernel would). Other formats return
 // ErrCannotReadFile. Readers unpack no content, so a caller that needs one
 // file (a database describing the image's state) reads it here.
 func ReadTreeFile(ctx context.Context, im *Image, p string, max int64) ([]byte, error) {
@@ -33,6 +35,21 @@ func ReadTreeFile(ctx context.Context, im *Image, p string, max int64) ([]byte, 
 	switch im.Format {
 	case "tar":
 		return tarFile(ctx, im, p, max)
+	case "erofs":
+		f, err := os.Open(im.Path)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		sb, err := erofs.ReadSuper(f)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", im.Path, err)
+		}
+		data, err := erofs.ReadFile(f, im.Size, sb, p)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", im.Path, err)
+		}
+		return data, nil
 	case "raw", "qcow2", "vhd", "vmdk", "ova":
 		f, err := os.Open(im.Path)
 		if err != nil {
