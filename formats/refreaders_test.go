@@ -101,8 +101,8 @@ var refRows = []refRow{
 		if out := run(t, "isoinfo", "-d", "-i", p); !strings.Contains(out, "El Torito VD version 1 found") {
 			t.Errorf("isoinfo -d:\n%s", out)
 		}
-		// The GPT names the ISO's own extents, which keep ISO 9660's
-		// 2 KiB sectors rather than 1 MiB: sgdisk cautions about that.
+		// The GPT's partitions are the ISO's own extents, which start on
+		// 1 MiB but end where their files end: sgdisk cautions about that.
 		if out := run(t, "sgdisk", "-v", p); !strings.Contains(out, "No problems found") {
 			t.Errorf("sgdisk -v:\n%s", out)
 		}
