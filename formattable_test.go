@@ -89,9 +89,13 @@ outputs:
   - {format: vmdk, type: monolithicSparse}
   - {format: ova, cpus: 4, memory: 2GiB, network: lab}
   - {format: gce}
+  - {format: compressed, compression: xz}
+  - {format: erofs, compression: lz4}
+  - {format: live, from: erofs, compression: gzip, boot: {cmdline: console=ttyS0}}
   - {format: cpio}
   - {format: pxe, from: cpio, boot: {cmdline: console=ttyS0}}
   - {format: oci, name: cd, kind: containerdisk, layout: archive, compression: zstd, env: [A=1], labels: {k: v}, entrypoint: [/init]}
+  - {format: oci, name: disk, kind: disk, from: compressed}
 `), "opts.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -108,10 +112,14 @@ outputs:
 		{Format: "vmdk", Name: "vmdk", From: "raw", Options: &formats.VMDKSpec{Type: "monolithicSparse"}},
 		{Format: "ova", Name: "ova", From: "raw", Options: &formats.OVASpec{CPUs: 4, Memory: 2 << 30, Firmware: "efi", Network: "lab"}},
 		{Format: "gce", Name: "gce", From: "raw", Options: &formats.GCESpec{}},
+		{Format: "compressed", Name: "compressed", From: "raw", Options: &formats.CompressedSpec{Compression: compress.XZ}},
+		{Format: "erofs", Name: "erofs", Options: &formats.ErofsSpec{Compression: "lz4"}},
+		{Format: "live", Name: "live", From: "erofs", Options: &formats.LiveSpec{Compression: compress.Gzip, Cmdline: "console=ttyS0"}},
 		{Format: "cpio", Name: "cpio", Options: &formats.CpioSpec{Compression: compress.Zstd}},
 		{Format: "pxe", Name: "pxe", From: "cpio", Options: &formats.PXESpec{Compression: compress.Zstd, Cmdline: "console=ttyS0"}},
 		{Format: "oci", Name: "cd", From: "qcow2", Options: &formats.OCISpec{Kind: "containerdisk", Layout: "archive",
 			Compression: compress.Zstd, Entrypoint: []string{"/init"}, Env: []string{"A=1"}, Labels: map[string]string{"k": "v"}}},
+		{Format: "oci", Name: "disk", From: "compressed", Options: &formats.OCISpec{Kind: "disk", Layout: "dir", Compression: compress.None}},
 	}
 	if len(rec.Outputs) != len(want) {
 		t.Fatalf("%d outputs, want %d", len(rec.Outputs), len(want))

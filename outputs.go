@@ -428,6 +428,29 @@ var outputOptions = map[string]func(out *recipes.Output) (any, error){
 		return &formats.OVASpec{CPUs: out.CPUs, Memory: out.Memory, Firmware: out.Firmware, Network: out.Network}, nil
 	},
 	recipes.FormatGCE: func(out *recipes.Output) (any, error) { return &formats.GCESpec{}, nil },
+	recipes.FormatCompressed: func(out *recipes.Output) (any, error) {
+		alg, err := outputCompression(out)
+		return &formats.CompressedSpec{Compression: alg}, err
+	},
+	recipes.FormatLive: func(out *recipes.Output) (any, error) {
+		alg, err := outputCompression(out)
+		o := &formats.LiveSpec{Compression: alg}
+		if out.Boot != nil {
+			o.Cmdline = out.Boot.Cmdline
+		}
+		return o, err
+	},
+	recipes.FormatISO: func(out *recipes.Output) (any, error) {
+		alg, err := outputCompression(out)
+		o := &formats.ISOSpec{Compression: alg}
+		if out.Boot != nil {
+			o.Cmdline, o.BIOS = out.Boot.Cmdline, out.Boot.BIOS
+		}
+		return o, err
+	},
+	recipes.FormatErofs: func(out *recipes.Output) (any, error) {
+		return &formats.ErofsSpec{Compression: out.Compression}, nil
+	},
 	recipes.FormatOCI: func(out *recipes.Output) (any, error) {
 		alg, err := outputCompression(out)
 		return &formats.OCISpec{Kind: out.Kind, Layout: out.Layout, Compression: alg,

@@ -43,6 +43,9 @@ func PartitionGUID(seed, part string) [16]byte { return UUID(seed, "gpt-partitio
 // FilesystemUUID is the UUID of the file system in the partition named part.
 func FilesystemUUID(seed, part string) [16]byte { return UUID(seed, "filesystem/"+part) }
 
+// ErofsUUID is the UUID of the EROFS image of the output named output.
+func ErofsUUID(seed, output string) [16]byte { return UUID(seed, "erofs/"+output) }
+
 // HashSeed is the ext4 directory hash seed of the partition named part.
 func HashSeed(seed, part string) [16]byte { return UUID(seed, "ext4-hash-seed/"+part) }
 

@@ -165,9 +165,19 @@ func Table() []Entry {
 		// member before oci and tar look.
 		{Name: "ova", MadeFrom: map[string][]string{"": {"raw"}}, Writer: ovaFormat{}, Reader: ovaImageReader{}},
 		{Name: "gce", MadeFrom: map[string][]string{"": {"raw"}}, Writer: gceFormat{}, Reader: gceImageReader{}},
+		{Name: "erofs", Writer: erofsFormat{}, Reader: erofsImageReader{}},
+		// A hybrid iso holds a GPT: it is known by its volume descriptors
+		// before compressed and raw look.
+		{Name: "iso", MadeFrom: map[string][]string{"": {"live"}}, Writer: isoFormat{}, Reader: isoImageReader{}},
+		// A compressed raw is known by the GPT in its plain stream, before
+		// tar (whose reader also decompresses) looks.
+		{Name: "compressed", MadeFrom: map[string][]string{"": {"raw"}}, Writer: compressedFormat{}, Reader: compressedImageReader{}},
 		{Name: "raw", Writer: rawFormat{}, Reader: rawImageReader{}},
+		// A live bundle holds a kernel, an initramfs and a script, as a pxe
+		// bundle does: it is known by its root image first.
+		{Name: "live", MadeFrom: map[string][]string{"": {"erofs"}}, Writer: liveFormat{}, Reader: liveImageReader{}},
 		{Name: "pxe", MadeFrom: map[string][]string{"": {"cpio"}}, Writer: pxeFormat{}, Reader: pxeImageReader{}},
-		{Name: "oci", MadeFrom: map[string][]string{"containerdisk": {"qcow2", "raw"}}, Writer: ociFormat{}, Reader: ociImageReader{}},
+		{Name: "oci", MadeFrom: map[string][]string{"containerdisk": {"qcow2", "raw"}, "disk": {"compressed"}}, Writer: ociFormat{}, Reader: ociImageReader{}},
 		{Name: "cpio", Writer: cpioFormat{}, Reader: cpioImageReader{}},
 		{Name: "tar", Writer: tarFormat{}, Reader: tarReader{}},
 	}

@@ -502,8 +502,29 @@ func bootInitramfsItems(t *rootfs.Sealed, o BootInitramfsOptions) ([]cpioItem, e
 	for d := range dirs {
 		dir(d)
 	}
-	items = append(items, cpioItem{path: bootBusybox, tree: t, src: bb.Path,
-		in: &rootfs.Inode{Type: rootfs.TypeRegular, Perm: 0o755, MTime: mtime, Size: bb.Size, Digest: bb.Digest}})
+	items = append(items, busyboxItem(t, bb, mtime))
+	mitems, loads, err := moduleItems(t, set, mods, modDir, mtime)
+	if err != nil {
+		return nil, err
+	}
+	items = append(items, mitems...)
+	items = append(items, cpioGenerated(CpioFile{Path: "/init", Perm: 0o755, Content: bootInit(k.version, loads)}, mtime))
+	sort.Slice(items, func(i, j int) bool { return items[i].path < items[j].path })
+	return items, nil
+}
+
+// busyboxItem is the tree's busybox bb as an initramfs's /bin/busybox.
+func busyboxItem(t *rootfs.Sealed, bb *rootfs.Entry, mtime time.Time) cpioItem {
+	return cpioItem{path: bootBusybox, tree: t, src: bb.Path,
+		in: &rootfs.Inode{Type: rootfs.TypeRegular, Perm: 0o755, MTime: mtime, Size: bb.Size, Digest: bb.Digest}}
+}
+
+// moduleItems are the modules mods as an initramfs holds them, flat in
+// modDir as NAME.ko, with the paths an /init loads them from, in order.
+// busybox insmod hands the file to the kernel as it is, so a compressed
+// module is stored decompressed.
+func moduleItems(t *rootfs.Sealed, set *moduleSet, mods []*kmod, modDir string, mtime time.Time) ([]cpioItem, []string, error) {
+	var items []cpioItem
 	var loads []string
 	for _, m := range mods {
 		p := modDir + "/" + m.name + ".ko"
@@ -514,17 +535,13 @@ func bootInitramfsItems(t *rootfs.Sealed, o BootInitramfsOptions) ([]cpioItem, e
 				in: &rootfs.Inode{Type: rootfs.TypeRegular, Perm: 0o644, MTime: mtime, Size: e.Size, Digest: e.Digest}})
 			continue
 		}
-		// busybox insmod hands the file to the kernel as it is, so a
-		// compressed module is stored decompressed.
 		data, err := set.content(m)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		items = append(items, cpioGenerated(CpioFile{Path: p, Perm: 0o644, Content: data}, mtime))
 	}
-	items = append(items, cpioGenerated(CpioFile{Path: "/init", Perm: 0o755, Content: bootInit(k.version, loads)}, mtime))
-	sort.Slice(items, func(i, j int) bool { return items[i].path < items[j].path })
-	return items, nil
+	return items, loads, nil
 }
 
 // bootInit is the /init script of a boot initramfs.

@@ -22,6 +22,11 @@ const (
 	OCILayerGzipMediaType = "application/vnd.oci.image.layer.v1.tar+gzip"
 	OCILayerZstdMediaType = "application/vnd.oci.image.layer.v1.tar+zstd"
 
+	// ORASConfigMediaType is the config of a file ORAS pushes ("{}");
+	// OCITitleAnnotation names the file a layer holds.
+	ORASConfigMediaType = "application/vnd.unknown.config.v1+json"
+	OCITitleAnnotation  = "org.opencontainers.image.title"
+
 	// OCIRefName is the org.opencontainers.image.ref.name stamp gives its
 	// one image in index.json, so "oci:DIR:latest" names it as "oci:DIR"
 	// does.

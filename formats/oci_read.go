@@ -43,8 +43,11 @@ type OCIImage struct {
 	Layer  OCIDescriptor
 	DiffID string
 	// Kind is "containerdisk" when the layer holds only /disk and one file
-	// in it, "rootfs" otherwise.
+	// in it, "disk" for an artifact of one compressed raw (kind disk, with
+	// ORAS's config), "rootfs" otherwise.
 	Kind string
+	// Title is the file name a disk artifact's layer carries.
+	Title string
 	// Tree is the layer's tree, read with ReadTar, as the read-only view
 	// an image read back carries (see Image.Tree).
 	Tree *rootfs.Sealed
@@ -103,6 +106,9 @@ func readOCI(ctx context.Context, s *ociStore) (*OCIImage, error) {
 	if im.Config, err = s.readBlob(m.Config, 4<<20); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
+	if m.Config.MediaType == ORASConfigMediaType {
+		return readOCIDisk(ctx, s, im, mdesc, m)
+	}
 	var cfg ociConfigJSON
 	if err := json.Unmarshal(im.Config, &cfg); err != nil {
 		return nil, fmt.Errorf("config %s: %w", m.Config.Digest, err)
@@ -129,21 +135,45 @@ func readOCI(ctx context.Context, s *ociStore) (*OCIImage, error) {
 	if im.Tree, err = s.readLayer(ctx, l, im.DiffID); err != nil {
 		return nil, err
 	}
-	// Blobs nothing references are checked too: a layout is only as sound
-	// as every file in it.
-	checked := map[string]bool{mdesc.Digest: true, m.Config.Digest: true, l.Digest: true}
-	for _, name := range s.blobNames() {
-		d := "sha256:" + path.Base(name)
-		if checked[d] {
-			continue
-		}
-		if err := s.verify(ctx, name, -1); err != nil {
-			return nil, err
-		}
+	if err := verifyOtherBlobs(ctx, s, mdesc.Digest, m.Config.Digest, l.Digest); err != nil {
+		return nil, err
 	}
 	im.Kind, im.Disk = "rootfs", containerDiskEntry(im.Tree)
 	if im.Disk != nil {
 		im.Kind = "containerdisk"
+	}
+	return im, nil
+}
+
+// verifyOtherBlobs checks the blobs nothing referenced has read: a layout
+// is only as sound as every file in it.
+func verifyOtherBlobs(ctx context.Context, s *ociStore, read ...string) error {
+	checked := map[string]bool{}
+	for _, d := range read {
+		checked[d] = true
+	}
+	for _, name := range s.blobNames() {
+		if checked["sha256:"+path.Base(name)] {
+			continue
+		}
+		if err := s.verify(ctx, name, -1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readOCIDisk reads the rest of a disk artifact: one layer, the file as
+// it is (checked against its digest, as every blob), titled.
+func readOCIDisk(ctx context.Context, s *ociStore, im *OCIImage, mdesc ociDescriptor, m ociManifestJSON) (*OCIImage, error) {
+	if len(m.Layers) != 1 || m.Layers[0].MediaType != OCILayerMediaType || m.Layers[0].Annotations[OCITitleAnnotation] == "" {
+		return nil, fmt.Errorf("manifest %s: an artifact of ORAS's config with %d layers; stamp reads one titled file", mdesc.Digest, len(m.Layers))
+	}
+	l := m.Layers[0]
+	im.Kind, im.Title = "disk", l.Annotations[OCITitleAnnotation]
+	im.Layer = OCIDescriptor{MediaType: l.MediaType, Digest: l.Digest, Size: l.Size}
+	if err := verifyOtherBlobs(ctx, s, mdesc.Digest, m.Config.Digest); err != nil {
+		return nil, err
 	}
 	return im, nil
 }
@@ -376,6 +406,30 @@ func (ociImageReader) Read(ctx context.Context, h *Head) (*Image, error) {
 	}
 	if oi.RefName != "" {
 		im.Facts = append(im.Facts, Fact{"oci.ref.name", oi.RefName})
+	}
+	if oi.Kind == "disk" {
+		// The tree is on the disk the layer compresses.
+		layer, err := oi.OpenLayer()
+		if err != nil {
+			return nil, err
+		}
+		defer layer.Close()
+		alg, r, err := compress.Detect(layer)
+		if err != nil || alg == compress.None {
+			return nil, fmt.Errorf("%s: the layer (%s) is not a compressed disk", h.Path, oi.Title)
+		}
+		// An artifact has no platform and no creation time.
+		var facts []Fact
+		for _, f := range im.Facts {
+			if f.Key != "oci.platform" && f.Key != "oci.created" {
+				facts = append(facts, f)
+			}
+		}
+		im.Facts = append(facts, Fact{"oci.title", oi.Title})
+		if err := readCompressedDisk(ctx, r, alg, im); err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", h.Path, oi.Title, err)
+		}
+		return im, nil
 	}
 	if oi.Kind == "containerdisk" {
 		// The tree is on the disk inside the layer: read that disk, and

@@ -28,13 +28,18 @@ import (
 //
 // kind rootfs: one layer, the tree as WriteTar writes it. kind
 // containerdisk: one layer holding the file of the output named by from
-// (a qcow2 or raw disk) as /disk/<its file name>.
+// (a qcow2 or raw disk) as /disk/<its file name>. kind disk: an artifact
+// laid out as ORAS pushes a file, which Tinkerbell's oci2disk pulls and
+// streams onto a disk: one layer that is the compressed raw output named
+// by from as it is, media type application/vnd.oci.image.layer.v1.tar,
+// titled with its file name, and ORAS's empty config.
 type ociFormat struct{}
 
 // OCISpec is an oci output's options.
 type OCISpec struct {
-	// Kind is rootfs (the tree as the image's layer, the default) or
-	// containerdisk (the disk of the output it is made from, for KubeVirt).
+	// Kind is rootfs (the tree as the image's layer, the default),
+	// containerdisk (the disk of the output it is made from, for KubeVirt)
+	// or disk (the compressed raw it is made from, for oci2disk).
 	Kind string
 	// Layout is dir (an OCI layout directory, the default) or archive (an
 	// oci-archive tar of one).
@@ -58,14 +63,17 @@ func (ociFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base s
 	if layout == "" {
 		layout = "dir"
 	}
-	if kind != "rootfs" && kind != "containerdisk" {
-		return nil, fmt.Errorf("oci: kind %q must be rootfs or containerdisk", kind)
+	if kind != "rootfs" && kind != "containerdisk" && kind != "disk" {
+		return nil, fmt.Errorf("oci: kind %q must be rootfs, containerdisk or disk", kind)
 	}
 	if layout != "dir" && layout != "archive" {
 		return nil, fmt.Errorf("oci: layout %q must be dir or archive", layout)
 	}
 	if kind == "containerdisk" && src.From == "" {
 		return nil, errors.New("oci: a containerdisk is made from a raw or qcow2 output; from is not set")
+	}
+	if kind == "disk" && src.From == "" {
+		return nil, errors.New("oci: a disk artifact is made from a compressed output; from is not set")
 	}
 	alg, err := ociCompression(so.Compression)
 	if err != nil {
@@ -165,6 +173,9 @@ func (w *ociWriter) write(kind string) (*Result, string, error) {
 		return nil, "", err
 	}
 	res := &Result{}
+	if kind == "disk" {
+		return w.writeDiskArtifact(res)
+	}
 	var layer ociDescriptor
 	var diffID, comment string
 	var err error
@@ -199,14 +210,8 @@ func (w *ociWriter) write(kind string) (*Result, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	manifest.Annotations = map[string]string{ociRefNameAnnotation: OCIRefName}
 	plat := w.plat
-	manifest.Platform = &plat
-	index, err := json.Marshal(ociIndexJSON{SchemaVersion: 2, MediaType: OCIIndexMediaType, Manifests: []ociDescriptor{manifest}})
-	if err != nil {
-		return nil, "", err
-	}
-	if err := w.small("index.json", index); err != nil {
+	if err := w.index(manifest, &plat); err != nil {
 		return nil, "", err
 	}
 	// Comment lines: the manifest parser skips them, and they say which
@@ -215,6 +220,64 @@ func (w *ociWriter) write(kind string) (*Result, string, error) {
 		fmt.Sprintf("# oci manifest %s size=%d", manifest.Digest, manifest.Size),
 		fmt.Sprintf("# oci config %s size=%d", config.Digest, config.Size),
 		fmt.Sprintf("# oci layer %s size=%d mediaType=%s diffID=%s", layer.Digest, layer.Size, layer.MediaType, diffID))
+	return res, manifest.Digest, nil
+}
+
+// index writes index.json naming the one manifest.
+func (w *ociWriter) index(manifest ociDescriptor, plat *ociPlatformJSON) error {
+	manifest.Annotations = map[string]string{ociRefNameAnnotation: OCIRefName}
+	manifest.Platform = plat
+	index, err := json.Marshal(ociIndexJSON{SchemaVersion: 2, MediaType: OCIIndexMediaType, Manifests: []ociDescriptor{manifest}})
+	if err != nil {
+		return err
+	}
+	return w.small("index.json", index)
+}
+
+// writeDiskArtifact lays out kind disk: the compressed raw as the one
+// layer, as it is, and ORAS's config, "{}" of an unknown media type.
+func (w *ociWriter) writeDiskArtifact(res *Result) (*Result, string, error) {
+	in, err := os.Open(w.src.From)
+	if err != nil {
+		return nil, "", fmt.Errorf("disk source: %w", err)
+	}
+	defer in.Close()
+	blobs := filepath.Join(w.dir, "blobs", "sha256")
+	tmp := filepath.Join(blobs, ".layer.tmp")
+	h := sha256.New()
+	var n int64
+	err = writeFile(tmp, func(f *os.File) error {
+		var err error
+		n, err = io.Copy(io.MultiWriter(f, h), &tarCtxReader{ctx: w.ctx, r: in})
+		return err
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	hx := hex.EncodeToString(h.Sum(nil))
+	if err := os.Rename(tmp, filepath.Join(blobs, hx)); err != nil {
+		os.Remove(tmp)
+		return nil, "", err
+	}
+	layer := ociDescriptor{MediaType: OCILayerMediaType, Digest: "sha256:" + hx, Size: n,
+		Annotations: map[string]string{OCITitleAnnotation: filepath.Base(w.src.From)}}
+	config, err := w.blob(ORASConfigMediaType, struct{}{})
+	if err != nil {
+		return nil, "", err
+	}
+	manifest, err := w.blob(OCIManifestMediaType, ociManifestJSON{
+		SchemaVersion: 2, MediaType: OCIManifestMediaType, Config: config, Layers: []ociDescriptor{layer},
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	if err := w.index(manifest, nil); err != nil {
+		return nil, "", err
+	}
+	res.Adds = append(res.Adds,
+		fmt.Sprintf("# oci manifest %s size=%d", manifest.Digest, manifest.Size),
+		fmt.Sprintf("# oci config %s size=%d mediaType=%s", config.Digest, config.Size, config.MediaType),
+		fmt.Sprintf("# oci layer %s size=%d mediaType=%s title=%s", layer.Digest, layer.Size, layer.MediaType, filepath.Base(w.src.From)))
 	return res, manifest.Digest, nil
 }
 

@@ -33,6 +33,21 @@ const (
 // is where the last console= sends init's output.
 const PXEDefaultCmdline = "console=tty0 console=ttyS0,115200"
 
+// bundleCmdline is the kernel command line a network or live bundle
+// passes: cmdline, or the default for arch when it is empty.
+func bundleCmdline(cmdline, arch string) (string, error) {
+	if cmdline == "" {
+		cmdline = PXEDefaultCmdline
+		if arch == "arm64" {
+			cmdline = PXEDefaultCmdlineARM64
+		}
+	}
+	if strings.ContainsAny(cmdline, "\n\r") {
+		return "", fmt.Errorf("the kernel command line holds a line break")
+	}
+	return cmdline, nil
+}
+
 // PXEDefaultCmdlineARM64 is the arm64 default: the first serial port of
 // qemu's virt machine and of most arm64 servers is a PL011, ttyAMA0.
 const PXEDefaultCmdlineARM64 = "console=tty0 console=ttyAMA0,115200"
@@ -106,15 +121,9 @@ func WritePXE(ctx context.Context, t *rootfs.Sealed, dir string, o PXEOptions) (
 	if err != nil {
 		return nil, fmt.Errorf("pxe: %w", err)
 	}
-	cmdline := o.Cmdline
-	if cmdline == "" {
-		cmdline = PXEDefaultCmdline
-		if o.Arch == "arm64" {
-			cmdline = PXEDefaultCmdlineARM64
-		}
-	}
-	if strings.ContainsAny(cmdline, "\n\r") {
-		return nil, fmt.Errorf("pxe: the kernel command line holds a line break")
+	cmdline, err := bundleCmdline(o.Cmdline, o.Arch)
+	if err != nil {
+		return nil, fmt.Errorf("pxe: %w", err)
 	}
 	var items []cpioItem
 	t.Walk(func(e *rootfs.Entry) error {

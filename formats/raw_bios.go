@@ -92,42 +92,22 @@ func planBIOS(ctx context.Context, src *Source, parts []*plannedPart, esp *plann
 	if err != nil {
 		return nil, err
 	}
-	mkimage, err := exec.LookPath("grub-mkimage")
-	if err != nil {
-		return nil, fmt.Errorf("boot.bios: BIOS boot needs grub-mkimage on the host (Debian's grub-common): %w", err)
-	}
-	work, err := os.MkdirTemp(src.WorkDir, "grub-pc-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(work)
-	modDir, from, err := grubModules(src.Tree, work)
-	if err != nil {
-		return nil, err
-	}
-	if b.bootImg, err = os.ReadFile(filepath.Join(modDir, "boot.img")); err != nil {
-		return nil, fmt.Errorf("boot.bios: GRUB's modules from %s: %w", from, err)
-	}
-	if len(b.bootImg) != disk.SectorSize || b.bootImg[510] != 0x55 || b.bootImg[511] != 0xaa {
-		return nil, fmt.Errorf("boot.bios: %s/boot.img from %s is not a 512-byte boot sector", GrubPCDir, from)
-	}
-	cfgPath, corePath := filepath.Join(work, "early.cfg"), filepath.Join(work, "core.img")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		return nil, err
-	}
 	// The prefix names the ESP on the drive the BIOS booted; GRUB sets its
 	// root from it, so the configuration's paths are the ESP's.
-	args := append([]string{"-O", "i386-pc", "-d", modDir, "-o", corePath, "-c", cfgPath,
-		"-p", fmt.Sprintf("(,gpt%d)/grub", espIndex)}, grubBIOSModules...)
-	cmd := exec.CommandContext(ctx, mkimage, args...)
-	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"}
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("boot.bios: grub-mkimage with the modules from %s: %v\n%s", from, err, out)
-	}
-	core, err := os.ReadFile(corePath)
+	core, bootImg, from, err := grubImage(ctx, src, "i386-pc", fmt.Sprintf("(,gpt%d)/grub", espIndex), cfg, grubBIOSModules)
 	if err != nil {
 		return nil, err
 	}
+	b.bootImg = bootImg
+	if b.core, err = diskCore(core, from); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// diskCore checks core.img begins with GRUB's diskboot.img, which loads the
+// rest by one block list entry, and pads it to whole sectors.
+func diskCore(core []byte, from string) ([]byte, error) {
 	if len(core) < 2*disk.SectorSize || binary.LittleEndian.Uint64(core[blocklistStart:]) != 2 ||
 		binary.LittleEndian.Uint16(core[blocklistSegment:]) != coreLoadSegment {
 		return nil, fmt.Errorf("boot.bios: grub-mkimage made a core.img whose first sector is not GRUB's diskboot.img (modules from %s)", from)
@@ -136,8 +116,45 @@ func planBIOS(ctx context.Context, src *Source, parts []*plannedPart, esp *plann
 		return nil, fmt.Errorf("boot.bios: core.img is %s; GRUB's block list loads at most %s", human(int64(len(core))), human(maxCoreImageBytes))
 	}
 	pad := (disk.SectorSize - len(core)%disk.SectorSize) % disk.SectorSize
-	b.core = append(core, make([]byte, pad)...)
-	return b, nil
+	return append(core, make([]byte, pad)...), nil
+}
+
+// grubImage makes a GRUB image of format (i386-pc, i386-pc-eltorito) with
+// grub-mkimage from GRUB's i386-pc modules (the tree's, else the host's),
+// with prefix and the early configuration cfg, and returns it with the
+// modules' boot.img and where the modules came from.
+func grubImage(ctx context.Context, src *Source, format, prefix, cfg string, modules []string) (img, bootImg []byte, from string, err error) {
+	mkimage, err := exec.LookPath("grub-mkimage")
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("boot.bios: BIOS boot needs grub-mkimage on the host (Debian's grub-common): %w", err)
+	}
+	work, err := os.MkdirTemp(src.WorkDir, "grub-pc-")
+	if err != nil {
+		return nil, nil, "", err
+	}
+	defer os.RemoveAll(work)
+	modDir, from, err := grubModules(src.Tree, work)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	if bootImg, err = os.ReadFile(filepath.Join(modDir, "boot.img")); err != nil {
+		return nil, nil, "", fmt.Errorf("boot.bios: GRUB's modules from %s: %w", from, err)
+	}
+	if len(bootImg) != disk.SectorSize || bootImg[510] != 0x55 || bootImg[511] != 0xaa {
+		return nil, nil, "", fmt.Errorf("boot.bios: %s/boot.img from %s is not a 512-byte boot sector", GrubPCDir, from)
+	}
+	cfgPath, imgPath := filepath.Join(work, "early.cfg"), filepath.Join(work, "core.img")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		return nil, nil, "", err
+	}
+	args := append([]string{"-O", format, "-d", modDir, "-o", imgPath, "-c", cfgPath, "-p", prefix}, modules...)
+	cmd := exec.CommandContext(ctx, mkimage, args...)
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, nil, "", fmt.Errorf("boot.bios: grub-mkimage with the modules from %s (-O %s): %v\n%s", from, format, err, out)
+	}
+	img, err = os.ReadFile(imgPath)
+	return img, bootImg, from, err
 }
 
 // grubBIOSConfig is core.img's own configuration: the kernel and initramfs
@@ -146,6 +163,15 @@ func planBIOS(ctx context.Context, src *Source, parts []*plannedPart, esp *plann
 // backslash with a backslash, which the kernel does not read, so a command
 // line holding either cannot be passed on unchanged and is refused.
 func grubBIOSConfig(options string) (string, error) {
+	words, err := grubWords(options)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("linux %s %s\ninitrd %s\nboot\n", espKernel, words, espInitrd), nil
+}
+
+// grubWords quotes each word of a kernel command line for GRUB's parser.
+func grubWords(options string) (string, error) {
 	var words []string
 	for _, w := range strings.Fields(options) {
 		if strings.ContainsAny(w, `'"\`) {
@@ -153,7 +179,7 @@ func grubBIOSConfig(options string) (string, error) {
 		}
 		words = append(words, "'"+w+"'")
 	}
-	return fmt.Sprintf("linux %s %s\ninitrd %s\nboot\n", espKernel, strings.Join(words, " "), espInitrd), nil
+	return strings.Join(words, " "), nil
 }
 
 // HostFiles implements HostReader: a BIOS disk's core.img is made by the
@@ -214,15 +240,22 @@ func (b *biosBoot) place() error {
 	if int64(len(b.core)) > p.Size {
 		return fmt.Errorf("%s.size: %s is too small for GRUB's core.img (%s)", b.part.field, human(p.Size), human(int64(len(b.core))))
 	}
-	first := uint64(p.Start / disk.SectorSize)
-	b.mbr = bytes.Clone(b.bootImg[:mbrBootCode])
-	binary.LittleEndian.PutUint64(b.mbr[bootKernelSector:], first)
-	b.mbr[bootDrive] = 0xff
-	b.mbr[bootDriveCheck], b.mbr[bootDriveCheck+1] = 0x90, 0x90
-	b.coreImg = bytes.Clone(b.core)
-	binary.LittleEndian.PutUint64(b.coreImg[blocklistStart:], first+1)
-	binary.LittleEndian.PutUint16(b.coreImg[blocklistStart+8:], uint16(len(b.core)/disk.SectorSize-1))
+	b.mbr, b.coreImg = patchGrubDisk(b.bootImg, b.core, p.Start)
 	return nil
+}
+
+// patchGrubDisk patches boot.img (its first 440 bytes, the MBR's boot
+// code) and core.img for core.img lying at byte start of the disk.
+func patchGrubDisk(bootImg, core []byte, start int64) (mbr, coreImg []byte) {
+	first := uint64(start / disk.SectorSize)
+	mbr = bytes.Clone(bootImg[:mbrBootCode])
+	binary.LittleEndian.PutUint64(mbr[bootKernelSector:], first)
+	mbr[bootDrive] = 0xff
+	mbr[bootDriveCheck], mbr[bootDriveCheck+1] = 0x90, 0x90
+	coreImg = bytes.Clone(core)
+	binary.LittleEndian.PutUint64(coreImg[blocklistStart:], first+1)
+	binary.LittleEndian.PutUint16(coreImg[blocklistStart+8:], uint16(len(core)/disk.SectorSize-1))
+	return mbr, coreImg
 }
 
 // write puts the boot code into the protective MBR (its partition table and

@@ -24,7 +24,7 @@ type TreeFileReader interface {
 
 // ReadTreeFile reads the content of the regular file at p in the tree of an
 // image read back, up to max bytes: through the format's reader, a member
-// of a tar (TreeFileReader) or a file of the ext4 root of a disk the reader
+// of a tar (TreeFileReader: tar, erofs) or a file of the ext4 root of a disk the reader
 // opens (DiskOpener: raw, qcow2, vhd, vmdk, ova). Other formats return
 // ErrCannotReadFile. Readers unpack no content, so a caller that needs one
 // file (a database describing the image's state) reads it here.

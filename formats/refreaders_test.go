@@ -17,7 +17,8 @@ import (
 )
 
 // refReaderTools are the reference readers the table runs.
-var refReaderTools = []string{"qemu-img", "sgdisk", "e2fsck", "fsck.vfat", "dd", "tar", "bsdtar", "cpio", "skopeo", "umoci"}
+var refReaderTools = []string{"qemu-img", "sgdisk", "e2fsck", "fsck.vfat", "dd", "tar", "bsdtar", "cpio", "skopeo", "umoci",
+	"xz", "zstd", "fsck.erofs", "xorriso", "isoinfo"}
 
 // refRow is one output's reference readers, run with no options beyond
 // naming the format where a reader cannot tell it (a fixed VHD begins
@@ -27,9 +28,10 @@ type refRow struct {
 	read   func(t *testing.T, r *refRun, path string)
 }
 
-// refRun is what the rows share: the raw disk every disk format holds.
+// refRun is what the rows share: the raw disk every disk format holds,
+// and its compressed stream, which the oci disk artifact holds.
 type refRun struct {
-	raw string
+	raw, compressed string
 }
 
 // refRows: a new format adds its row here; TestReferenceReaders fails for
@@ -72,6 +74,39 @@ var refRows = []refRow{
 		run(t, "skopeo", "inspect", "oci:"+p+":"+OCIRefName)
 		umociUnpack(t, p)
 	}},
+	{"compressed", func(t *testing.T, r *refRun, p string) {
+		back := filepath.Join(t.TempDir(), "back.raw")
+		run(t, "sh", "-c", `xz -dc "$1" >"$2"`, "sh", p, back)
+		if !sameFile(t, back, r.raw) {
+			t.Errorf("xz -d does not give the raw disk")
+		}
+	}},
+	{"erofs", func(t *testing.T, r *refRun, p string) { fsckErofsClean(t, p) }},
+	{"live", func(t *testing.T, r *refRun, p string) {
+		fsckErofsClean(t, filepath.Join(p, LiveRoot))
+		run(t, "zstd", "-tq", filepath.Join(p, LiveInitrd))
+		if names := lines(run(t, "bsdtar", "-tf", filepath.Join(p, LiveInitrd))); !slices.Contains(names, "init") {
+			t.Errorf("bsdtar lists no /init in the initramfs: %v", names)
+		}
+		run(t, "sh", "-c", `cd "$1" && sha256sum --quiet -c `+LiveSums, "sh", p)
+		if b, err := os.ReadFile(filepath.Join(p, LiveScript)); err != nil || !bytes.HasPrefix(b, []byte("#!ipxe")) {
+			t.Errorf("%s: %v %q", LiveScript, err, b)
+		}
+	}},
+	{"iso", func(t *testing.T, r *refRun, p string) {
+		out := run(t, "xorriso", "-abort_on", "WARNING", "-indev", p, "-check_media", "--")
+		if !strings.Contains(out, "+ good") || strings.Contains(out, "- bad") {
+			t.Errorf("xorriso -check_media:\n%s", out)
+		}
+		if out := run(t, "isoinfo", "-d", "-i", p); !strings.Contains(out, "El Torito VD version 1 found") {
+			t.Errorf("isoinfo -d:\n%s", out)
+		}
+		// The GPT's partitions are the ISO's own extents, which start on
+		// 1 MiB but end where their files end: sgdisk cautions about that.
+		if out := run(t, "sgdisk", "-v", p); !strings.Contains(out, "No problems found") {
+			t.Errorf("sgdisk -v:\n%s", out)
+		}
+	}},
 	{"containerdisk", func(t *testing.T, r *refRun, p string) {
 		run(t, "skopeo", "inspect", "oci-archive:"+p+":"+OCIRefName)
 		root := umociUnpack(t, extractTar(t, p))
@@ -81,6 +116,16 @@ var refRows = []refRow{
 		}
 		r.qemuDisk(t, disks[0], "qcow2")
 	}},
+	{"disk", func(t *testing.T, r *refRun, p string) {
+		// An ORAS artifact, not an image: skopeo copies it blob by blob,
+		// checking each digest, and the one file is the compressed raw.
+		d := filepath.Join(t.TempDir(), "copy")
+		run(t, "skopeo", "copy", "oci:"+p+":"+OCIRefName, "dir:"+d)
+		blobs, _ := filepath.Glob(filepath.Join(d, "*"))
+		if !slices.ContainsFunc(blobs, func(b string) bool { return sameFile(t, b, r.compressed) }) {
+			t.Errorf("skopeo's copy holds no blob that is the compressed raw: %v", blobs)
+		}
+	}},
 }
 
 // TestReferenceReaders writes an output of every format and kind from one
@@ -89,20 +134,27 @@ var refRows = []refRow{
 // convert back to raw for the disk images; sgdisk -v on every disk, the
 // raw, GCE's disk.raw and each image converted back, and e2fsck -fn and
 // fsck.vfat -n on their partitions; GNU tar and bsdtar for tar archives,
-// GNU cpio and bsdtar for cpio; skopeo inspect and umoci unpack for OCI.
+// GNU cpio and bsdtar for cpio; skopeo inspect and umoci unpack for OCI;
+// xz -d for the compressed raw; fsck.erofs for EROFS images; xorriso
+// -check_media, isoinfo -d and sgdisk -v for the ISO; skopeo copy for the
+// disk artifact.
 // Every format of Table needs a row.
 func TestReferenceReaders(t *testing.T) {
 	harness.RequireTools(t, refReaderTools...)
 	dir := t.TempDir()
-	outs := writeEvery(t, everyTree(t), everySpec(), dir)
+	tree, _ := everyTree(t)
+	outs := writeEvery(t, tree, everySpec(), dir)
 	rows := map[string]refRow{}
 	for _, row := range refRows {
 		rows[row.output] = row
 	}
 	r := &refRun{}
 	for _, w := range outs {
-		if w.spec.Format == "raw" {
+		switch w.spec.Format {
+		case "raw":
 			r.raw = w.path
+		case "compressed":
+			r.compressed = w.path
 		}
 	}
 	covered := map[string]bool{}
@@ -118,6 +170,20 @@ func TestReferenceReaders(t *testing.T) {
 	for _, e := range Table() {
 		if !covered[e.Name] {
 			t.Errorf("format %s is in Table but no row reads it with its reference reader", e.Name)
+		}
+	}
+}
+
+// fsckErofsClean has fsck.erofs decompress every file of an EROFS image
+// and check every index, with nothing to say but that.
+func fsckErofsClean(t *testing.T, img string) {
+	t.Helper()
+	out := run(t, "fsck.erofs", "--extract="+filepath.Join(t.TempDir(), "x"), img)
+	for _, l := range lines(out) {
+		if !strings.HasPrefix(l, "fsck.erofs ") && !strings.Contains(l, "No errors found") &&
+			!strings.Contains(l, "extract") && !strings.Contains(l, "compression ratio") {
+			t.Errorf("fsck.erofs says more than a clean check:\n%s", out)
+			return
 		}
 	}
 }

@@ -103,7 +103,7 @@ func TestParseErrors(t *testing.T) {
 		{"cleanup bad", head + "seal:\n  cleanup: all\n", 6, "seal.cleanup", "default, none, or a list"},
 		{"cleanup relative glob", head + "seal:\n  cleanup: [var/log]\n", 6, "seal.cleanup[0]", "must be absolute"},
 		{"output no format", head + "outputs:\n  - {name: x}\n", 6, "outputs[0].format", "format is required"},
-		{"output bad format", head + "outputs:\n  - {format: iso}\n", 6, "outputs[0].format", `format "iso" must be one of`},
+		{"output bad format", head + "outputs:\n  - {format: floppy}\n", 6, "outputs[0].format", `format "floppy" must be one of`},
 		{"tar bad compression", head + "outputs:\n  - {format: tar, compression: bzip2}\n", 6, "outputs[0].compression", "none, gzip, zstd, xz"},
 		{"raw compression", head + "outputs:\n  - format: raw\n    compression: gzip\n", 7, "outputs[0].compression", "does not apply to format raw"},
 		{"duplicate output", head + "outputs:\n  - {format: tar}\n  - {format: tar, compression: gzip}\n", 7, "outputs[1].name", `"tar" is already used by outputs[0]`},

@@ -59,6 +59,19 @@ var outputFormats = []outputFormat{
 	{name: FormatOVA, keys: []string{"from", "cpus", "memory", "firmware", "network"}, madeFrom: map[string][]string{"": {FormatRaw}},
 		defaults: (*decoder).ovaDefaults},
 	{name: FormatGCE, keys: []string{"from"}, madeFrom: map[string][]string{"": {FormatRaw}}},
+	// A compressed raw is for provisioners that stream it onto a disk.
+	{name: FormatCompressed, keys: []string{"from", "compression"}, compressions: []string{"zstd", "xz", "gzip"}, defaultCompression: "zstd",
+		madeFrom: map[string][]string{"": {FormatRaw}}},
+	// EROFS compresses inside, in LZ4 clusters the kernel reads.
+	{name: FormatErofs, keys: []string{"compression"}, compressions: []string{"lz4hc", "lz4", "none"}, defaultCompression: "lz4hc"},
+	// A live bundle's compression is its initramfs's; its root image is the
+	// erofs output it is made from, or one it writes.
+	{name: FormatLive, keys: []string{"compression", "from", "boot"}, compressions: compressions, defaultCompression: "zstd",
+		madeFrom: map[string][]string{"": {FormatErofs}}, fromOptional: true},
+	// An iso boots the live system from a CD or a disk; its compression is
+	// its initramfs's when it makes its own.
+	{name: FormatISO, keys: []string{"compression", "from", "boot"}, compressions: compressions, defaultCompression: "zstd",
+		madeFrom: map[string][]string{"": {FormatLive}}, fromOptional: true, defaults: (*decoder).isoDefaults},
 	{name: FormatCpio, keys: []string{"compression"}, compressions: compressions, defaultCompression: "zstd"},
 	{name: FormatPXE, keys: []string{"compression", "from", "boot"}, compressions: compressions, defaultCompression: "zstd",
 		madeFrom: map[string][]string{"": {FormatCpio}}, fromOptional: true},
@@ -66,7 +79,7 @@ var outputFormats = []outputFormat{
 	// the default because every registry and client reads it.
 	{name: FormatOCI, keys: []string{"from", "kind", "layout", "compression", "entrypoint", "env", "labels"},
 		compressions: []string{"gzip", "zstd", "none"}, defaultCompression: "gzip",
-		madeFrom: map[string][]string{"containerdisk": {FormatQcow2, FormatRaw}}, defaults: (*decoder).ociDefaults},
+		madeFrom: map[string][]string{"containerdisk": {FormatQcow2, FormatRaw}, "disk": {FormatCompressed}}, defaults: (*decoder).ociDefaults},
 }
 
 // outputFormatNamed returns the schema of a format, nil for an unknown one.
@@ -177,7 +190,7 @@ func (d *decoder) output(n *yaml.Node, field string) outputNode {
 		},
 		"boot":   func(v *yaml.Node, f string) { b := d.boot(v, f); o.Boot = &b },
 		"from":   func(v *yaml.Node, f string) { o.From = d.str(v, f) },
-		"kind":   func(v *yaml.Node, f string) { o.Kind = d.enum(v, f, "kind", "rootfs", "containerdisk") },
+		"kind":   func(v *yaml.Node, f string) { o.Kind = d.enum(v, f, "kind", "rootfs", "containerdisk", "disk") },
 		"layout": func(v *yaml.Node, f string) { o.Layout = d.enum(v, f, "layout", "dir", "archive") },
 		// The types depend on the format; its defaults check them.
 		"type": func(v *yaml.Node, f string) { o.Type = d.str(v, f) },
@@ -265,7 +278,27 @@ func (d *decoder) ociDefaults(on *outputNode) {
 		o.Layout = "dir"
 	}
 	if o.Kind == "rootfs" && on.seen["from"] != nil {
-		d.fail(on.seen["from"], child(o.Field, "from"), "an oci rootfs is made from the tree; from applies to kind containerdisk")
+		d.fail(on.seen["from"], child(o.Field, "from"), "an oci rootfs is made from the tree; from applies to kinds containerdisk and disk")
+	}
+	if o.Kind == "disk" {
+		// The layer is the compressed raw as it is, under ORAS's empty
+		// config: there is no layer codec, command or environment.
+		for _, k := range []string{"compression", "entrypoint", "env", "labels"} {
+			if n := on.seen[k]; n != nil {
+				d.fail(n, child(o.Field, k), "%s does not apply to an oci disk artifact, which holds the compressed raw as it is", k)
+			}
+		}
+		o.Compression = ""
+	}
+}
+
+func (d *decoder) isoDefaults(on *outputNode) {
+	o := &on.out
+	if o.Boot != nil && o.Boot.Loader != "systemd-boot" {
+		d.fail(on.seen["boot"], child(o.Field, "boot.loader"), "an iso boots by systemd-boot (and GRUB with bios: true), not %s", o.Boot.Loader)
+	}
+	if on.seen["from"] != nil && on.seen["compression"] != nil {
+		d.fail(on.seen["compression"], child(o.Field, "compression"), "an iso made from a live output boots its initramfs; compression applies when it makes its own")
 	}
 }
 

@@ -11,11 +11,16 @@ func TestCompressionPerFormat(t *testing.T) {
 		"  - {format: qcow2, from: raw, compression: zlib}\n",
 		"  - {format: qcow2, from: raw, compression: none}\n",
 		"  - {format: cpio}\n  - {format: pxe, from: cpio, boot: {cmdline: \"console=ttyS0 panic=-1\"}}\n",
+		"  - {format: erofs}\n",
+		"  - {format: erofs, compression: none}\n",
 	}
 	for _, o := range ok {
 		r, err := Parse([]byte(base+o), "r.yaml")
 		if err != nil {
 			t.Fatalf("%q: %v", o, err)
+		}
+		if last := r.Outputs[len(r.Outputs)-1]; last.Format == "erofs" && last.Compression == "" {
+			t.Fatalf("erofs: no default compression")
 		}
 		if last := r.Outputs[len(r.Outputs)-1]; last.Format == "pxe" && (last.Boot == nil || last.Boot.Cmdline != "console=ttyS0 panic=-1") {
 			t.Fatalf("pxe cmdline lost: %+v", last.Boot)
@@ -25,6 +30,7 @@ func TestCompressionPerFormat(t *testing.T) {
 		{"  - {format: qcow2, from: raw, compression: zstd}\n", "r.yaml:7: outputs[1].compression: compression \"zstd\" must be one of none, zlib for format qcow2"},
 		{"  - {format: tar, compression: zlib}\n", "r.yaml:7: outputs[1].compression: compression \"zlib\" must be one of none, gzip, zstd, xz for format tar"},
 		{"  - {format: oci, compression: xz}\n", "r.yaml:7: outputs[1].compression: compression \"xz\" must be one of gzip, zstd, none for format oci"},
+		{"  - {format: erofs, compression: zstd}\n", "r.yaml:7: outputs[1].compression: compression \"zstd\" must be one of lz4hc, lz4, none for format erofs"},
 	} {
 		_, err := Parse([]byte(base+c.out), "r.yaml")
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -318,13 +318,18 @@ const (
 	FormatVMDK  = "vmdk"
 	FormatOVA   = "ova"
 	FormatGCE   = "gce"
+	FormatErofs = "erofs"
+	FormatLive  = "live"
+	FormatISO   = "iso"
+	// FormatCompressed is a raw disk as one compressed stream.
+	FormatCompressed = "compressed"
 )
 
 // Output is one artifact made from the sealed tree (or from an earlier output).
 type Output struct {
 	Line   int
 	Field  string // e.g. "outputs[1]"
-	Format string // tar | raw | qcow2 | vhd | vmdk | ova | gce | cpio | pxe | oci
+	Format string // tar | raw | qcow2 | vhd | vmdk | ova | gce | compressed | erofs | live | iso | cpio | pxe | oci
 	// Name is unique among outputs; default the format.
 	Name string
 	// Compression: tar none|gzip|zstd|xz (default none); cpio and pxe the same

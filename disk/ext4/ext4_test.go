@@ -93,20 +93,7 @@ func mixedTree(t testing.TB) *rootfs.Tree {
 	rootfstest.Add(t, tr, "/usr/lib/labelled", rootfs.Header{Type: rootfs.TypeSymlink, Perm: 0o777, Target: "x", MTime: m2,
 		Xattrs: map[string]string{"security.selinux": strings.Repeat("s", 150)}}, "")
 	rootfstest.Add(t, tr, "/usr/lib/edge60", rootfs.Header{Type: rootfs.TypeSymlink, Perm: 0o777, Target: strings.Repeat("e", 60), MTime: m2}, "")
-	rootfstest.Add(t, tr, "/dev/null", rootfs.Header{Type: rootfs.TypeChar, Perm: 0o666, Major: 1, Minor: 3, MTime: m1}, "")
-	rootfstest.Add(t, tr, "/dev/sda", rootfs.Header{Type: rootfs.TypeBlock, Perm: 0o660, GID: 6, Major: 8, Minor: 0, MTime: m1}, "")
-	rootfstest.Add(t, tr, "/dev/nvme0n1p300", rootfs.Header{Type: rootfs.TypeBlock, Perm: 0o660, GID: 6, Major: 259, Minor: 70000, MTime: m1}, "")
-	rootfstest.Add(t, tr, "/dev/ttyX", rootfs.Header{Type: rootfs.TypeChar, Perm: 0o620, Major: 4095, Minor: 1048575, MTime: m1}, "")
-	rootfstest.Add(t, tr, "/run/initctl", rootfs.Header{Type: rootfs.TypeFifo, Perm: 0o600, MTime: m1}, "")
-	rootfstest.Add(t, tr, "/run/sock", rootfs.Header{Type: rootfs.TypeSocket, Perm: 0o755, MTime: m1}, "")
-	for _, l := range []string{"/usr/bin/su-link", "/usr/sbin/su"} {
-		if _, err := tr.Link(l, "/usr/bin/su", rootfs.Origin{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := tr.Link("/dev/null2", "/dev/null", rootfs.Origin{}); err != nil {
-		t.Fatal(err)
-	}
+	rootfstest.AddSpecials(t, tr, m1)
 	// Directories over one block, so they get an index; names with bytes
 	// over 0x7f hash differently as signed chars, which the index uses.
 	for i := range 300 {

@@ -169,6 +169,17 @@ func checkReader(t *testing.T, img string, files []File, wantTime time.Time) {
 		if err != nil || !bytes.Equal(got, content(want)) {
 			t.Errorf("%s: reader got %d bytes (%v), want the %d written", name, len(got), err, want.Size)
 		}
+		// ReadAt across cluster boundaries, and past the end.
+		if h, err := fsys.Open(name); err == nil && want.Size > 3 {
+			ra := h.(io.ReaderAt)
+			whole := content(want)
+			off := want.Size / 3
+			b := make([]byte, want.Size-off+10)
+			n, err := ra.ReadAt(b, off)
+			if err != io.EOF || int64(n) != want.Size-off || !bytes.Equal(b[:n], whole[off:]) {
+				t.Errorf("%s: ReadAt at %d got %d bytes (%v)", name, off, n, err)
+			}
+		}
 	}
 	var n int
 	if err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {

@@ -438,6 +438,33 @@ func (h *handle) Read(b []byte) (int, error) {
 	return k, err
 }
 
+// ReadAt reads a regular file at off, so an opened file is an io.ReaderAt
+// (a file system image inside the file, read in place).
+func (h *handle) ReadAt(b []byte, off int64) (int, error) {
+	if h.e.Dir {
+		return 0, &fs.PathError{Op: "read", Path: h.name, Err: errors.New("is a directory")}
+	}
+	if off < 0 {
+		return 0, &fs.PathError{Op: "read", Path: h.name, Err: errors.New("negative offset")}
+	}
+	cs := h.fs.g.ClusterSize()
+	n := 0
+	for n < len(b) {
+		if off >= h.e.FileSize {
+			return n, io.EOF
+		}
+		in := off % cs
+		k := min(int64(len(b)-n), cs-in, h.e.FileSize-off)
+		got, err := h.fs.r.ReadAt(b[n:n+int(k)], h.fs.g.clusterOffset(h.clusters[off/cs])+in)
+		n += got
+		off += int64(got)
+		if err != nil && !(err == io.EOF && int64(got) == k) {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
 // ReadDir lists a directory opened with Open, all at once.
 func (h *handle) ReadDir(n int) ([]fs.DirEntry, error) {
 	if !h.e.Dir {

@@ -80,6 +80,28 @@ func Symlink(t testing.TB, tr *rootfs.Tree, p, target string, mtime time.Time) *
 	return Add(t, tr, p, rootfs.Header{Type: rootfs.TypeSymlink, Perm: 0o777, Target: target, MTime: mtime}, "")
 }
 
+// AddSpecials adds what a file system writer must keep beside files and
+// directories, for its tests: character and block devices (numbers beyond
+// 8 bits, a minor beyond 16), a fifo, a socket, two more hard links to
+// /usr/bin/su (which the caller adds) and a hard link to a device.
+func AddSpecials(t testing.TB, tr *rootfs.Tree, mtime time.Time) {
+	t.Helper()
+	Add(t, tr, "/dev/null", rootfs.Header{Type: rootfs.TypeChar, Perm: 0o666, Major: 1, Minor: 3, MTime: mtime}, "")
+	Add(t, tr, "/dev/sda", rootfs.Header{Type: rootfs.TypeBlock, Perm: 0o660, GID: 6, Major: 8, Minor: 0, MTime: mtime}, "")
+	Add(t, tr, "/dev/nvme0n1p300", rootfs.Header{Type: rootfs.TypeBlock, Perm: 0o660, GID: 6, Major: 259, Minor: 70000, MTime: mtime}, "")
+	Add(t, tr, "/dev/ttyX", rootfs.Header{Type: rootfs.TypeChar, Perm: 0o620, Major: 4095, Minor: 1048575, MTime: mtime}, "")
+	Add(t, tr, "/run/initctl", rootfs.Header{Type: rootfs.TypeFifo, Perm: 0o600, MTime: mtime}, "")
+	Add(t, tr, "/run/sock", rootfs.Header{Type: rootfs.TypeSocket, Perm: 0o755, MTime: mtime}, "")
+	for _, l := range []string{"/usr/bin/su-link", "/usr/sbin/su"} {
+		if _, err := tr.Link(l, "/usr/bin/su", rootfs.Origin{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tr.Link("/dev/null2", "/dev/null", rootfs.Origin{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Read returns the content of the file at p, following symlinks.
 func Read(t testing.TB, tr *rootfs.Tree, p string) []byte {
 	t.Helper()

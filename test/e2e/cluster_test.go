@@ -32,7 +32,37 @@ const clusterNodeDir = "../../out/e2e-node"
 func TestCluster(t *testing.T) {
 	registry, raw, in := clusterInputs(t)
 	step := stepTimer(t)
+	userData := clusterInitUserData(t, registry, in)
 
+	dir := t.TempDir()
+	disk := filepath.Join(dir, "disk.raw")
+	if b, err := exec.Command("cp", "--sparse=always", raw, disk).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v\n%s", err, b)
+	}
+	seed := harness.CIDATASeedFiles(t, dir, map[string]string{
+		"user-data":      userData,
+		"meta-data":      "instance-id: stamp-e2e-cluster\nlocal-hostname: node\n",
+		"network-config": clusterNetworkConfig,
+	})
+	step("seed rendered and validated by kubeadm")
+	b := harness.BootQEMU(t, []string{
+		"-bios", harness.OVMFPath, "-smp", "2", "-m", "4096",
+		"-drive", "file=" + disk + ",format=raw,if=virtio",
+		"-drive", "file=" + seed + ",format=raw,if=virtio",
+		"-nic", "user,restrict=on,model=virtio-net-pci,mac=" + clusterMAC,
+	}, 50*time.Minute)
+	step("boot, kubeadm init and the observer")
+	checkClusterLog(t, b, "serial.log", clusterChecks)
+	if m := regexp.MustCompile(`STAMP-INFO ready at uptime ([0-9.]+)`).FindStringSubmatch(b.Log); m != nil {
+		t.Logf("boot to Ready: %s s after the kernel started (qemu ran %s in all)", m[1], b.Took.Round(time.Second))
+	}
+}
+
+// clusterInitUserData is the user-data Cluster API's kubeadm bootstrap
+// provider renders for a first control-plane machine (kubeadm init, its
+// images from registry), with the observer after it, checked by kubeadm.
+func clusterInitUserData(t *testing.T, registry string, in *harness.K8sInputs) string {
+	t.Helper()
 	podImage := registry + "/kube-proxy:" + harness.K8sVersion
 	k := harness.KubeadmInit{
 		ClusterName:          "stamp-e2e",
@@ -60,29 +90,7 @@ func TestCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	validateKubeadmConfig(t, in.Bins.Path("kubeadm"), userData, "/run/kubeadm/kubeadm.yaml")
-
-	dir := t.TempDir()
-	disk := filepath.Join(dir, "disk.raw")
-	if b, err := exec.Command("cp", "--sparse=always", raw, disk).CombinedOutput(); err != nil {
-		t.Fatalf("cp: %v\n%s", err, b)
-	}
-	seed := harness.CIDATASeedFiles(t, dir, map[string]string{
-		"user-data":      userData,
-		"meta-data":      "instance-id: stamp-e2e-cluster\nlocal-hostname: node\n",
-		"network-config": clusterNetworkConfig,
-	})
-	step("seed rendered and validated by kubeadm")
-	b := harness.BootQEMU(t, []string{
-		"-bios", harness.OVMFPath, "-smp", "2", "-m", "4096",
-		"-drive", "file=" + disk + ",format=raw,if=virtio",
-		"-drive", "file=" + seed + ",format=raw,if=virtio",
-		"-nic", "user,restrict=on,model=virtio-net-pci,mac=" + clusterMAC,
-	}, 50*time.Minute)
-	step("boot, kubeadm init and the observer")
-	checkClusterLog(t, b, "serial.log", clusterChecks)
-	if m := regexp.MustCompile(`STAMP-INFO ready at uptime ([0-9.]+)`).FindStringSubmatch(b.Log); m != nil {
-		t.Logf("boot to Ready: %s s after the kernel started (qemu ran %s in all)", m[1], b.Took.Round(time.Second))
-	}
+	return userData
 }
 
 // clusterInputs are what a cluster test boots: the registry the node's

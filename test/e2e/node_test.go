@@ -73,7 +73,7 @@ func TestNodeImage(t *testing.T) {
 		t.Error("the build did not report skipping update-initramfs")
 	}
 	t.Logf("%d commands deferred to first boot (systemd-hwdb), %d skipped (update-initramfs)", deferred, skipped)
-	for _, f := range []string{"k8s-node.raw", "k8s-node.qcow2", "k8s-node.pxe", "SHA256SUMS", "stamp.lock"} {
+	for _, f := range []string{"k8s-node.raw", "k8s-node.qcow2", "k8s-node.pxe", "k8s-node.live", "SHA256SUMS", "stamp.lock"} {
 		p := filepath.Join(out, f)
 		if f == "stamp.lock" {
 			p = filepath.Join(dir, f)

@@ -3,7 +3,7 @@
 # prints wall time and peak RSS side by side. Speed and memory are judged here,
 # never by timed unit tests.
 set -euo pipefail
-# Usage: bench.sh [tar|ext4|qcow2|vhd|vmdk|cpio|codecs|uki|verity|oci|debs|bootstrap|depmod|disk|node|serve]...; all of them
+# Usage: bench.sh [tar|ext4|qcow2|vhd|vmdk|erofs|live|cpio|codecs|uki|verity|oci|debs|bootstrap|depmod|disk|node|serve]...; all of them
 # by default. disk and node need the Kubernetes inputs (make k8s-inputs; it builds
 # them first, which takes about 50 minutes on a machine that has none).
 cd "$(dirname "$0")/../.."
@@ -96,6 +96,18 @@ bench_vmdk() {
 			printf "%-44s %8.2fx qemu-img'"'"'s time\n", "stamp/" s, t["stamp/" s] / t["qemu-img/" s] } }' "$WORK/vmdk" | sort
 }
 
+bench_erofs() {
+	echo
+	echo "== erofs: our writer vs mkfs.erofs -zlz4hc on the node's Debian tree (minbase + the node's packages, kernel included; as root), medians of 3 (targets: time-ratio <= 0.5, size-ratio within 1 +- 0.05)"
+	go test -run '^$' -bench '^BenchmarkVsMkfsErofs$' -benchtime 1x -timeout 60m ./disk/erofs 2>&1 | grep -E '^(Benchmark|erofs of)' || true
+}
+
+bench_live() {
+	echo
+	echo "== live: the node's Debian tree as a live bundle, booted (qemu TCG) through iPXE and with stamp.root=URL; seconds the initramfs takes to find, check and mount the root image"
+	go test -tags boot -run '^$' -bench '^BenchmarkLiveRootMount$' -benchtime 1x -timeout 60m -v ./test/e2e 2>&1 | grep -E '^(Benchmark|\s+live_bench_test)' || true
+}
+
 bench_cpio() {
 	echo
 	echo "== cpio: our writer vs find | sort | cpio -o -H newc --reproducible; xz and zstd throughput"
@@ -172,7 +184,7 @@ bench_serve() {
 	STAMP="$STAMP" bash test/scripts/bench-serve.sh
 }
 
-for b in "${@:-tar ext4 qcow2 vhd vmdk cpio codecs uki verity oci debs bootstrap depmod disk node serve}"; do
+for b in "${@:-tar ext4 qcow2 vhd vmdk erofs live cpio codecs uki verity oci debs bootstrap depmod disk node serve}"; do
 	for one in $b; do
 		declare -F "bench_$one" >/dev/null || { echo "bench: no benchmark named $one" >&2; exit 2; }
 		"bench_$one"
