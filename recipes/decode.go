@@ -18,6 +18,9 @@ type decoder struct {
 	// substituted holds the scalars ${name} was replaced in, so a type
 	// error there can say why a parameter cannot give a number.
 	substituted map[*yaml.Node]bool
+	// skipped holds the layer items whose when: does not hold: neither
+	// substituted nor decoded, and left out of the recipe's digest.
+	skipped map[*yaml.Node]bool
 }
 
 // notString explains a type error on a scalar a parameter filled.
