@@ -10,8 +10,8 @@ import (
 // whenKey is the key beside a layer's kind key that makes the layer apply
 // only for some parameter values:
 //
-//	- when: {containerd: upstream}
-//	  debs: {repo: "${containerd_repo}", ...}
+//   - when: {containerd: upstream}
+//     debs: {repo: "${containerd_repo}", ...}
 //
 // A parameter's value is a string substituted into fields, so on its own it
 // can name a package but not choose between layers from different
