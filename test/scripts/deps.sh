@@ -8,7 +8,8 @@ PACKAGES="tar zstd xz-utils gzip util-linux cpio e2fsprogs gdisk dosfstools mtoo
 qemu-utils skopeo docker-registry dpkg-dev apt-utils busybox-static time bc
 qemu-system-x86 ipxe-qemu ovmf attr containerd runc acl gnupg gpgv
 mount passwd openssl mawk mmdebstrap file grub-common grub-pc-bin
-qemu-system-arm qemu-efi-aarch64 qemu-user-static"
+qemu-system-arm qemu-efi-aarch64 qemu-user-static
+gcc libc6-dev libseccomp-dev pkg-config"
 
 missing=""
 for p in $PACKAGES; do
