@@ -68,6 +68,8 @@ type outputData struct {
 	Files    []string `json:"files"`
 	Adds     []string `json:"adds,omitempty"`
 	Warnings []string `json:"warnings,omitempty"`
+	// Facts are formats.Result.Facts, as key and value pairs.
+	Facts [][2]string `json:"facts,omitempty"`
 }
 
 const (
@@ -476,7 +478,11 @@ func (bc *buildCache) fileOutput(ctx context.Context, subject string, parts []ca
 		}
 		r.Blobs = append(r.Blobs, cache.RecordBlob{Name: n, Digest: d, Size: fi.Size()})
 	}
-	data, _ := json.Marshal(outputData{Files: res.Files, Adds: res.Adds, Warnings: res.Warnings})
+	od := outputData{Files: res.Files, Adds: res.Adds, Warnings: res.Warnings}
+	for _, f := range res.Facts {
+		od.Facts = append(od.Facts, [2]string{f.Key, f.Value})
+	}
+	data, _ := json.Marshal(od)
 	r.Data = data
 	bc.file(ctx, r)
 }
@@ -500,6 +506,9 @@ func (bc *buildCache) restoreOutput(ctx context.Context, r *cache.Record, stagin
 		}
 	}
 	res := &formats.Result{Files: d.Files, Adds: d.Adds, Warnings: d.Warnings, Sums: map[string]string{}}
+	for _, f := range d.Facts {
+		res.Facts = append(res.Facts, formats.Fact{Key: f[0], Value: f[1]})
+	}
 	for _, b := range r.Blobs {
 		if !filepath.IsLocal(b.Name) {
 			return nil, fmt.Errorf("%w: output record %s names file %q", cache.ErrBadRecord, r.Key, b.Name)

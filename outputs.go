@@ -67,6 +67,9 @@ func (bc *buildCache) planOutputs(ctx context.Context, rec *recipes.Recipe, ep t
 		if err != nil {
 			return nil, err
 		}
+		if err := secureBootOf(rec, out, spec); err != nil {
+			return nil, err
+		}
 		p := &outputPlan{out: out, spec: spec, base: outputBase(rec, out)}
 		if p.parts, err = bc.outputParts(rec, spec, p.base, ep, treeDigest, keys[out.From]); err != nil {
 			return nil, err
@@ -114,8 +117,9 @@ func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, work str
 	manifestHead := fmt.Sprintf("# stamp manifest v1: %s\n# tree %s\n", rec.Name, view.digest)
 	var manifest bytes.Buffer
 	mainFile := map[string]string{}
-	addsOf := map[string][]string{} // manifest lines of what each output added
-	known := map[string]string{}    // sums of every file, by name
+	factsOf := map[string][]formats.Fact{} // by main file
+	addsOf := map[string][]string{}        // manifest lines of what each output added
+	known := map[string]string{}           // sums of every file, by name
 	var files []string
 	// An output's files are hashed while the next output is written: on a
 	// machine with a second core the hash of a disk costs no time.
@@ -161,6 +165,10 @@ func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, work str
 		mainFile[out.Name] = res.Files[0]
 		files = append(files, res.Files...)
 		fmt.Fprintf(&manifest, "## output %s %s\n", out.Name, res.Files[0])
+		for _, f := range res.Facts {
+			fmt.Fprintf(&manifest, "# fact %s %s\n", f.Key, f.Value)
+		}
+		factsOf[res.Files[0]] = res.Facts
 		for _, a := range res.Adds {
 			manifest.WriteString(a + "\n")
 		}
@@ -189,7 +197,7 @@ func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, work str
 			return nil, fmt.Errorf("output file %s has no sum", name)
 		}
 		fmt.Fprintf(&sums, "%s  %s\n", h, name)
-		subjects = append(subjects, attest.Sum{Name: name, SHA256: h})
+		subjects = append(subjects, attest.Sum{Name: name, SHA256: h, Annotations: factAnnotations(factsOf[name])})
 	}
 	sbom := view.sbom
 	manifestSum, err := writeJoined(filepath.Join(staging, ManifestFile), []byte(manifestHead), view.manifestTree, manifest.Bytes())
@@ -318,6 +326,61 @@ func sumsOf(staging string, res *formats.Result) (map[string]string, error) {
 	return sums, nil
 }
 
+// factAnnotations are an output's facts as its subject's annotations in
+// provenance.json, "stamp.dev/" and the key; the values of a key given
+// more than once are joined by "; " in order.
+func factAnnotations(facts []formats.Fact) map[string]string {
+	if len(facts) == 0 {
+		return nil
+	}
+	a := map[string]string{}
+	for _, f := range facts {
+		k := "stamp.dev/" + f.Key
+		if v, ok := a[k]; ok {
+			a[k] = v + "; " + f.Value
+		} else {
+			a[k] = f.Value
+		}
+	}
+	return a
+}
+
+// secureBootOf loads the Secure Boot key and certificate a raw output
+// names (relative to the recipe) into its spec, checking that they belong
+// together: the spec keeps the key in memory for the writer and names it
+// by its certificate's fingerprint, so no cache key or record holds it.
+func secureBootOf(rec *recipes.Recipe, out *recipes.Output, spec *formats.Spec) error {
+	rs, ok := spec.Options.(*formats.RawSpec)
+	if !ok || out.Boot == nil || out.Boot.SecureBoot == nil || rs.Boot == nil {
+		return nil
+	}
+	field := out.Field + ".boot.secureBoot"
+	read := func(k, p string) ([]byte, error) {
+		if !filepath.IsAbs(p) && rec.Dir != "" {
+			p = filepath.Join(rec.Dir, p)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, &UsageError{Msg: fmt.Sprintf("%s.%s: %v", field, k, err)}
+		}
+		return b, nil
+	}
+	key, err := read("key", out.Boot.SecureBoot.Key)
+	if err != nil {
+		return err
+	}
+	cert, err := read("cert", out.Boot.SecureBoot.Cert)
+	if err != nil {
+		return err
+	}
+	sb, err := formats.LoadSecureBoot(key, cert)
+	if err != nil {
+		return &UsageError{Msg: fmt.Sprintf("%s.%v", field, err)}
+	}
+	rs.Boot.SecureBoot = sb
+	return nil
+}
+
 // outputSpec is an output as the recipe asks for it, in the formats' terms.
 func outputSpec(out *recipes.Output) (*formats.Spec, error) {
 	conv, ok := outputOptions[out.Format]
@@ -389,7 +452,7 @@ func rawOptions(out *recipes.Output) (any, error) {
 		o.Partitions = append(o.Partitions, formats.PartitionSpec{Name: p.Name, Type: p.Type, Size: p.Size, Filesystem: p.Filesystem, Label: p.Label})
 	}
 	if b := out.Boot; b != nil {
-		o.Boot = &formats.BootSpec{Loader: b.Loader, Cmdline: b.Cmdline, BIOS: b.BIOS}
+		o.Boot = &formats.BootSpec{Loader: b.Loader, Cmdline: b.Cmdline, BIOS: b.BIOS, SystemdBoot: b.SystemdBoot}
 	}
 	return o, nil
 }

@@ -261,6 +261,17 @@ func prepare(ctx context.Context, rec *recipes.Recipe, o *Options, saveLock bool
 	if err := precheck(phases, rec.Arch); err != nil {
 		return nil, err
 	}
+	// What an output reads from the host is checked before anything runs.
+	for i := range rec.Outputs {
+		out := &rec.Outputs[i]
+		spec, err := outputSpec(out)
+		if err != nil {
+			return nil, err
+		}
+		if err := secureBootOf(rec, out, spec); err != nil {
+			return nil, err
+		}
+	}
 	c, lk, err := o.openStores(rec)
 	if err != nil {
 		return nil, err

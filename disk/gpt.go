@@ -32,7 +32,16 @@ const (
 	TypeSwap      = "0657FD6D-A4AB-43C4-84E5-0933C84B4F4F"
 	TypeLinux     = "0FC63DAF-8483-4772-8E79-3D69D8477DE4"
 	TypeBIOSBoot  = "21686148-6449-6E6F-744E-656564454649"
+	// /usr and its dm-verity hash partition.
+	TypeUsrAMD64       = "8484680C-9521-48C6-9C11-B0720656F69E"
+	TypeUsrARM64       = "B0E01050-EE5F-4390-949A-9101B17104E9"
+	TypeUsrVerityAMD64 = "77FF5F63-E7B6-4633-ACF4-1565B864C0E6"
+	TypeUsrVerityARM64 = "6E11A4E7-FBCA-4DED-B9E9-E1A512BB664E"
 )
+
+// AttrReadOnly is the GPT attribute (bit 60) of the Discoverable Partitions
+// Specification that has a root or /usr partition mounted read-only.
+const AttrReadOnly = 1 << 60
 
 // TypeGUID is the type GUID of a partition by the recipe's name for its type.
 // The root's type depends on the architecture, so that a generic boot loader
@@ -49,14 +58,19 @@ func TypeGUID(typ, arch string) (string, error) {
 		return TypeLinux, nil
 	case "bios":
 		return TypeBIOSBoot, nil
-	case "root":
+	case "root", "usr", "usr-verity":
+		byArch := map[string][2]string{
+			"root":       {TypeRootAMD64, TypeRootARM64},
+			"usr":        {TypeUsrAMD64, TypeUsrARM64},
+			"usr-verity": {TypeUsrVerityAMD64, TypeUsrVerityARM64},
+		}[typ]
 		switch arch {
 		case "amd64":
-			return TypeRootAMD64, nil
+			return byArch[0], nil
 		case "arm64":
-			return TypeRootARM64, nil
+			return byArch[1], nil
 		}
-		return "", fmt.Errorf("no root partition type for architecture %q (amd64 or arm64)", arch)
+		return "", fmt.Errorf("no %s partition type for architecture %q (amd64 or arm64)", typ, arch)
 	}
 	return "", fmt.Errorf("unknown partition type %q", typ)
 }

@@ -2,6 +2,7 @@ package disk
 
 import (
 	"crypto/sha1"
+	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 )
@@ -75,3 +76,23 @@ func VHDUniqueID(seed, output string) [16]byte { return UUID(seed, "vhd/"+output
 // VMDKID seeds the content IDs and disk UUID in the descriptor of the VMDK
 // output named output (and of the disk inside an OVA output).
 func VMDKID(seed, output string) [16]byte { return UUID(seed, "vmdk/"+output) }
+
+// SignatureOwner is the owner GUID of the entries stamp writes into EFI
+// signature lists (the Secure Boot keys it lays out for enrolment).
+func SignatureOwner(seed string) [16]byte { return UUID(seed, "efi-signature-owner") }
+
+// VeritySalt is the dm-verity salt of the hash partition named part: 32
+// bytes, as veritysetup and systemd-repart choose, derived like every other
+// identifier so the hash tree and its root hash are the same on every build.
+func VeritySalt(seed, part string) []byte {
+	h := sha256.New()
+	h.Write(namespace[:])
+	h.Write([]byte(seed))
+	h.Write([]byte{0})
+	h.Write([]byte("verity-salt/" + part))
+	return h.Sum(nil)
+}
+
+// VerityUUID is the UUID in the dm-verity superblock of the hash partition
+// named part.
+func VerityUUID(seed, part string) [16]byte { return UUID(seed, "verity/"+part) }

@@ -73,6 +73,11 @@ type Result struct {
 	// Sums holds the hex sha256 of files the format hashed while writing
 	// them, so the conductor need not read them again for SHA256SUMS.
 	Sums map[string]string
+	// Facts are what the output says of itself that its files alone do
+	// not show plainly: a UKI's predicted PCR 11, a verified /usr's root
+	// hash, the signer's certificate. The manifest and provenance.json
+	// carry them.
+	Facts []Fact
 }
 
 // ViewAddition is an entry a format may add to its own view of the tree:
@@ -154,9 +159,11 @@ func Lookup(name string) (Format, error) {
 
 // writeFile creates p and lets fn fill it. On failure p is removed. It does
 // not fsync: atomicity comes from the conductor's rename of a complete file,
-// and durability across power loss is left to the caller's filesystem.
+// and durability across power loss is left to the caller's filesystem. The
+// file is open for reading too: a disk's hash tree reads back the partition
+// just written.
 func writeFile(p string, fn func(*os.File) error) (err error) {
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return err
 	}

@@ -59,7 +59,19 @@ type BootInitramfsOptions struct {
 	// MTime is the mtime of every entry; zero means the kernel's mtime, so
 	// the archive depends on the tree alone.
 	MTime time.Time
+	// UsrVerity makes the initramfs able to open a dm-verity /usr
+	// (usrhash= on the command line): it takes dm-verity's modules and the
+	// tree's dmsetup (Debian's dmsetup package) with the libraries it
+	// loads.
+	UsrVerity bool
 }
+
+// Dmsetup is where Debian's dmsetup package installs the program an
+// initramfs opens a dm-verity /usr with, and VerityModules the modules it
+// needs.
+const Dmsetup = "/usr/sbin/dmsetup"
+
+var VerityModules = []string{"dm_verity"}
 
 // KernelOf finds the kernel of a tree: the newest /boot/vmlinuz-VERSION
 // (versions compare number by number, so 6.1.0-10 is newer than 6.1.0-9).
@@ -455,7 +467,15 @@ func bootInitramfsItems(t *rootfs.Sealed, o BootInitramfsOptions) ([]cpioItem, e
 			want = append(want, m)
 		}
 	}
-	mods, err := set.order(append(want, o.Modules...))
+	extra := o.Modules
+	var dmsetup []elfFile
+	if o.UsrVerity {
+		extra = append(append([]string{}, VerityModules...), extra...)
+		if dmsetup, err = elfClosure(t, Dmsetup, "/bin/dmsetup"); err != nil {
+			return nil, fmt.Errorf("a verified /usr is opened with the tree's dmsetup (Debian's dmsetup package): %w", err)
+		}
+	}
+	mods, err := set.order(append(want, extra...))
 	if err != nil {
 		return nil, fmt.Errorf("kernel %s: %w", k.version, err)
 	}
@@ -468,7 +488,18 @@ func bootInitramfsItems(t *rootfs.Sealed, o BootInitramfsOptions) ([]cpioItem, e
 	dir := func(p string) {
 		items = append(items, cpioItem{path: p, in: &rootfs.Inode{Type: rootfs.TypeDir, Perm: 0o755, MTime: mtime}})
 	}
+	dirs := map[string]bool{}
 	for _, d := range []string{"/", "/bin", "/dev", "/lib", "/lib/modules", modDir, "/proc", "/sys", bootSysroot} {
+		dirs[d] = true
+	}
+	for _, f := range dmsetup {
+		for d := path.Dir(f.at); d != "/"; d = path.Dir(d) {
+			dirs[d] = true
+		}
+		items = append(items, cpioItem{path: f.at, tree: t, src: f.entry.Path,
+			in: &rootfs.Inode{Type: rootfs.TypeRegular, Perm: 0o755, MTime: mtime, Size: f.entry.Size, Digest: f.entry.Digest}})
+	}
+	for d := range dirs {
 		dir(d)
 	}
 	items = append(items, cpioItem{path: bootBusybox, tree: t, src: bb.Path,
@@ -530,7 +561,7 @@ fail() {
 	exit 1
 }
 
-root= init=/sbin/init fstype=ext4 flags= mode=ro wait=30
+root= init=/sbin/init fstype=ext4 flags= mode=ro wait=30 usrhash= usr= usrfstype=ext4
 set -f
 for arg in $(cat /proc/cmdline); do
 	case "$arg" in
@@ -542,6 +573,9 @@ for arg in $(cat /proc/cmdline); do
 	rootwait) wait=-1 ;;
 	rw) mode=rw ;;
 	ro) mode=ro ;;
+	usrhash=*) usrhash=${arg#usrhash=} ;;
+	mount.usr=*) usr=${arg#mount.usr=} ;;
+	mount.usrfstype=*) usrfstype=${arg#mount.usrfstype=} ;;
 	esac
 done
 set +f
@@ -596,34 +630,95 @@ ext_label() {
 	dd if="$1" bs=1 skip=1144 count=16 2>/dev/null | tr -d '\000'
 }
 
-find_root() {
-	case "$root" in
-	/dev/*) [ -b "$root" ] && echo "$root"; return ;;
+# uuid_of HEX32: the UUID written as 8-4-4-4-12
+uuid_of() {
+	echo "$1" | sed 's/^\(........\)\(....\)\(....\)\(....\)\(............\)$/\1-\2-\3-\4-\5/'
+}
+
+# le DEV OFFSET COUNT: the little-endian number of COUNT bytes at OFFSET
+le() {
+	local v= b
+	for b in $(hex "$1" "$2" "$3"); do v=$b$v; done
+	echo $((0x$v))
+}
+
+# verity_open NAME DATA HASH ROOTHASH: the device-mapper verity target over
+# DATA, its tree on HASH after the superblock veritysetup format writes
+verity_open() {
+	[ -x /bin/dmsetup ] || fail "usrhash= given, but this initramfs has no dmsetup"
+	[ "$(hex "$3" 0 8 | tr -d ' \n')" = 7665726974790000 ] || fail "$3 holds no dm-verity superblock"
+	[ "$(le "$3" 8 4)" = 1 ] && [ "$(le "$3" 12 4)" = 1 ] || fail "$3: a dm-verity superblock of another version or hash type"
+	local alg dbs hbs blocks saltlen salt table
+	alg=$(dd if="$3" bs=1 skip=32 count=32 2>/dev/null | tr -d '\000')
+	dbs=$(le "$3" 64 4)
+	hbs=$(le "$3" 68 4)
+	blocks=$(le "$3" 72 8)
+	saltlen=$(le "$3" 80 2)
+	salt=-
+	[ "$saltlen" -gt 0 ] && salt=$(hex "$3" 88 "$saltlen" | tr -d ' \n')
+	table="0 $((blocks * dbs / 512)) verity 1 $2 $3 $dbs $hbs $blocks $(((512 + hbs - 1) / hbs)) $alg $4 $salt"
+	DM_DISABLE_UDEV=1 dmsetup create "$1" --readonly --noudevsync --table "$table" ||
+		fail "dmsetup cannot open the verity device: $table"
+}
+
+# find_dev SPEC: the block device SPEC names (PARTUUID=, UUID=, LABEL= or a
+# /dev path), if it is there yet
+find_dev() {
+	case "$1" in
+	/dev/*) [ -b "$1" ] && echo "$1"; return ;;
 	esac
 	local sys dev
 	for sys in /sys/class/block/*; do
 		dev=/dev/${sys##*/}
 		[ -b "$dev" ] || continue
-		case "$root" in
-		PARTUUID=*) [ "$(partuuid "$dev")" = "$(lower "${root#PARTUUID=}")" ] ;;
-		UUID=*) [ "$(ext_uuid "$dev")" = "$(lower "${root#UUID=}")" ] ;;
-		LABEL=*) [ "$(ext_label "$dev")" = "${root#LABEL=}" ] ;;
+		case "$1" in
+		PARTUUID=*) [ "$(partuuid "$dev")" = "$(lower "${1#PARTUUID=}")" ] ;;
+		UUID=*) [ "$(ext_uuid "$dev")" = "$(lower "${1#UUID=}")" ] ;;
+		LABEL=*) [ "$(ext_label "$dev")" = "${1#LABEL=}" ] ;;
+		*) false ;;
 		esac && { echo "$dev"; return; }
 	done
 }
 
-tries=0
-while :; do
-	dev=$(find_root)
-	[ -n "$dev" ] && break
-	if [ "$wait" -ge 0 ] && [ $tries -ge $((wait * 5)) ]; then
-		fail "no device for root=$root after ${wait}s; block devices: $(ls /sys/class/block | tr '\n' ' ')"
-	fi
-	usleep 200000
-	tries=$((tries + 1))
-done
+# wait_dev SPEC WHAT: sets found to SPEC's device, waiting for it as long as
+# rootdelay= (or rootwait) says
+wait_dev() {
+	local tries=0
+	while :; do
+		found=$(find_dev "$1")
+		[ -n "$found" ] && return
+		if [ "$wait" -ge 0 ] && [ $tries -ge $((wait * 5)) ]; then
+			fail "no device for $2 after ${wait}s; block devices: $(ls /sys/class/block | tr '\n' ' ')"
+		fi
+		usleep 200000
+		tries=$((tries + 1))
+	done
+}
+
+wait_dev "$root" "root=$root"
+dev=$found
 
 mount -t "$fstype" -o "$mode${flags:+,$flags}" "$dev" /sysroot || fail "cannot mount $dev (root=$root) as $fstype"
+
+# /usr on a partition of its own, mounted read-only: usrhash= opens it as a
+# dm-verity device whose data and hash partitions are those whose PARTUUIDs
+# are the hash's first and last 128 bits (as systemd's verity generator
+# finds them); mount.usr= names a plain one.
+if [ -n "$usrhash" ]; then
+	h=$(lower "$usrhash")
+	case "$h" in *[!0-9a-f]*) fail "usrhash=$usrhash is not hexadecimal" ;; esac
+	[ ${#h} -eq 64 ] || fail "usrhash=$usrhash is not a SHA-256 (64 hex digits)"
+	wait_dev "PARTUUID=$(uuid_of "$(echo "$h" | cut -c1-32)")" "the /usr partition of usrhash="
+	data=$found
+	wait_dev "PARTUUID=$(uuid_of "$(echo "$h" | cut -c33-64)")" "the /usr verity partition of usrhash="
+	verity_open usr "$data" "$found" "$h"
+	mount -t "$usrfstype" -o ro /dev/mapper/usr /sysroot/usr || fail "cannot mount the verified /usr ($data, hashes on $found)"
+	say "/usr is $data, verified by dm-verity against usrhash=$h (hashes on $found)"
+elif [ -n "$usr" ]; then
+	wait_dev "$usr" "mount.usr=$usr"
+	mount -t "$usrfstype" -o ro "$found" /sysroot/usr || fail "cannot mount $found (mount.usr=$usr) on /usr"
+	say "/usr is $found, read-only"
+fi
 [ -e "/sysroot$init" ] || [ -L "/sysroot$init" ] || fail "$init is not on $dev (root=$root)"
 for d in dev proc sys; do
 	mount -o move "/$d" "/sysroot/$d" 2>/dev/null || umount -l "/$d"

@@ -39,7 +39,7 @@ type RawSpec struct {
 // PartitionSpec is one GPT partition of a raw disk as the recipe asks for it.
 type PartitionSpec struct {
 	Name       string
-	Type       string // esp | root | xbootldr | swap | linux | bios
+	Type       string // esp | root | usr | usr-verity | xbootldr | swap | linux | bios
 	Size       int64  // bytes; 0 is auto
 	Filesystem string // vfat | ext4 | swap | none
 	Label      string
@@ -47,9 +47,16 @@ type PartitionSpec struct {
 
 // BootSpec places a boot loader on a raw disk.
 type BootSpec struct {
-	Loader  string // systemd-boot | shim (Secure Boot) | none
+	Loader  string // systemd-boot | shim (Secure Boot) | uki | none
 	Cmdline string
 	BIOS    bool
+	// SystemdBoot, for loader uki, has systemd-boot boot the UKI as its
+	// Type #2 entry; false makes the UKI the removable media boot file
+	// alone. nil means true.
+	SystemdBoot *bool
+	// SecureBoot, for loader uki, signs the boot chain with the user's key
+	// and lays out its enrolment.
+	SecureBoot *SecureBootSpec
 }
 
 // Where systemd-boot finds its configuration, and what the raw disk calls
@@ -92,7 +99,7 @@ func (rawFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base s
 	if err != nil {
 		return nil, err
 	}
-	return &Result{Files: []string{name}, Adds: p.adds}, nil
+	return &Result{Files: []string{name}, Adds: p.adds, Facts: p.facts}, nil
 }
 
 // diskPlan is a raw disk laid out and checked, before any byte is written.
@@ -103,6 +110,13 @@ type diskPlan struct {
 	parts    []*plannedPart
 	adds     []string
 	bios     *biosBoot // nil unless the disk also boots by BIOS
+	// usr and usrVerity are /usr's partition and its hash partition.
+	usr, usrVerity, esp *plannedPart
+	uki                 *ukiPlan
+	usrRootHash         []byte
+	// facts are what the disk says of itself beyond its files (its UKI's
+	// PCR 11, /usr's root hash), known once it is written.
+	facts []Fact
 	// cleanup releases what planning made (temporary trees).
 	cleanup []func()
 }
@@ -117,6 +131,7 @@ type plannedPart struct {
 	ext4    *ext4.Options
 	tree    *rootfs.Sealed
 	swap    bool
+	hash    bool // /usr's dm-verity hash partition
 }
 
 func (p *diskPlan) close() {
@@ -148,12 +163,18 @@ func planDisk(ctx context.Context, src *Source, spec *RawSpec) (_ *diskPlan, err
 	loader := "none"
 	if spec.Boot != nil {
 		switch {
-		case spec.Boot.Loader == "systemd-boot" || spec.Boot.Loader == "shim" || spec.Boot.Loader == "none":
+		case spec.Boot.Loader == "systemd-boot" || spec.Boot.Loader == "shim" || spec.Boot.Loader == "uki" || spec.Boot.Loader == "none":
 			loader = spec.Boot.Loader
 		case spec.Boot.Loader == "":
 			loader = "systemd-boot"
 		default:
-			return nil, fmt.Errorf("boot.loader: %q is not supported; use systemd-boot, shim or none", spec.Boot.Loader)
+			return nil, fmt.Errorf("boot.loader: %q is not supported; use systemd-boot, shim, uki or none", spec.Boot.Loader)
+		}
+		if loader != "uki" && spec.Boot.SecureBoot != nil {
+			return nil, fmt.Errorf("boot.secureBoot: signing with your own key is for loader uki, not %s", loader)
+		}
+		if loader != "uki" && spec.Boot.SystemdBoot != nil {
+			return nil, fmt.Errorf("boot.systemdBoot: applies to loader uki, not %s", loader)
 		}
 	}
 	var root, esp *plannedPart
@@ -181,6 +202,24 @@ func planDisk(ctx context.Context, src *Source, spec *RawSpec) (_ *diskPlan, err
 			if esp == nil {
 				esp = pp
 			}
+		case "usr", "usr-verity":
+			other := &p.usr
+			if ps.Type == "usr-verity" {
+				other = &p.usrVerity
+			}
+			if *other != nil {
+				return nil, fmt.Errorf("%s.type: a second %s partition (the first is %s)", pp.field, ps.Type, (*other).field)
+			}
+			*other = pp
+			// The Discoverable Partitions Specification's read-only flag.
+			pp.gpt.Attributes |= disk.AttrReadOnly
+			switch {
+			case ps.Type == "usr" && ps.Filesystem != "ext4":
+				return nil, fmt.Errorf("%s.filesystem: the usr partition holds ext4, not %q", pp.field, ps.Filesystem)
+			case ps.Type == "usr-verity" && ps.Filesystem != "none":
+				return nil, fmt.Errorf("%s.filesystem: the usr-verity partition holds a hash tree, not %q", pp.field, ps.Filesystem)
+			}
+			pp.hash = ps.Type == "usr-verity"
 		}
 		switch ps.Filesystem {
 		case "vfat":
@@ -189,7 +228,12 @@ func planDisk(ctx context.Context, src *Source, spec *RawSpec) (_ *diskPlan, err
 			pp.ext4 = &ext4.Options{UUID: disk.FilesystemUUID(src.Seed, ps.Name), HashSeed: disk.HashSeed(src.Seed, ps.Name),
 				Label: ps.Label, Epoch: src.Epoch, Log: src.Log, FreeSpace: free}
 			pp.tree = src.Tree
-			if pp != root {
+			if ps.Type == "usr" {
+				// The usr partition holds /usr, made read-only: no room
+				// is kept for writes that never come.
+				pp.ext4.FreeSpace = -1
+			}
+			if pp != root && ps.Type != "usr" {
 				// Only the root holds the tree; another ext4 partition starts empty.
 				t, done, err := emptyTree(src.WorkDir, src.Epoch)
 				if err != nil {
@@ -215,13 +259,30 @@ func planDisk(ctx context.Context, src *Source, spec *RawSpec) (_ *diskPlan, err
 	if root == nil {
 		return nil, errors.New("partitions: a raw disk needs a partition of type root")
 	}
+	p.esp = esp
+	if p.usrVerity != nil && p.usr == nil {
+		return nil, fmt.Errorf("%s.type: a usr-verity partition hashes a partition of type usr, and there is none", p.usrVerity.field)
+	}
+	if p.usr != nil && loader != "uki" {
+		return nil, fmt.Errorf("%s.type: /usr on a partition of its own is booted by loader uki, whose initramfs mounts it; not by %s", p.usr.field, loader)
+	}
+	if p.usr != nil {
+		if err := checkUsrLayout(src.Tree, p.usr.field); err != nil {
+			return nil, err
+		}
+	}
+	var view *rootfs.Tree
 	if spec.Grow {
-		view, err := growView(src)
-		if err != nil {
+		if view, err = growView(src); err != nil {
 			return nil, fmt.Errorf("grow: %w", err)
 		}
 		p.cleanup = append(p.cleanup, func() { view.Close() })
 		root.tree = view.View()
+	}
+	if p.usr != nil {
+		if err := p.splitUsr(src, view, root, p.usr); err != nil {
+			return nil, err
+		}
 	}
 	if loader != "none" {
 		if esp == nil || esp.vfat == nil {
@@ -231,11 +292,22 @@ func planDisk(ctx context.Context, src *Source, spec *RawSpec) (_ *diskPlan, err
 		if spec.Boot != nil {
 			cmdline = spec.Boot.Cmdline
 		}
-		espFilesOf := espFiles
-		if loader == "shim" {
-			espFilesOf = shimESPFiles
+		var files []espFile
+		switch loader {
+		case "shim":
+			files, err = shimESPFiles(ctx, src, disk.FormatUUID(root.gpt.GUID), cmdline)
+		case "uki":
+			usrOption := ""
+			if p.usr != nil && p.usrVerity == nil {
+				usrOption = "mount.usr=PARTUUID=" + disk.FormatUUID(p.usr.gpt.GUID)
+			}
+			if spec.Boot.BIOS {
+				return nil, errors.New("boot.bios: BIOS boot needs loader systemd-boot or shim: a UKI boots from UEFI alone")
+			}
+			files, p.uki, err = ukiESPFiles(ctx, src, spec.Boot, disk.FormatUUID(root.gpt.GUID), usrOption, p.usrVerity != nil, p.usr != nil)
+		default:
+			files, err = espFiles(ctx, src, disk.FormatUUID(root.gpt.GUID), cmdline)
 		}
-		files, err := espFilesOf(ctx, src, disk.FormatUUID(root.gpt.GUID), cmdline)
 		if err != nil {
 			return nil, err
 		}
@@ -259,7 +331,6 @@ func planDisk(ctx context.Context, src *Source, spec *RawSpec) (_ *diskPlan, err
 			return nil, err
 		}
 	}
-	p.adds = p.manifestAdds()
 	return p, nil
 }
 
@@ -271,6 +342,9 @@ func (p *diskPlan) sizePartitions(diskSize int64) error {
 	for _, pp := range p.parts {
 		if pp.spec.Size < 0 {
 			return fmt.Errorf("%s.size: %d bytes is less than nothing", pp.field, pp.spec.Size)
+		}
+		if pp.hash {
+			continue // sized below, from /usr's size
 		}
 		size := disk.AlignUp(pp.spec.Size)
 		switch {
@@ -307,6 +381,13 @@ func (p *diskPlan) sizePartitions(diskSize int64) error {
 			return fmt.Errorf("%s.size: a swap partition needs at least 40 KiB", pp.field)
 		}
 		pp.gpt.Size = size
+		fixedSum += size
+	}
+	if p.usrVerity != nil {
+		size, err := p.sizeVerity()
+		if err != nil {
+			return err
+		}
 		fixedSum += size
 	}
 	if autoRoot != nil {
@@ -350,6 +431,44 @@ func (p *diskPlan) write(ctx context.Context, f *os.File) error {
 	if err := f.Truncate(p.size); err != nil {
 		return err
 	}
+	// /usr and its hash tree come first: the root hash names both
+	// partitions and goes into the UKI's command line, so the ESP and the
+	// partition table wait for it.
+	var first []*plannedPart
+	if p.usr != nil {
+		first = append(first, p.usr)
+	}
+	if err := p.writeParts(ctx, f, first); err != nil {
+		return err
+	}
+	if p.usrVerity != nil {
+		r, err := p.writeVerity(ctx, f)
+		if err != nil {
+			return err
+		}
+		p.usrRootHash = r.RootHash
+		p.facts = append(p.facts, Fact{"verity.usr.roothash", r.RootHashHex()},
+			Fact{"verity.usr.partitions", p.usr.spec.Name + " " + p.usrVerity.spec.Name})
+	}
+	if p.uki != nil {
+		// Without a verified /usr, the UKI laid out at planning is final.
+		if p.uki.verity {
+			if err := p.uki.build(hex.EncodeToString(p.usrRootHash)); err != nil {
+				return err
+			}
+		}
+		p.esp.digests[p.uki.index] = p.uki.digest
+		p.facts = append(p.uki.facts(p.esp.spec.Name), p.facts...)
+	}
+	var rest []*plannedPart
+	for _, pp := range p.parts {
+		if pp != p.usr && !pp.hash {
+			rest = append(rest, pp)
+		}
+	}
+	if err := p.writeParts(ctx, f, rest); err != nil {
+		return err
+	}
 	gparts := make([]disk.Partition, len(p.parts))
 	for i, pp := range p.parts {
 		gparts[i] = pp.gpt
@@ -362,7 +481,13 @@ func (p *diskPlan) write(ctx context.Context, f *os.File) error {
 			return err
 		}
 	}
-	for _, pp := range p.parts {
+	p.adds = p.manifestAdds()
+	return nil
+}
+
+// writeParts writes the file systems of parts.
+func (p *diskPlan) writeParts(ctx context.Context, f *os.File, parts []*plannedPart) error {
+	for _, pp := range parts {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -509,6 +634,12 @@ func (p *diskPlan) manifestAdds() []string {
 				lines = append(lines, &rootfs.Entry{Path: prefix + f.Path, Inode: &rootfs.Inode{Type: rootfs.TypeRegular, Perm: 0o644,
 					MTime: mt, Size: f.Size, Digest: pp.digests[i]}})
 			}
+			sort.Slice(lines, func(i, j int) bool { return lines[i].Path < lines[j].Path })
+			for _, e := range lines {
+				adds = append(adds, rootfs.ManifestLine(e, nil, false))
+			}
+		case pp == p.usr:
+			lines := p.usrAdds()
 			sort.Slice(lines, func(i, j int) bool { return lines[i].Path < lines[j].Path })
 			for _, e := range lines {
 				adds = append(adds, rootfs.ManifestLine(e, nil, false))

@@ -1,6 +1,7 @@
 package formats
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -150,11 +151,14 @@ func readDisk(ctx context.Context, r io.ReaderAt, size int64, im *Image) error {
 		Region{Name: "GPT header", Offset: disk.SectorSize, Size: disk.SectorSize},
 		Region{Name: "GPT partition entries", Offset: 2 * disk.SectorSize, Size: 128 * 128},
 		Region{Name: "backup GPT", Offset: disk.LastUsable(size), Size: size - disk.LastUsable(size)})
-	root := -1
-	var rootTree *rootfs.Sealed
+	root, usr := -1, -1
+	var rootTree, usrTree *rootfs.Sealed
 	kinds := make([]string, len(parts))
 	for i, p := range parts {
 		kinds[i] = fsKind(r, p.Start)
+		if (p.Type == disk.TypeUsrAMD64 || p.Type == disk.TypeUsrARM64) && kinds[i] == "ext4" {
+			usr = i
+		}
 		im.Partitions = append(im.Partitions, Partition{Index: i + 1, Name: p.Name, Type: p.Type,
 			GUID: strings.ToLower(disk.FormatUUID(p.GUID)), Start: p.Start, Size: p.Size, Filesystem: kinds[i]})
 		im.Regions = append(im.Regions, Region{Name: fmt.Sprintf("partition %d (%s)", i+1, p.Name), Offset: p.Start, Size: p.Size})
@@ -186,8 +190,11 @@ func readDisk(ctx context.Context, r io.ReaderAt, size int64, im *Image) error {
 				return fmt.Errorf("partition %d (%s): ext4: %w", i+1, p.Name, err)
 			}
 			im.Regions = appendRegions(im.Regions, data)
-			if i == root {
+			switch i {
+			case root:
 				rootTree = tree
+			case usr:
+				usrTree = tree
 			}
 			entries = tree.Entries()
 		case "vfat":
@@ -200,6 +207,7 @@ func readDisk(ctx context.Context, r io.ReaderAt, size int64, im *Image) error {
 			fsys.Facts = []Fact{{"type", fmt.Sprint(g.Type)}, {"clusters", fmt.Sprint(g.Clusters)},
 				{"sectors-per-cluster", fmt.Sprint(g.SectorsPerCluster)}, {"volume-id", fsys.UUID}, {"label", ffs.Label}}
 			fsys.Facts = append(fsys.Facts, secureBootFacts(ffs)...)
+			fsys.Facts = append(fsys.Facts, ukiFacts(ffs)...)
 			if entries, err = readFAT(ctx, ffs); err != nil {
 				return fmt.Errorf("partition %d (%s): %w", i+1, p.Name, err)
 			}
@@ -210,8 +218,11 @@ func readDisk(ctx context.Context, r io.ReaderAt, size int64, im *Image) error {
 		if len(entries) > 0 && entries[0].Path == "/" {
 			fsys.Files--
 		}
+		if kinds[i] == "verity" {
+			fsys.Facts = verityFacts(sub)
+		}
 		im.Filesystems = append(im.Filesystems, fsys)
-		if i == root {
+		if i == root || (i == usr && root >= 0) {
 			continue
 		}
 		for _, e := range entries {
@@ -224,17 +235,58 @@ func readDisk(ctx context.Context, r io.ReaderAt, size int64, im *Image) error {
 	if root < 0 {
 		return errors.New("no ext4 root partition")
 	}
-	im.Record = recordOf(r, size, parts[root], rootTree)
+	// A /usr partition is the tree's /usr: its entries join the root's,
+	// which holds /usr empty, where it is mounted.
+	name := func(p string) string { return partName(parts[root], root) + ":" + p }
+	recordPart, recordTree := parts[root], rootTree
+	if usr >= 0 {
+		merged, lf, err := mergeUsr(rootTree, usrTree)
+		if err != nil {
+			return fmt.Errorf("partition %d (%s): %w", usr+1, parts[usr].Name, err)
+		}
+		usrName := partName(parts[usr], usr)
+		if lf != nil {
+			im.Extra = append(im.Extra, &rootfs.Entry{Path: usrName + ":/lost+found", Inode: lf.Inode, Origin: lf.Origin})
+		}
+		rootTree = merged
+		name = func(p string) string {
+			if rest, ok := strings.CutPrefix(p, "/usr"); ok && (rest == "" || rest[0] == '/') {
+				return usrName + ":" + cmp.Or(rest, "/")
+			}
+			return partName(parts[root], root) + ":" + p
+		}
+		if strings.HasPrefix(rootfs.RecordPath, "/usr/") {
+			recordPart, recordTree = parts[usr], usrTree
+		}
+	}
+	im.Record = recordOf(r, size, recordPart, recordTree)
+	if usr >= 0 {
+		for i, p := range parts {
+			if kinds[i] == "verity" && (p.Type == disk.TypeUsrVerityAMD64 || p.Type == disk.TypeUsrVerityARM64) {
+				var cmdline string
+				for _, fsys := range im.Filesystems {
+					for _, f := range fsys.Facts {
+						if f.Key == "uki.cmdline" {
+							cmdline = f.Value
+						}
+					}
+				}
+				u := parts[usr]
+				im.Facts = append(im.Facts, checkVerity(ctx, io.NewSectionReader(r, u.Start, u.Size), u.Size,
+					io.NewSectionReader(r, p.Start, p.Size), p.Size, cmdline))
+			}
+		}
+	}
 	// What the root file system holds beyond the record is the output's
 	// own (lost+found, a repart drop-in). Without a stamp record,
 	// lost+found is taken for the file system's unless the record names
 	// it.
 	tree, extra := rootTree.Entries(), []*rootfs.Entry(nil)
 	if _, ok := treePaths(im.Record); ok {
-		tree, extra = splitRecorded(tree, im.Record, partName(parts[root], root))
+		tree, extra = splitRecordedBy(tree, im.Record, name)
 	} else if lf := rootTree.Get("/lost+found"); lf != nil && !recordPaths(im.Record)["/lost+found"] {
 		tree = removeEntry(tree, lf)
-		extra = []*rootfs.Entry{{Path: partName(parts[root], root) + ":/lost+found", Inode: lf.Inode, Origin: lf.Origin}}
+		extra = []*rootfs.Entry{{Path: name("/lost+found"), Inode: lf.Inode, Origin: lf.Origin}}
 	}
 	im.Tree = rootTree
 	if len(extra) > 0 {
@@ -270,8 +322,30 @@ func fsKind(r io.ReaderAt, off int64) string {
 		return "vfat"
 	case string(b[4086:4096]) == "SWAPSPACE2" || string(b[4086:4096]) == "SWAP-SPACE":
 		return "swap"
+	case string(b[:8]) == "verity\x00\x00":
+		return "verity"
 	}
 	return ""
+}
+
+// mergeUsr is the tree of a disk whose /usr is a partition of its own:
+// root's entries with usr's moved below /usr. It returns usr's lost+found
+// apart, as the file system's own.
+func mergeUsr(root, usr *rootfs.Sealed) (*rootfs.Sealed, *rootfs.Entry, error) {
+	if u := root.Get("/usr"); u == nil || u.Type != rootfs.TypeDir || len(root.Children("/usr")) > 0 {
+		return nil, nil, errors.New("the root file system has no empty /usr to mount the usr partition on")
+	}
+	entries := root.Entries()
+	lf := usr.Get("/lost+found")
+	for _, e := range usr.Entries() {
+		if e.Path == "/" || e == lf {
+			continue
+		}
+		entries = append(entries, &rootfs.Entry{Path: "/usr" + e.Path, Inode: e.Inode, Origin: e.Origin})
+	}
+	sort.Slice(entries, func(a, b int) bool { return entries[a].Path < entries[b].Path })
+	t, err := rootfs.SealedOf(entries)
+	return t, lf, err
 }
 
 // readFAT reads every entry of a FAT file system. FAT has no owners or
@@ -319,13 +393,18 @@ func readFAT(ctx context.Context, ffs *fat.FS) ([]*rootfs.Entry, error) {
 	return out, nil
 }
 
-// recordOf reads the embedded record from the root file system.
-func recordOf(r io.ReaderAt, size int64, root disk.Partition, tree *rootfs.Sealed) []byte {
-	e := tree.Get(rootfs.RecordPath)
+// recordOf reads the embedded record from the file system in part whose
+// tree is tree: the root's, or /usr's.
+func recordOf(r io.ReaderAt, size int64, part disk.Partition, tree *rootfs.Sealed) []byte {
+	p := rootfs.RecordPath
+	if tree.Get(p) == nil {
+		p = strings.TrimPrefix(p, "/usr")
+	}
+	e := tree.Get(p)
 	if e == nil || e.Type != rootfs.TypeRegular || e.Size > maxRecord {
 		return nil
 	}
-	data, err := ext4.ReadFile(r, size, root.Start, root.Size, rootfs.RecordPath)
+	data, err := ext4.ReadFile(r, size, part.Start, part.Size, p)
 	if err != nil {
 		return nil
 	}

@@ -263,13 +263,19 @@ func holdsRecordPath(p string) bool {
 // directories above it, which it cannot list), and the output's own,
 // renamed under prefix.
 func splitRecorded(entries []*rootfs.Entry, record []byte, prefix string) (tree, extra []*rootfs.Entry) {
+	return splitRecordedBy(entries, record, func(p string) string { return prefix + ":" + p })
+}
+
+// splitRecordedBy is splitRecorded where name says what an extra entry is
+// called: a disk names it by the file system that holds it.
+func splitRecordedBy(entries []*rootfs.Entry, record []byte, name func(string) string) (tree, extra []*rootfs.Entry) {
 	recorded := recordPaths(record)
 	for _, e := range entries {
 		if recorded[e.Path] || holdsRecordPath(e.Path) {
 			tree = append(tree, e)
 			continue
 		}
-		extra = append(extra, &rootfs.Entry{Path: prefix + ":" + e.Path, Inode: e.Inode, Origin: e.Origin})
+		extra = append(extra, &rootfs.Entry{Path: name(e.Path), Inode: e.Inode, Origin: e.Origin})
 	}
 	return tree, extra
 }

@@ -340,8 +340,14 @@ func (d *decoder) checkPartitions(on *outputNode) {
 		d.fail(at, field, "a raw disk needs exactly one partition of type root, got %d", count["root"])
 	case count["esp"] > 1:
 		d.fail(at, field, "a raw disk may have one ESP, got %d", count["esp"])
+	case count["usr"] > 1 || count["usr-verity"] > 1:
+		d.fail(at, field, "a raw disk may have one usr and one usr-verity partition, got %d and %d", count["usr"], count["usr-verity"])
+	case count["usr-verity"] == 1 && count["usr"] == 0:
+		d.fail(at, field, "a usr-verity partition holds the hash tree of a usr partition, and there is none")
+	case count["usr"] == 1 && (o.Boot == nil || o.Boot.Loader != "uki"):
+		d.fail(at, field, "/usr on a partition of its own needs boot.loader uki, whose initramfs mounts it")
 	}
-	if o.Boot != nil && (o.Boot.Loader == "systemd-boot" || o.Boot.Loader == "shim") && count["esp"] == 0 {
+	if o.Boot != nil && (o.Boot.Loader == "systemd-boot" || o.Boot.Loader == "shim" || o.Boot.Loader == "uki") && count["esp"] == 0 {
 		d.fail(on.seen["boot"], child(o.Field, "boot.loader"), "%s needs a partition of type esp", o.Boot.Loader)
 	}
 	if o.Boot != nil && o.Boot.BIOS && count["bios"] == 0 {
@@ -349,12 +355,12 @@ func (d *decoder) checkPartitions(on *outputNode) {
 	}
 }
 
-var partitionTypes = []string{"esp", "root", "xbootldr", "swap", "linux", "bios"}
+var partitionTypes = []string{"esp", "root", "usr", "usr-verity", "xbootldr", "swap", "linux", "bios"}
 
 // defaultFilesystem is each partition type's file system, and the only one it may have
 // where the type fixes it.
 var defaultFilesystem = map[string]string{
-	"esp": "vfat", "root": "ext4", "xbootldr": "vfat", "swap": "swap", "linux": "ext4", "bios": "none",
+	"esp": "vfat", "root": "ext4", "usr": "ext4", "usr-verity": "none", "xbootldr": "vfat", "swap": "swap", "linux": "ext4", "bios": "none",
 }
 
 func (d *decoder) partition(n *yaml.Node, field string) Partition {
@@ -384,12 +390,12 @@ func (d *decoder) partition(n *yaml.Node, field string) Partition {
 	if p.Filesystem == "" {
 		p.Filesystem = want
 	}
-	fixed := map[string]bool{"esp": true, "xbootldr": true, "swap": true, "bios": true}
+	fixed := map[string]bool{"esp": true, "xbootldr": true, "swap": true, "bios": true, "usr-verity": true}
 	if fixed[p.Type] && p.Filesystem != want && seen["filesystem"] != nil && !d.failed(seen["filesystem"]) {
 		d.fail(seen["filesystem"], child(field, "filesystem"), "a partition of type %s has filesystem %s", p.Type, want)
 	}
-	if p.Type == "root" && p.Filesystem != "ext4" && seen["filesystem"] != nil {
-		d.fail(seen["filesystem"], child(field, "filesystem"), "the root partition is ext4")
+	if (p.Type == "root" || p.Type == "usr") && p.Filesystem != "ext4" && seen["filesystem"] != nil {
+		d.fail(seen["filesystem"], child(field, "filesystem"), "the %s partition is ext4", p.Type)
 	}
 	max := map[string]int{"vfat": 11, "ext4": 16, "swap": 15}[p.Filesystem]
 	if max > 0 && len(p.Label) > max {
@@ -402,13 +408,28 @@ func (d *decoder) boot(n *yaml.Node, field string) Boot {
 	b := Boot{Loader: "systemd-boot"}
 	seen := d.mapping(n, field, map[string]handler{
 		"loader": func(v *yaml.Node, f string) {
-			b.Loader = d.enum(v, f, "loader", "systemd-boot", "shim", "grub", "none")
+			b.Loader = d.enum(v, f, "loader", "systemd-boot", "shim", "uki", "grub", "none")
 		},
-		"cmdline": func(v *yaml.Node, f string) { b.Cmdline = d.str(v, f) },
-		"bios":    func(v *yaml.Node, f string) { b.BIOS = d.boolean(v, f) },
+		"cmdline":     func(v *yaml.Node, f string) { b.Cmdline = d.str(v, f) },
+		"bios":        func(v *yaml.Node, f string) { b.BIOS = d.boolean(v, f) },
+		"systemdBoot": func(v *yaml.Node, f string) { sb := d.boolean(v, f); b.SystemdBoot = &sb },
+		"secureBoot": func(v *yaml.Node, f string) {
+			var sb SecureBoot
+			seen := d.mapping(v, f, map[string]handler{
+				"key":  func(v *yaml.Node, f string) { sb.Key = d.hostPath(v, f) },
+				"cert": func(v *yaml.Node, f string) { sb.Cert = d.hostPath(v, f) },
+			})
+			d.required(v, f, seen, "key", "cert")
+			b.SecureBoot = &sb
+		},
 	})
 	if seen != nil && b.BIOS && b.Loader != "systemd-boot" && b.Loader != "shim" {
 		d.fail(seen["bios"], child(field, "bios"), biosLoaderMsg, b.Loader)
+	}
+	for _, k := range []string{"systemdBoot", "secureBoot"} {
+		if seen != nil && seen[k] != nil && b.Loader != "uki" {
+			d.fail(seen[k], child(field, k), "%s applies to loader uki, not %s", k, b.Loader)
+		}
 	}
 	return b
 }

@@ -345,10 +345,17 @@ type Output struct {
 	Network  string
 }
 
+// SecureBoot names the user's Secure Boot signing key and its
+// certificate, PEM files on the build host, relative to the recipe.
+type SecureBoot struct {
+	Key  string
+	Cert string
+}
+
 // Partition is one GPT partition of a raw disk.
 type Partition struct {
 	Name       string
-	Type       string // esp | root | xbootldr | swap | linux | bios
+	Type       string // esp | root | usr | usr-verity | xbootldr | swap | linux | bios
 	Size       int64  // bytes; 0 is "auto"
 	Filesystem string // vfat | ext4 | swap | none
 	Label      string // filesystem label
@@ -356,8 +363,15 @@ type Partition struct {
 
 // Boot places a boot loader on a raw disk.
 type Boot struct {
-	Loader  string // systemd-boot | shim (Secure Boot) | grub | none
+	Loader  string // systemd-boot | shim (Secure Boot) | uki | grub | none
 	Cmdline string
+	// SystemdBoot, for loader uki: systemd-boot boots the UKI as its Type
+	// #2 entry (nil or true), or the UKI is the removable media boot file
+	// alone (false).
+	SystemdBoot *bool
+	// SecureBoot, for loader uki, signs the UKI and systemd-boot with the
+	// user's own key and lays out its enrolment.
+	SecureBoot *SecureBoot
 	// BIOS also boots legacy BIOS machines, with GRUB for i386-pc in a
 	// partition of type bios; it needs loader systemd-boot or shim.
 	BIOS bool

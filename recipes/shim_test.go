@@ -25,7 +25,7 @@ func TestShim(t *testing.T) {
 		t.Errorf("shim without an ESP: %v", err)
 	}
 	_, err = Parse([]byte(head+"  - format: raw\n    boot: {loader: secure}\n"), "r.yaml")
-	if err == nil || !strings.Contains(err.Error(), "systemd-boot, shim, grub, none") {
+	if err == nil || !strings.Contains(err.Error(), "systemd-boot, shim, uki, grub, none") {
 		t.Errorf("an unknown loader: %v", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"strings"
 )
 
 // Overlay returns a tree that starts as a copy of t's index and keeps the
@@ -17,6 +18,52 @@ import (
 // can be replaced or removed, but a replaced entry's content is written anew
 // into dir, never into t's directory.
 func (t *Tree) Overlay(dir string) (*Tree, error) {
+	return t.overlayOf(dir, func(p string) (string, bool) { return p, true })
+}
+
+// Split returns two overlays of t for a disk that holds the directory sub
+// on a file system of its own: outside holds everything but what is below
+// sub (sub stays, empty, where the file system is mounted), inside holds
+// what is below sub moved to the root, sub itself as "/". Each keeps its
+// content in t, and creates what is new in its own directory, dirOut or
+// dirIn. A hard link between the two sides cannot be kept on two file
+// systems, so it is an error naming both paths.
+func (t *Tree) Split(sub, dirOut, dirIn string) (outside, inside *Tree, err error) {
+	e := t.entries[sub]
+	if sub == "/" || e == nil || e.Type != TypeDir {
+		return nil, nil, fmt.Errorf("split at %s: not a directory of the tree", sub)
+	}
+	below := func(p string) bool { return strings.HasPrefix(p, sub+"/") }
+	sides := map[*Inode]string{}
+	for _, p := range t.Paths() {
+		in := t.entries[p].Inode
+		if q, ok := sides[in]; ok && below(q) != below(p) {
+			return nil, nil, fmt.Errorf("%s and %s are hard links of one file, which cannot be on two file systems", q, p)
+		}
+		sides[in] = p
+	}
+	if outside, err = t.overlayOf(dirOut, func(p string) (string, bool) { return p, !below(p) }); err != nil {
+		return nil, nil, err
+	}
+	inside, err = t.overlayOf(dirIn, func(p string) (string, bool) {
+		switch {
+		case p == sub:
+			return "/", true
+		case below(p):
+			return p[len(sub):], true
+		}
+		return "", false
+	})
+	if err != nil {
+		outside.Close()
+		return nil, nil, err
+	}
+	return outside, inside, nil
+}
+
+// overlayOf is an overlay of the entries of t that keep maps to a path of
+// the overlay. Their link counts are counted among what it keeps.
+func (t *Tree) overlayOf(dir string, keep func(p string) (string, bool)) (*Tree, error) {
 	if err := t.settleWrites(); err != nil {
 		return nil, err
 	}
@@ -30,7 +77,12 @@ func (t *Tree) Overlay(dir string) (*Tree, error) {
 	o := &Tree{dir: dir, root: r, opts: t.opts, entries: make(map[string]*Entry, len(t.entries)),
 		lower: t, lowerPath: make(map[*Inode]string, len(t.entries))}
 	copies := make(map[*Inode]*Inode, len(t.entries))
+	counts := make(map[*Inode]int, len(t.entries))
 	for _, p := range t.Paths() {
+		np, ok := keep(p)
+		if !ok {
+			continue
+		}
 		e := t.entries[p]
 		in := copies[e.Inode]
 		if in == nil {
@@ -45,7 +97,15 @@ func (t *Tree) Overlay(dir string) (*Tree, error) {
 			copies[e.Inode] = in
 			o.lowerPath[in] = p
 		}
-		o.entries[p] = &Entry{Path: p, Inode: in, Origin: e.Origin}
+		counts[in]++
+		o.entries[np] = &Entry{Path: np, Inode: in, Origin: e.Origin}
+	}
+	for in, n := range counts {
+		in.nlink = n
+	}
+	if o.entries["/"] == nil {
+		r.Close()
+		return nil, fmt.Errorf("overlay %s: no root entry", dir)
 	}
 	return o, nil
 }
@@ -71,6 +131,9 @@ func (t *Tree) Added() []*Entry {
 	}
 	return out
 }
+
+// SameMetadata says whether two inodes show the same in a manifest line.
+func SameMetadata(a, b *Inode) bool { return sameInode(a, b) }
 
 // sameInode compares what a manifest line shows of two inodes.
 func sameInode(a, b *Inode) bool {

@@ -74,6 +74,12 @@ func (s *Sealed) Added() []*Entry { return s.t.Added() }
 // written from; the caller closes it.
 func (s *Sealed) Overlay(dir string) (*Tree, error) { return s.t.Overlay(dir) }
 
+// Split starts two views of s for a disk that holds the directory sub on a
+// file system of its own (see Tree.Split); the caller closes both.
+func (s *Sealed) Split(sub, dirOut, dirIn string) (outside, inside *Tree, err error) {
+	return s.t.Split(sub, dirOut, dirIn)
+}
+
 // DiskPath is where the content of the entry at the exact path p lives on
 // the host, for tools that need a host path; "" for a view made by
 // SealedOf. What lies there must be read, never changed.

@@ -153,8 +153,12 @@ type Dependency struct {
 	Field, Kind, URI, Digest string
 }
 
-// Sum is a file and its sha256, as a line of SHA256SUMS says.
-type Sum struct{ Name, SHA256 string }
+// Sum is a file and its sha256, as a line of SHA256SUMS says, and what
+// its output says of it (annotations of its subject).
+type Sum struct {
+	Name, SHA256 string
+	Annotations  map[string]string
+}
 
 // Recipe is what provenance.json says of the recipe and the choices made
 // for it.
@@ -181,7 +185,7 @@ func digestSet(d string) map[string]string {
 func ProvenanceJSON(rec Recipe, ep time.Time, treeDigest string, deps []Dependency, subjects, byproducts []Sum) ([]byte, error) {
 	st := Statement{Type: StatementType, PredicateType: ProvenanceType, Subject: []ResourceDescriptor{}}
 	for _, s := range subjects {
-		st.Subject = append(st.Subject, ResourceDescriptor{Name: s.Name, Digest: map[string]string{"sha256": s.SHA256}})
+		st.Subject = append(st.Subject, ResourceDescriptor{Name: s.Name, Digest: map[string]string{"sha256": s.SHA256}, Annotations: s.Annotations})
 	}
 	recipe := map[string]any{"name": rec.Name}
 	if rec.File != "" {

@@ -43,12 +43,19 @@ func TestEveryShippedRecipeBuilds(t *testing.T) {
 	how := map[string]struct {
 		base bool
 		args []string
+		// repo, when set, gives the build its Debian repository (and the
+		// --set arguments that name it).
+		repo func(testing.TB) []string
 		// elsewhere names the target that builds the recipe, when its
 		// inputs outgrow make test; here it must still load.
 		elsewhere string
 	}{
 		"examples/demo.yaml":    {base: true},
 		"examples/minimal.yaml": {base: true},
+		"examples/sealed.yaml": {base: true, repo: func(t testing.TB) []string {
+			r := harness.SealedRepoFor(t)
+			return []string{"--set", "mirror=" + r.FileURL(), "--set", "suite=" + r.Suite, "--set", "debian_keyring=" + r.Keyring}
+		}},
 		"k8s-node.yaml": {elsewhere: "make e2e-node (test/e2e/node_test.go)", args: []string{
 			"--set", "mirror=file:///srv/debian", "--set", "kubernetes_repo=file:///srv/kubernetes/deb/",
 			"--set", "kubernetes_keyring=./k.gpg", "--set", "registry=registry.example.invalid",
@@ -86,6 +93,9 @@ func TestEveryShippedRecipeBuilds(t *testing.T) {
 			}
 			out := filepath.Join(dir, "out")
 			args := append([]string{"build", filepath.Base(rel), "-o", out, "--cache-dir", filepath.Join(dir, "cache")}, h.args...)
+			if h.repo != nil {
+				args = append(args, h.repo(t)...)
+			}
 			stamp(t, dir, nil, args...).mustSucceed(t)
 			if sums := readSums(t, filepath.Join(out, "SHA256SUMS")); len(sums) == 0 {
 				t.Fatal("no outputs")

@@ -400,6 +400,19 @@ var qemuMachines = map[string][]string{
 // BootQEMUFor is BootQEMU for an architecture of qemuMachines.
 func BootQEMUFor(t testing.TB, arch string, args []string, timeout time.Duration) *Boot {
 	t.Helper()
+	return bootQEMU(t, arch, args, timeout, "")
+}
+
+// BootQEMUUntil is BootQEMU that ends qemu as soon as the serial log shows
+// until: a firmware that refuses every boot option waits in its menu for
+// ever, and its last words say when there is nothing more to see.
+func BootQEMUUntil(t testing.TB, args []string, until string, timeout time.Duration) *Boot {
+	t.Helper()
+	return bootQEMU(t, "amd64", args, timeout, until)
+}
+
+func bootQEMU(t testing.TB, arch string, args []string, timeout time.Duration, until string) *Boot {
+	t.Helper()
 	machine, ok := qemuMachines[arch]
 	if !ok {
 		t.Fatalf("BootQEMU: no qemu machine for architecture %q", arch)
@@ -429,10 +442,27 @@ func BootQEMUFor(t testing.TB, arch string, args []string, timeout time.Duration
 	cmd := exec.CommandContext(ctx, qemu, full...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	start := time.Now()
+	if until != "" {
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(500 * time.Millisecond):
+				}
+				if log, err := os.ReadFile(b.LogPath); err == nil && bytes.Contains(log, []byte(until)) {
+					cancel()
+					return
+				}
+			}
+		}()
+	}
 	b.Err = cmd.Run()
 	logFile.Close()
 	b.Took = time.Since(start).Round(100 * time.Millisecond)
-	b.TimedOut = ctx.Err() != nil
+	b.TimedOut = ctx.Err() != nil && time.Since(start) >= timeout
 	log, err := os.ReadFile(b.LogPath)
 	if err != nil {
 		t.Fatal(err)

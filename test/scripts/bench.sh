@@ -3,7 +3,7 @@
 # prints wall time and peak RSS side by side. Speed and memory are judged here,
 # never by timed unit tests.
 set -euo pipefail
-# Usage: bench.sh [tar|ext4|qcow2|vhd|vmdk|cpio|codecs|oci|debs|bootstrap|disk|node]...; all of them
+# Usage: bench.sh [tar|ext4|qcow2|vhd|vmdk|cpio|codecs|uki|verity|oci|debs|bootstrap|disk|node]...; all of them
 # by default. disk and node need the Kubernetes inputs (make k8s-inputs; it builds
 # them first, which takes about 50 minutes on a machine that has none).
 cd "$(dirname "$0")/../.."
@@ -109,6 +109,24 @@ bench_codecs() {
 	go test -run '^$' -bench '^BenchmarkWriteTar$' -benchtime 2x ./formats 2>/dev/null | grep -E '^Benchmark' || true
 }
 
+bench_uki() {
+	echo
+	echo "== uki: a UKI assembled on Debian's systemd-stub and signed (kernel + 32 MiB initrd; target <= 0.5 s), beside objcopy --add-section + sbsign"
+	go test -run '^$' -bench '^BenchmarkBuildAndSign$' -benchtime 3x -timeout 30m ./disk/uki | grep -E '^Benchmark' >"$WORK/uki" || true
+	cat "$WORK/uki"
+	awk '$1 ~ /stamp/ { s = $3 } $1 ~ /objcopy/ { o = $3 }
+		END { if (s > 0) printf "uki: stamp %.3f s (target <= 0.5 s), %.2fx objcopy + sbsign\n", s / 1e9, (o > 0 ? s / o : 0) }' "$WORK/uki"
+}
+
+bench_verity() {
+	echo
+	echo "== verity: the dm-verity hash tree of a 1 GiB partition of /usr data, beside veritysetup format of the same partition (targets: >= 1 GB/s, <= 1.0x)"
+	go test -run '^$' -bench '^BenchmarkFormatVsVeritysetup$' -benchtime 3x -timeout 30m ./disk/verity | grep -E '^Benchmark' >"$WORK/verity" || true
+	cat "$WORK/verity"
+	awk '$1 ~ /stamp/ { s = $3; sm = $5 } $1 ~ /veritysetup/ { v = $3 }
+		END { if (s > 0 && v > 0) printf "verity: stamp %.0f MB/s, %.2fx veritysetup'"'"'s time\n", sm, s / v }' "$WORK/verity"
+}
+
 bench_oci() {
 	echo
 	bash test/scripts/bench-oci.sh
@@ -142,7 +160,7 @@ bench_node() {
 		grep -E '^(Benchmark|---|\s+node_bench_test)' || true
 }
 
-for b in "${@:-tar ext4 qcow2 vhd vmdk cpio codecs oci debs bootstrap disk node}"; do
+for b in "${@:-tar ext4 qcow2 vhd vmdk cpio codecs uki verity oci debs bootstrap disk node}"; do
 	for one in $b; do
 		declare -F "bench_$one" >/dev/null || { echo "bench: no benchmark named $one" >&2; exit 2; }
 		"bench_$one"
