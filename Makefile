@@ -47,6 +47,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) ./disk/qcow2
 	$(GO) test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) ./disk/vmdk
 	$(GO) test -run '^$$' -fuzz '^FuzzScript$$' -fuzztime $(SCRIPT_FUZZTIME) ./packages/scripts
+	$(GO) test -run '^$$' -fuzz '^FuzzModule$$' -fuzztime $(FUZZTIME) ./packages/kmod
 
 # Kubernetes test inputs built from the Go module proxy, packaged and made into
 # images by stamp; cached per machine (the first run compiles Kubernetes).

@@ -13,11 +13,15 @@ import (
 type Extent struct{ Off, Len int64 }
 
 // DataExtents lists where src may hold data: its data extents when it is a
-// file whose file system reports holes (SEEK_DATA/SEEK_HOLE), else all of
-// it. Encoders of a sparse raw disk read only these, so a mostly empty
-// disk costs what its data costs.
+// file whose file system reports holes (SEEK_DATA/SEEK_HOLE) or a view
+// that knows its own (a Grown disk), else all of it. Encoders of a sparse
+// raw disk read only these, so a mostly empty disk costs what its data
+// costs.
 func DataExtents(src io.ReaderAt, size int64) []Extent {
 	all := []Extent{{0, size}}
+	if x, ok := src.(interface{ Extents() []Extent }); ok {
+		return x.Extents()
+	}
 	f, ok := src.(*os.File)
 	if !ok || size == 0 {
 		return all

@@ -11,22 +11,11 @@ import (
 	"github.com/stamp-dev/stamp/rootfs/compress"
 )
 
-// TestTableWritesAndReadsEveryFormat writes one output of every format in
-// Table (and of every kind a format makes from another output) from one
-// tree, each made from the first format its entry names, and reads each back
-// by detection alone: every entry has a writer, a detector that knows its
-// own output and no other's, and a reader.
-func TestTableWritesAndReadsEveryFormat(t *testing.T) {
-	ctx := context.Background()
-	tree := rawTestTree(t, "amd64")
-	if _, err := tree.Create("/usr/bin/busybox", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o755, MTime: tarEpoch},
-		strings.NewReader("\x7fELF busybox")); err != nil {
-		t.Fatal(err)
-	}
-	// One spec per format and kind, in an order where what an output is
-	// made from comes first. A format added to Table without a line here
-	// fails below.
-	specs := []*Spec{
+// everySpec is one output spec per format and kind, in an order where
+// what an output is made from comes first. A format added to Table
+// without a line here fails TestTableWritesAndReadsEveryFormat.
+func everySpec() []*Spec {
+	return []*Spec{
 		{Format: "raw", Name: "raw", Options: rawSpec()},
 		{Format: "qcow2", Name: "qcow2", Options: &Qcow2Spec{Compress: true}},
 		{Format: "vhd", Name: "vhd", Options: &VHDSpec{}},
@@ -41,23 +30,38 @@ func TestTableWritesAndReadsEveryFormat(t *testing.T) {
 		{Format: "oci", Name: "oci", Options: &OCISpec{Kind: "rootfs"}},
 		{Format: "oci", Name: "containerdisk", Options: &OCISpec{Kind: "containerdisk", Layout: "archive"}},
 	}
-	table := Table()
-	byName := map[string]Entry{}
-	for _, e := range table {
-		if _, dup := byName[e.Name]; dup {
-			t.Fatalf("format %s is in the table twice", e.Name)
-		}
-		byName[e.Name] = e
-		if e.Writer == nil || e.Reader == nil {
-			t.Fatalf("format %s has no writer or no reader", e.Name)
-		}
-		if e.Reader.Format() != e.Name {
-			t.Errorf("format %s: its reader names itself %s", e.Name, e.Reader.Format())
-		}
+}
+
+// everyTree is the tree everySpec's outputs are written from: the raw
+// tests' small bootable tree, with a busybox for the PXE bundle's /init.
+func everyTree(t *testing.T) *rootfs.Tree {
+	t.Helper()
+	tree := rawTestTree(t, "amd64")
+	if _, err := tree.Create("/usr/bin/busybox", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o755, MTime: tarEpoch},
+		strings.NewReader("\x7fELF busybox")); err != nil {
+		t.Fatal(err)
 	}
-	dir := t.TempDir()
+	return tree
+}
+
+// writtenOutput is one output of writeEvery.
+type writtenOutput struct {
+	spec *Spec
+	res  *Result
+	path string // its first file
+}
+
+// writeEvery writes every spec from tree into dir, each made from the
+// first output of the format its entry names.
+func writeEvery(t *testing.T, tree *rootfs.Tree, specs []*Spec, dir string) []writtenOutput {
+	t.Helper()
+	byName := map[string]Entry{}
+	for _, e := range Table() {
+		byName[e.Name] = e
+	}
 	written := map[string]string{} // format -> main file, the first written
 	adds := map[string][]string{}
+	var out []writtenOutput
 	for _, spec := range specs {
 		e, ok := byName[spec.Format]
 		if !ok {
@@ -75,38 +79,67 @@ func TestTableWritesAndReadsEveryFormat(t *testing.T) {
 			src.From, src.FromAdds = filepath.Join(dir, written[from[0]]), adds[from[0]]
 		}
 		src.WorkDir = t.TempDir()
-		res, err := e.Writer.Write(ctx, src, spec, dir, "node-"+spec.Name)
+		res, err := e.Writer.Write(context.Background(), src, spec, dir, "node-"+spec.Name)
 		if err != nil {
 			t.Fatalf("%s: %v", spec.Name, err)
 		}
 		if written[spec.Format] == "" {
 			written[spec.Format], adds[spec.Format] = res.Files[0], res.Adds
 		}
-		im, err := ReadImage(ctx, filepath.Join(dir, res.Files[0]))
-		if err != nil {
-			t.Fatalf("%s: reading %s back: %v", spec.Name, res.Files[0], err)
+		out = append(out, writtenOutput{spec: spec, res: res, path: filepath.Join(dir, res.Files[0])})
+	}
+	return out
+}
+
+// TestTableWritesAndReadsEveryFormat writes one output of every format in
+// Table (and of every kind a format makes from another output) from one
+// tree, each made from the first format its entry names, and reads each back
+// by detection alone: every entry has a writer, a detector that knows its
+// own output and no other's, and a reader.
+func TestTableWritesAndReadsEveryFormat(t *testing.T) {
+	ctx := context.Background()
+	table := Table()
+	byName := map[string]Entry{}
+	for _, e := range table {
+		if _, dup := byName[e.Name]; dup {
+			t.Fatalf("format %s is in the table twice", e.Name)
 		}
-		if im.Format != spec.Format {
-			t.Errorf("%s: %s is read back as %s", spec.Name, res.Files[0], im.Format)
+		byName[e.Name] = e
+		if e.Writer == nil || e.Reader == nil {
+			t.Fatalf("format %s has no writer or no reader", e.Name)
+		}
+		if e.Reader.Format() != e.Name {
+			t.Errorf("format %s: its reader names itself %s", e.Name, e.Reader.Format())
+		}
+	}
+	written := map[string]bool{}
+	for _, w := range writeEvery(t, everyTree(t), everySpec(), t.TempDir()) {
+		written[w.spec.Format] = true
+		im, err := ReadImage(ctx, w.path)
+		if err != nil {
+			t.Fatalf("%s: reading %s back: %v", w.spec.Name, w.path, err)
+		}
+		if im.Format != w.spec.Format {
+			t.Errorf("%s: %s is read back as %s", w.spec.Name, w.path, im.Format)
 		}
 		if im.Tree.Len() == 0 {
-			t.Errorf("%s: %s reads back with no entries", spec.Name, res.Files[0])
+			t.Errorf("%s: %s reads back with no entries", w.spec.Name, w.path)
 		}
 		// One file's content read back, where the format can give it.
 		data, err := ReadTreeFile(ctx, im, "/usr/bin/busybox", 1<<20)
-		switch spec.Format {
+		switch w.spec.Format {
 		case "tar", "raw", "qcow2", "vhd", "vmdk", "ova":
 			if err != nil || string(data) != "\x7fELF busybox" {
-				t.Errorf("%s: ReadTreeFile: %q, %v", spec.Name, data, err)
+				t.Errorf("%s: ReadTreeFile: %q, %v", w.spec.Name, data, err)
 			}
 		default:
 			if !errors.Is(err, ErrCannotReadFile) {
-				t.Errorf("%s: ReadTreeFile: %v, want ErrCannotReadFile", spec.Name, err)
+				t.Errorf("%s: ReadTreeFile: %v, want ErrCannotReadFile", w.spec.Name, err)
 			}
 		}
 	}
 	for _, e := range table {
-		if written[e.Name] == "" {
+		if !written[e.Name] {
 			t.Errorf("format %s is in Table but this test writes none", e.Name)
 		}
 		for kind, from := range e.MadeFrom {

@@ -24,8 +24,9 @@ const GCEDiskName = "disk.raw"
 const gib = 1 << 30
 
 // GCEDiskSize is the size the disk in a GCE archive of a raw disk of size
-// bytes has: size rounded up to a whole GiB, padded with zeros, as the VHD
-// output pads to a MiB for Azure.
+// bytes has: size rounded up to a whole GiB. The raw is padded with zeros
+// and its backup GPT moved to the new end (disk.Grow), so the GPT
+// describes the disk Compute Engine attaches.
 func GCEDiskSize(size int64) int64 { return (size + gib - 1) / gib * gib }
 
 // gceFormat packages a raw disk output as Compute Engine imports one:
@@ -52,8 +53,12 @@ func (gceFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base s
 			return err
 		}
 		bw := bufio.NewWriterSize(zw, 1<<20)
-		extents := disk.DataExtents(in, size)
-		hdr, err := gnuSparseHeader(GCEDiskName, src.Epoch, GCEDiskSize(size), extents)
+		grown, err := disk.Grow(in, size, GCEDiskSize(size))
+		if err != nil {
+			return fmt.Errorf("from: %w", err)
+		}
+		extents := grown.Extents()
+		hdr, err := gnuSparseHeader(GCEDiskName, src.Epoch, grown.Size(), extents)
 		if err != nil {
 			return err
 		}
@@ -66,7 +71,7 @@ func (gceFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base s
 					return err
 				}
 				n := min(int64(len(buf)), e.Off+e.Len-at)
-				if _, err := in.ReadAt(buf[:n], at); err != nil {
+				if _, err := grown.ReadAt(buf[:n], at); err != nil {
 					return fmt.Errorf("reading the raw disk at %d: %w", at, err)
 				}
 				bw.Write(buf[:n])

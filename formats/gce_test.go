@@ -20,10 +20,12 @@ import (
 // the system's tools: the same bytes both times; file(1) sees a gzipped
 // GNU tar; the gzip header has no name and mtime 0; disk.raw is an
 // old-GNU sparse member; tar lists it as the only member, owned by 0:0 at
-// the epoch; its bytes are the raw's, padded with zeros to a whole GiB; and
-// reading it back by detection gives the raw's entries.
+// the epoch; its bytes are the raw's, padded with zeros to a whole GiB,
+// with the backup GPT moved to the end, so sgdisk -v finds it clean and
+// the partitions the raw's; and reading it back by detection gives the
+// raw's entries.
 func TestGCE(t *testing.T) {
-	harness.RequireTools(t, "tar", "gzip", "file")
+	harness.RequireTools(t, "tar", "gzip", "file", "sgdisk")
 	tree := rawTestTree(t, "amd64")
 	img, _ := writeRaw(t, rawSource(tree, "amd64"), rawSpec())
 	raw, err := os.ReadFile(img)
@@ -79,22 +81,47 @@ func TestGCE(t *testing.T) {
 	}
 	defer xf.Close()
 	xi, _ := xf.Stat()
-	head := make([]byte, len(raw))
+	// The raw's bytes, the MBR's size of the disk and the primary GPT
+	// header aside, up to its backup GPT; zeros after it up to the new
+	// backup GPT at the end.
+	oldTail := disk.LastUsable(int64(len(raw)))
+	head := make([]byte, oldTail)
 	if _, err := xf.ReadAt(head, 0); err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(head, raw) || xi.Size() != GCEDiskSize(int64(len(raw))) {
-		t.Errorf("disk.raw (%d bytes) is not the raw disk padded to a GiB", xi.Size())
+	if !bytes.Equal(head[:446], raw[:446]) || !bytes.Equal(head[1024:], raw[1024:oldTail]) || xi.Size() != GCEDiskSize(int64(len(raw))) {
+		t.Errorf("disk.raw (%d bytes) is not the raw disk grown to a GiB", xi.Size())
 	}
+	newTail := xi.Size() - (int64(len(raw)) - oldTail)
 	for _, e := range disk.DataExtents(xf, xi.Size()) {
-		if e.Off+e.Len > int64(len(raw)) {
+		if e.Off+e.Len > oldTail {
 			// A file system may keep data in blocks of its own size past
 			// a hole; what lies there must still be zeros.
-			b := make([]byte, e.Off+e.Len-max(e.Off, int64(len(raw))))
-			if _, err := xf.ReadAt(b, max(e.Off, int64(len(raw)))); err != nil || !disk.IsZero(b) {
+			from, to := max(e.Off, oldTail), min(e.Off+e.Len, newTail)
+			if to <= from {
+				continue
+			}
+			b := make([]byte, to-from)
+			if _, err := xf.ReadAt(b, from); err != nil || !disk.IsZero(b) {
 				t.Errorf("the padding after the raw disk is not zeros (%v)", err)
 			}
 		}
+	}
+	if out := run(t, "sgdisk", "-v", filepath.Join(x, "disk.raw")); !strings.Contains(out, "No problems found") || strings.Contains(out, "Warning") {
+		t.Errorf("sgdisk -v disk.raw:\n%s", out)
+	}
+	rf, err := os.Open(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rf.Close()
+	guidRaw, partsRaw, err := disk.ReadGPT(rf, int64(len(raw)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	guid, parts, err := disk.ReadGPT(xf, xi.Size())
+	if err != nil || guid != guidRaw || fmt.Sprint(parts) != fmt.Sprint(partsRaw) {
+		t.Errorf("disk.raw's GPT: %v %s %v, the raw's %s %v", err, guid, parts, guidRaw, partsRaw)
 	}
 	f := strings.Fields(listing)
 	if strings.Contains(listing, "\n") || len(f) < 6 || f[1] != "0/0" || f[2] != "1073741824" || f[3]+" "+f[4] != tarEpoch.UTC().Format("2006-01-02 15:04") || f[5] != "disk.raw" {

@@ -2,6 +2,7 @@ package formats
 
 import (
 	"context"
+	"fmt"
 	"os"
 
 	"github.com/stamp-dev/stamp/disk"
@@ -16,8 +17,9 @@ type VHDSpec struct {
 }
 
 // vhdFormat encodes a raw disk output as a VHD. The raw disk is read back
-// from its file, so the VHD holds exactly the bytes the raw output does,
-// padded with zeros to a whole MiB (see vhd.VirtualSize).
+// from its file, so the VHD holds exactly the bytes the raw output does: a
+// raw disk is whole MiB, so no padding is needed (see vhd.VirtualSize);
+// one that were not would be grown with its GPT (disk.Grow), as gce's is.
 type vhdFormat struct{}
 
 func (vhdFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base string) (*Result, error) {
@@ -28,7 +30,11 @@ func (vhdFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base s
 	o := vhd.Options{Dynamic: so.Dynamic, UniqueID: disk.VHDUniqueID(src.Seed, spec.Name), Time: src.Epoch}
 	return encodeRaw(src, spec, dir, base+".vhd", func(out *os.File, in *os.File, size int64, progress func(int64)) error {
 		o.Progress = progress
-		_, err := vhd.Write(ctx, out, in, size, o)
+		grown, err := disk.Grow(in, size, vhd.VirtualSize(size))
+		if err != nil {
+			return fmt.Errorf("from: %w", err)
+		}
+		_, err = vhd.Write(ctx, out, grown, grown.Size(), o)
 		return err
 	})
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/stamp-dev/stamp/packages/deb"
 	"github.com/stamp-dev/stamp/packages/dpkg"
+	"github.com/stamp-dev/stamp/packages/order"
 	"github.com/stamp-dev/stamp/packages/repo"
 	"github.com/stamp-dev/stamp/packages/resolve"
 	"github.com/stamp-dev/stamp/packages/scripts"
@@ -248,69 +249,52 @@ func (l *Debs) apply(ctx context.Context, env *Env) error {
 			return true
 		}
 	}
-	// preinst install, then unpack, package by package; then configure
-	// them all, dependencies first, as dpkg does for one run. Decoding
-	// data.tar (xz, mostly) is the slow part and runs ahead in parallel;
-	// the tree changes in order only.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	batches := [][]*debPackage{pkgs}
-	if l.Variant != "" {
-		batches = essentialFirst(pkgs)
-		pkgs = append(append([]*debPackage{}, batches[0]...), batches[1]...)
-	}
-	if ch != nil && l.Variant != "" {
-		if err := l.extractEssential(ctx, env, batches[0]); err != nil {
+	var deferred []string
+	if ch == nil {
+		// Offline, every package is unpacked and configured when apt and
+		// dpkg would do it (packages/order): the order is in the bytes,
+		// from the ids adduser and systemd-sysusers pick to the order of
+		// dpkg's trigger interests. Decoding data.tar (xz, mostly) is the
+		// slow part and runs ahead in parallel, in unpack order; the tree
+		// changes in order only.
+		calls, known, err := l.plan(env, status, pkgs)
+		if err != nil {
 			return err
 		}
-		if err := ch.Available(); err != nil {
-			return fmt.Errorf("scripts: chroot: %w", err)
+		for _, c := range calls {
+			env.Log.Debugf("%s: planned: dpkg %s", env.Label, c)
 		}
-	}
-	ready, release := l.decodeAhead(ctx, env, pkgs)
-	next := 0
-	var deferred []string
-	for _, batch := range batches {
-		for _, p := range batch {
-			if err := ctx.Err(); err != nil {
-				return err
+		byName := map[string]*debPackage{}
+		for _, p := range pkgs {
+			byName[p.pkg.Name] = p
+		}
+		var ordered []*debPackage
+		for _, rp := range order.UnpackOrder(calls) {
+			ordered = append(ordered, byName[rp.Name])
+		}
+		ready, release := l.decodeAhead(ctx, env, ordered)
+		next := 0
+		r := &debsRunner{ctx: ctx, l: l, env: env, se: se, byName: byName}
+		r.next = func(p *debPackage) (decoded, error) {
+			if next >= len(ordered) || ordered[next] != p {
+				return decoded{}, fmt.Errorf("%s: unpacked out of the planned order", p.pkg.Name)
 			}
 			d := <-ready[next]
 			next++
 			release()
-			if d.err != nil {
-				return d.err
-			}
-			if err := l.unpack(ctx, env, se, ch, p, d); err != nil {
-				return err
+			return d, d.err
+		}
+		d := order.NewDpkg(known, r)
+		for _, c := range calls {
+			if err := d.Run(c); err != nil {
+				return fmt.Errorf("dpkg %s: %w", c, err)
 			}
 		}
-		if ch != nil {
-			// dpkg configures the batch, in its own order.
-			if status, err = l.chrootConfigure(ctx, env, ch, status, batch); err != nil {
-				return err
-			}
-			continue
-		}
-		for _, p := range batch {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			err := l.configure(ctx, env, se, p)
-			var ue *scripts.UnhandledError
-			switch {
-			case err == nil:
-				p.state = dpkg.StateInstalled
-			case errors.As(err, &ue) && l.DeferScripts:
-				env.Log.Warnf("%s: %v; deferred to first boot", env.Label, err)
-				p.state = "install ok unpacked"
-				deferred = append(deferred, p.pkg.Name)
-			case errors.As(err, &ue):
-				return fmt.Errorf("%w (set deferScripts to run it at first boot instead)", err)
-			default:
-				return err
-			}
-		}
+		pkgs, deferred = r.unpacked, r.deferred
+	} else if err := l.chrootInstall(ctx, env, ch, se, status, pkgs); err != nil {
+		return err
 	}
 	if ch == nil {
 		if err := recordInterests(env, pkgs); err != nil {
@@ -665,6 +649,48 @@ func (l *Debs) oldScript(ctx context.Context, env *Env, se *scripts.Env, ch *san
 	}
 	se.Origin = env.Origin("", p.pkg.Name+"_"+p.old+":"+name)
 	return scripts.Run(ctx, se, scripts.Script{Package: p.pkg.Name, Version: p.old, Name: name, Body: b}, args...)
+}
+
+// chrootInstall installs the packages with dpkg itself configuring them,
+// chrooted: each batch (for a bootstrap, the Essential set, extracted
+// first so that its first preinst has a shell, then the rest) is unpacked
+// package by package, then configured by dpkg --configure -a in the order
+// dpkg chooses.
+func (l *Debs) chrootInstall(ctx context.Context, env *Env, ch *sandbox.Sandbox, se *scripts.Env, status *dpkg.Status, pkgs []*debPackage) error {
+	batches := [][]*debPackage{pkgs}
+	if l.Variant != "" {
+		batches = essentialFirst(pkgs)
+		pkgs = append(append([]*debPackage{}, batches[0]...), batches[1]...)
+		if err := l.extractEssential(ctx, env, batches[0]); err != nil {
+			return err
+		}
+		if err := ch.Available(); err != nil {
+			return fmt.Errorf("scripts: chroot: %w", err)
+		}
+	}
+	ready, release := l.decodeAhead(ctx, env, pkgs)
+	next := 0
+	for _, batch := range batches {
+		for _, p := range batch {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			d := <-ready[next]
+			next++
+			release()
+			if d.err != nil {
+				return d.err
+			}
+			if err := l.unpack(ctx, env, se, ch, p, d); err != nil {
+				return err
+			}
+		}
+		var err error
+		if status, err = l.chrootConfigure(ctx, env, ch, status, batch); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // chrootConfigure records a batch of unpacked packages in the dpkg status

@@ -21,6 +21,7 @@ import (
 
 	"github.com/stamp-dev/stamp"
 	"github.com/stamp-dev/stamp/recipes"
+	"github.com/stamp-dev/stamp/rootfs/hostroot"
 	"github.com/stamp-dev/stamp/verify"
 )
 
@@ -372,7 +373,7 @@ func undo(c *cli.Context, code *int) error {
 		*code = exitUsage
 		return err
 	}
-	res, err := stamp.Undo(c.Context, c.String("root"), stamp.UndoOptions{Force: c.Bool("force"), Log: log})
+	res, err := hostroot.Undo(c.Context, c.String("root"), hostroot.UndoOptions{Force: c.Bool("force"), Log: log})
 	if err != nil {
 		*code = exitFailed
 		return err

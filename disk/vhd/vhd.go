@@ -42,11 +42,10 @@ const (
 	unallocated    = 0xFFFFFFFF
 	creatorVersion = 0x00010000
 
-	// CreatorApp names stamp as the image's writer. qemu reads the size of
-	// an image from its CHS geometry unless the creator is one it knows
-	// writes the size exactly ("win ", "qem2", "d2v ", "CTXS", "tap\0");
-	// with "stmp" it must be told force_size_calc=current_size, or it sees
-	// the disk rounded down to whole cylinders.
+	// CreatorApp names stamp as the image's writer. qemu sizes an image
+	// from a creator it does not know by its CHS geometry, the others by
+	// the footer's current size: Write chooses a geometry whose product is
+	// the current size (see GeometryFor), so both rules give one size.
 	CreatorApp = "stmp"
 	// creatorOS is "Wi2k", as qemu writes and Azure's tools accept; the
 	// specification's other value, "Mac ", has no meaning for a disk stamp
@@ -107,6 +106,40 @@ func CHS(size int64) Geometry {
 		}
 	}
 	return Geometry{Cylinders: uint16(cth / heads), Heads: uint8(heads), Sectors: uint8(spt)}
+}
+
+// maxGeometry is the largest geometry a footer can state. qemu takes it as
+// the sign that the geometry does not cover the disk, and reads the
+// footer's current size instead, whoever the creator.
+var maxGeometry = Geometry{Cylinders: 65535, Heads: 16, Sectors: 255}
+
+// sectors is the number of sectors a geometry covers.
+func (g Geometry) sectors() int64 { return int64(g.Cylinders) * int64(g.Heads) * int64(g.Sectors) }
+
+// GeometryFor is the geometry Write states for a disk of size bytes: one
+// that covers exactly size, so a reader that sizes the disk by its
+// geometry (qemu, for a creator it does not know; Virtual PC) sees the
+// size a reader of the current size (Hyper-V, Azure, VirtualBox) does.
+// That is the specification's geometry when it covers size exactly;
+// otherwise 16 heads, as the specification gives every disk past 255 MiB,
+// and the fewest sectors per track from 63 up (the specification's count
+// below 31 GiB) that divide the disk into at most 65535 cylinders, which
+// exists for every whole-MiB size below 64 GiB; otherwise, for a larger
+// disk with no such factoring, the maximum geometry, which qemu reads as
+// "size by the footer".
+func GeometryFor(size int64) Geometry {
+	if g := CHS(size); g.sectors()*Sector == size {
+		return g
+	}
+	total := size / Sector
+	if size%Sector == 0 && total%16 == 0 {
+		for spt := int64(63); spt <= 255; spt++ {
+			if c := total / 16 / spt; total%(16*spt) == 0 && c <= 65535 {
+				return Geometry{Cylinders: uint16(c), Heads: 16, Sectors: uint8(spt)}
+			}
+		}
+	}
+	return maxGeometry
 }
 
 // Footer is the fields of a VHD footer stamp sets or reads.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -37,6 +36,45 @@ func TestCHS(t *testing.T) {
 	} {
 		if got := CHS(c.size); got != c.want {
 			t.Errorf("CHS(%d) = %v, want %v", c.size, got, c.want)
+		}
+	}
+}
+
+// TestGeometryFor: every whole-MiB disk below 64 GiB gets a geometry that
+// covers it exactly, the specification's where that one does, 16 heads
+// and 63 or more sectors per track otherwise; past the largest geometry,
+// or past 64 GiB with no factoring, the maximum one.
+func TestGeometryFor(t *testing.T) {
+	for m := int64(1); m < 65536; m++ {
+		size := m << 20
+		g := GeometryFor(size)
+		if g.sectors()*Sector != size {
+			t.Fatalf("GeometryFor(%d MiB) = %v covers %d bytes", m, g, g.sectors()*Sector)
+		}
+		if spec := CHS(size); spec.sectors()*Sector == size && g != spec {
+			t.Errorf("GeometryFor(%d MiB) = %v, the specification's %v covers it", m, g, spec)
+		}
+		if g != CHS(size) && (g.Heads != 16 || g.Sectors < 63) {
+			t.Errorf("GeometryFor(%d MiB) = %v", m, g)
+		}
+	}
+	for _, c := range []struct {
+		size int64
+		want Geometry
+	}{
+		{17 << 20, Geometry{512, 4, 17}},        // the specification's own
+		{63 << 20, Geometry{128, 16, 63}},       // the specification's own
+		{1 << 30, Geometry{2048, 16, 64}},       // 1 GiB
+		{4 << 30, Geometry{8192, 16, 64}},       // 4 GiB
+		{40 << 30, Geometry{40960, 16, 128}},    // 40 GiB, where the specification has 255 sectors
+		{65600 << 20, Geometry{52480, 16, 160}}, // past 64 GiB, a factoring
+		{80 << 30, maxGeometry},                 // 80 GiB, 2^21·5 sectors: none within 65535 cylinders
+		{(65536 + 1) << 20, maxGeometry},        // 64 GiB and a MiB: 65537 is prime
+		{3 << 40, maxGeometry},                  // past the largest geometry
+		{10<<20 + 7*Sector, maxGeometry},        // not a multiple of 16 sectors
+	} {
+		if got := GeometryFor(c.size); got != c.want {
+			t.Errorf("GeometryFor(%d) = %v, want %v", c.size, got, c.want)
 		}
 	}
 }
@@ -197,16 +235,11 @@ func TestSameBytes(t *testing.T) {
 	}
 }
 
-// vpcOpts opens a VHD in qemu at the footer's current size: qemu takes an
-// image's size from its geometry unless it knows the creator (see
-// CreatorApp).
-func vpcOpts(p string) string {
-	return "driver=vpc,force_size_calc=current_size,file.filename=" + p
-}
-
-// TestQemuImg has qemu read both types: the format and virtual size it
-// reports, the disk compared with the raw, and with qemu-img's own VHD of
-// the same raw (content, not bytes: qemu's geometry-sized disk is larger).
+// TestQemuImg has qemu read both types with no options (so by the
+// geometry, the creator being one it does not know): the format and
+// virtual size it reports, which is the footer's, the disk compared with
+// the raw, and with qemu-img's own VHD of the same raw (content, not bytes:
+// qemu's geometry-sized disk is larger).
 // There is no `qemu-img check`: qemu's vpc driver has none ("This image
 // format does not support checks"), so reading each other's images in both
 // directions stands in for it.
@@ -218,27 +251,28 @@ func TestQemuImg(t *testing.T) {
 	for _, sub := range []string{"fixed", "dynamic"} {
 		out := filepath.Join(dir, sub+".vhd")
 		write(t, raw, out, Options{Dynamic: sub == "dynamic"})
-		info := harness.QemuImg(t, "info", "--output=json", "--image-opts", vpcOpts(out))
+		// -f names the format, no more: a fixed image begins with the
+		// disk, so qemu's probe takes it for a raw one.
+		info := harness.QemuImg(t, "info", "--output=json", "-f", "vpc", out)
 		for _, want := range []string{`"format": "vpc"`, `"virtual-size": 10485760,`} {
 			if !strings.Contains(info, want) {
 				t.Errorf("%s: qemu-img info lacks %q:\n%s", sub, want, info)
 			}
 		}
-		// Without being told, qemu sizes the disk by its geometry, as
-		// CreatorApp and the README say; this pins that claim.
-		g := CHS(10 << 20)
-		chs := fmt.Sprintf(`"virtual-size": %d,`, int64(g.Cylinders)*int64(g.Heads)*int64(g.Sectors)*Sector)
-		if info := harness.QemuImg(t, "info", "--output=json", "-f", "vpc", out); !strings.Contains(info, chs) {
-			t.Errorf("%s: qemu-img info without force_size_calc lacks %s:\n%s", sub, chs, info)
+		// The geometry qemu sizes it by is the footer's size, which a
+		// specification geometry (9 MiB + 7 sectors rounded to 10 MiB:
+		// 301/4/17) would not be.
+		if g := CHS(10 << 20); g.sectors()*Sector == 10<<20 {
+			t.Errorf("the specification's geometry %v covers 10 MiB: the test proves nothing", g)
 		}
 		// The raw disk is shorter than the image's: compare treats the
 		// padding as equal only because it is zeros.
-		if got := harness.QemuImg(t, "compare", "--image-opts", "driver=raw,file.filename="+raw, vpcOpts(out)); !strings.Contains(got, "identical") {
+		if got := harness.QemuImg(t, "compare", "-f", "raw", "-F", "vpc", raw, out); !strings.Contains(got, "identical") {
 			t.Errorf("%s: qemu-img compare with the raw:\n%s", sub, got)
 		}
 		theirs := filepath.Join(dir, "qemu-"+sub+".vhd")
 		harness.QemuImg(t, "convert", "-f", "raw", "-O", "vpc", "-o", "subformat="+sub, raw, theirs)
-		if got := harness.QemuImg(t, "compare", "--image-opts", "driver=vpc,file.filename="+theirs, vpcOpts(out)); !strings.Contains(got, "identical") {
+		if got := harness.QemuImg(t, "compare", "-f", "vpc", "-F", "vpc", theirs, out); !strings.Contains(got, "identical") {
 			t.Errorf("%s: qemu-img compare with qemu-img's own:\n%s", sub, got)
 		}
 		// And the other way: our reader reads qemu-img's image as the raw.
@@ -269,7 +303,7 @@ func TestQemuImg(t *testing.T) {
 	}
 	f.WriteAt([]byte{0xAA}, 6<<20)
 	f.Close()
-	if o, err := exec.Command(harness.Tool(t, "qemu-img"), "compare", "--image-opts", "driver=raw,file.filename="+raw, vpcOpts(out)).CombinedOutput(); err == nil {
+	if o, err := exec.Command(harness.Tool(t, "qemu-img"), "compare", "-f", "raw", "-F", "vpc", raw, out).CombinedOutput(); err == nil {
 		t.Errorf("qemu-img compare misses a changed byte:\n%s", o)
 	}
 }

@@ -45,7 +45,7 @@ const chunk = 4 << 20
 
 // Write encodes the raw disk of size bytes in src as a VHD image written
 // from offset 0 of w; the disk is padded with zeros to VirtualSize. When
-// src is an *os.File its holes are skipped without reading them, and
+// src is an *os.File (or a disk.Grown) its holes are skipped without reading them, and
 // nothing is written where the disk reads as zeros, so a sparse raw disk
 // gives a sparse image when w is a file.
 func Write(ctx context.Context, w io.WriterAt, src io.ReaderAt, size int64, o Options) (*Stats, error) {
@@ -60,7 +60,7 @@ func Write(ctx context.Context, w io.WriterAt, src io.ReaderAt, size int64, o Op
 		CreatorOS:    creatorOS,
 		OriginalSize: uint64(virtual),
 		CurrentSize:  uint64(virtual),
-		Geometry:     CHS(virtual),
+		Geometry:     GeometryFor(virtual),
 		Type:         TypeFixed,
 		UniqueID:     o.UniqueID,
 	}

@@ -8,8 +8,11 @@ import (
 	"strings"
 )
 
-// Field is one "Name: value" of a paragraph. Value holds continuation lines
-// joined by "\n", each with its leading white space, as written.
+// Field is one "Name: value" of a paragraph. Value is what dpkg reads as
+// the value: the text after the colon and the blanks that follow it, with
+// continuation lines joined by "\n", each as written, and the white space
+// at the end of the whole value left out; white space at the end of an
+// earlier line (a Description's synopsis, say) stays.
 type Field struct {
 	Name  string
 	Value string
@@ -107,6 +110,7 @@ func (c *ControlReader) Next() (*Paragraph, error) {
 		l = strings.TrimSuffix(l, "\r")
 		if strings.TrimSpace(l) == "" {
 			if p != nil {
+				p.trimLast()
 				return p, nil
 			}
 			continue
@@ -129,15 +133,29 @@ func (c *ControlReader) Next() (*Paragraph, error) {
 		if p == nil {
 			p = &Paragraph{}
 		}
-		p.Fields = append(p.Fields, Field{Name: name, Value: strings.TrimSpace(value)})
+		p.trimLast()
+		p.Fields = append(p.Fields, Field{Name: name, Value: strings.TrimLeft(value, spaces)})
 	}
 	if err := c.sc.Err(); err != nil {
 		return nil, fmt.Errorf("line %d: %w", c.line, err)
 	}
 	if p != nil {
+		p.trimLast()
 		return p, nil
 	}
 	return nil, io.EOF
+}
+
+// spaces are what C's isspace takes for white space, as dpkg's parser
+// trims it.
+const spaces = " \t\n\v\f\r"
+
+// trimLast ends the last field's value where dpkg does: white space at
+// its very end is not part of it.
+func (p *Paragraph) trimLast() {
+	if n := len(p.Fields); n > 0 {
+		p.Fields[n-1].Value = strings.TrimRight(p.Fields[n-1].Value, spaces)
+	}
 }
 
 // ParseControl reads every paragraph of r.

@@ -37,6 +37,22 @@ func TestParseControl(t *testing.T) {
 	if got := ps[1].String(); got != "Package: bar\nConffiles:\n /etc/bar 0123\n" {
 		t.Errorf("round trip = %q", got)
 	}
+	// Values as dpkg reads them: blanks after the colon and at the very
+	// end of a value dropped, those at the end of an earlier line kept
+	// (libgdbm6's synopsis ends in a space).
+	ps, err = ParseControl(strings.NewReader("Package: libgdbm6 \t\nDescription: GNU dbm database routines (runtime version) \n GNU dbm ('gdbm') is a library of database functions.  \nX-Empty:\t \n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != 1 || len(ps[0].Fields) != 3 {
+		t.Fatalf("%d paragraphs: %+v", len(ps), ps)
+	}
+	for f, want := range map[string]string{"Package": "libgdbm6", "X-Empty": "",
+		"Description": "GNU dbm database routines (runtime version) \n GNU dbm ('gdbm') is a library of database functions."} {
+		if got := ps[0].Get(f); got != want {
+			t.Errorf("%s = %q, want %q", f, got, want)
+		}
+	}
 	for _, bad := range []string{" leading continuation\n", "Package foo\n", "Bad Name: x\n"} {
 		if _, err := ParseControl(strings.NewReader(bad)); err == nil {
 			t.Errorf("ParseControl(%q) succeeded", bad)

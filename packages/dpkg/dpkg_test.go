@@ -137,3 +137,95 @@ func TestInfoFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestDpkgValue holds control values to what dpkg 1.21 writes into its
+// status after parsing them; TestStatusAsDpkgWritesIt has dpkg itself
+// judge them.
+func TestDpkgValue(t *testing.T) {
+	for _, c := range []struct {
+		field, in, want string
+		kept            bool
+	}{
+		{"Version", "0:1.2-3", "1.2-3", true},
+		{"Version", "01:1.2", "1:1.2", true},
+		{"Version", "0:1:2-3", "0:1:2-3", true},
+		{"Version", "2.36-9+deb12u4", "2.36-9+deb12u4", true},
+		{"Depends", "libc6(>=2.34),  foo|bar:any (<< 0:3~) ,\n baz (>1)", "libc6 (>= 2.34), foo | bar:any (<< 3~), baz (>= 1)", true},
+		{"Provides", "awk (= 1.3)", "awk (= 1.3)", true},
+		{"Multi-Arch", "Same", "same", true},
+		{"Multi-Arch", "no", "", false},
+		{"Essential", "no", "", false},
+		{"Essential", "yes", "yes", true},
+		{"Description", "synopsis \n body", "synopsis \n body", true},
+	} {
+		got, ok := dpkgValue(c.field, c.in)
+		if ok != c.kept || ok && got != c.want {
+			t.Errorf("%s: %q gives %q, %v; want %q, %v", c.field, c.in, got, ok, c.want, c.kept)
+		}
+	}
+}
+
+// oddControl spells a control file every way dpkg rewrites or keeps: a
+// zero epoch, relations without spaces, over two lines and with an
+// obsolete operator, Multi-Arch capitalised, Essential: no, a field whose
+// first line is empty, and a synopsis ending in a space.
+const oddControl = `Package: spelltest
+Version: 0:1.2-3
+Architecture: amd64
+Maintainer: x <x@y>
+Multi-Arch: Same
+Essential: no
+Depends: libc6(>=2.34),  foo|bar:any (<< 0:3~) ,
+ baz (>1)
+Provides: awk (= 1.3)
+X-Odd:
+ line one
+Description: synopsis 
+ body
+`
+
+// TestStatusAsDpkgWritesIt installs a package of oddControl with dpkg into
+// an empty database and holds the status stamp writes for it to dpkg's,
+// byte for byte.
+func TestStatusAsDpkgWritesIt(t *testing.T) {
+	for _, tool := range []string{"dpkg", "dpkg-deb"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s: %v", tool, err)
+		}
+	}
+	d := t.TempDir()
+	for _, dir := range []string{"pkg/DEBIAN", "root", "admin/updates", "admin/info"} {
+		if err := os.MkdirAll(filepath.Join(d, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, body := range map[string]string{"pkg/DEBIAN/control": oddControl, "admin/status": "", "admin/available": ""} {
+		if err := os.WriteFile(filepath.Join(d, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pkg := filepath.Join(d, "x.deb")
+	if out, err := exec.Command("dpkg-deb", "--root-owner-group", "-b", filepath.Join(d, "pkg"), pkg).CombinedOutput(); err != nil {
+		t.Fatalf("dpkg-deb: %v\n%s", err, out)
+	}
+	// The dependencies are missing: dpkg leaves the package configured
+	// all the same under --force-all.
+	cmd := exec.Command("dpkg", "--admindir="+filepath.Join(d, "admin"), "--instdir="+filepath.Join(d, "root"),
+		"--force-all", "--force-not-root", "--log=/dev/null", "-i", pkg)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("dpkg -i: %v\n%s", err, out)
+	}
+	want, err := os.ReadFile(filepath.Join(d, "admin/status"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := deb.ParseControl(strings.NewReader(oddControl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := NewStatus()
+	st.Put(StatusParagraph(ps[0], StateInstalled, nil))
+	if got := st.Bytes(); string(got) != string(want) {
+		t.Errorf("stamp writes\n%q\ndpkg wrote\n%q", got, want)
+	}
+}

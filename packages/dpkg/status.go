@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/stamp-dev/stamp/packages/deb"
@@ -148,10 +149,26 @@ func (s *Status) keys() []string {
 func (s *Status) Bytes() []byte {
 	var b bytes.Buffer
 	for _, k := range s.keys() {
-		normalize(s.paras[k]).WriteTo(&b)
+		for _, f := range normalize(s.paras[k]).Fields {
+			writeField(&b, f)
+		}
 		b.WriteByte('\n')
 	}
 	return b.Bytes()
+}
+
+// writeField writes a field as dpkg's database writer does: "Name: value"
+// whatever the value begins with, but Conffiles, whose writer puts each
+// file on a line of its own under a bare "Conffiles:".
+func writeField(b *bytes.Buffer, f deb.Field) {
+	b.WriteString(f.Name)
+	if strings.EqualFold(f.Name, "Conffiles") {
+		b.WriteByte(':')
+	} else {
+		b.WriteString(": ")
+	}
+	b.WriteString(f.Value)
+	b.WriteByte('\n')
 }
 
 // normalize orders a paragraph's fields as dpkg writes them.
@@ -221,10 +238,9 @@ func StatusParagraph(control *deb.Paragraph, state string, conffiles []Conffile)
 			continue
 		}
 		if v, ok := control.Lookup(f); ok {
-			if f == "Essential" && v != "yes" {
-				continue
+			if v, ok = dpkgValue(f, v); ok {
+				out.Fields = append(out.Fields, deb.Field{Name: f, Value: v})
 			}
-			out.Fields = append(out.Fields, deb.Field{Name: f, Value: v})
 		}
 	}
 	for _, f := range control.Fields {
@@ -233,6 +249,59 @@ func StatusParagraph(control *deb.Paragraph, state string, conffiles []Conffile)
 			continue
 		}
 		out.Fields = append(out.Fields, f)
+	}
+	return out
+}
+
+// relationFields are the fields dpkg parses as relationships and writes
+// back in its own spelling.
+var relationFields = map[string]bool{"Depends": true, "Pre-Depends": true, "Recommends": true, "Suggests": true,
+	"Breaks": true, "Conflicts": true, "Enhances": true, "Replaces": true, "Provides": true}
+
+// dpkgValue is a known field's value as dpkg writes it into the status
+// after parsing the control file, and whether it writes the field at all:
+// booleans only when yes, Multi-Arch in lower case and never "no",
+// versions without a zero epoch, relationships one line, ", " between
+// items, " | " between alternatives and "name (op version)" in each.
+func dpkgValue(field, v string) (string, bool) {
+	switch {
+	case field == "Essential" || field == "Protected":
+		return "yes", strings.EqualFold(v, "yes")
+	case field == "Multi-Arch":
+		v = strings.ToLower(v)
+		return v, v != "no"
+	case field == "Version":
+		return dpkgVersion(v), true
+	case relationFields[field]:
+		rels, err := deb.ParseRelations(v)
+		if err != nil {
+			return v, true
+		}
+		items := make([]string, len(rels))
+		for i, alts := range rels {
+			for j := range alts {
+				alts[j].Version = dpkgVersion(alts[j].Version)
+			}
+			items[i] = alts.String()
+		}
+		return strings.Join(items, ", "), true
+	}
+	return v, true
+}
+
+// dpkgVersion writes a version as dpkg does: the epoch only when it is not
+// zero or the rest holds a colon, without leading zeros.
+func dpkgVersion(s string) string {
+	v, err := deb.ParseVersion(s)
+	if err != nil || s == "" {
+		return s
+	}
+	out := v.Upstream
+	if v.Revision != "" {
+		out += "-" + v.Revision
+	}
+	if v.Epoch != 0 || strings.Contains(out, ":") {
+		out = strconv.FormatUint(v.Epoch, 10) + ":" + out
 	}
 	return out
 }

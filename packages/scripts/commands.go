@@ -49,6 +49,7 @@ var commands = map[string]command{
 	"seq":                      cmdSeq,
 	"mktemp":                   cmdMktemp,
 	"dpkg-query":               cmdDpkgQuery,
+	"dpkg-realpath":            cmdDpkgRealpath,
 	"dpkg-statoverride":        cmdDpkgStatoverride,
 	"getcap":                   cmdGetcap,
 	"ls":                       cmdLs,
@@ -112,6 +113,8 @@ var commands = map[string]command{
 	"ischroot":                 cmdIschroot,
 	"shadowconfig":             cmdShadowconfig,
 	"update-shells":            cmdUpdateShells,
+	"add-shell":                cmdAddShell,
+	"remove-shell":             cmdRemoveShell,
 	"pam-auth-update":          cmdPamAuthUpdate,
 	"sed":                      cmdSed,
 	"true":                     cmdTrue,
@@ -259,6 +262,8 @@ func cmdDpkg(r *run, hc interp.HandlerContext, args []string) error {
 		return r.dpkgQuery(hc, args[1], args[2:])
 	case "-S", "--search":
 		return r.dpkgSearch(hc, args[2:])
+	case "-l", "--list":
+		return r.dpkgList(hc, args[2:])
 	case "--assert-support-predepends", "--assert-working-epoch", "--assert-long-filenames",
 		"--assert-multi-conrep", "--assert-multi-arch", "--assert-versioned-provides",
 		"--assert-protected-field":

@@ -145,6 +145,8 @@ func cmdDpkgQuery(r *run, hc interp.HandlerContext, args []string) error {
 			return r.dpkgQuery(hc, a, args[i+1:])
 		case a == "-S" || a == "--search":
 			return r.dpkgSearch(hc, args[i+1:])
+		case a == "-l" || a == "--list":
+			return r.dpkgList(hc, args[i+1:])
 		case a == "-f" && i+1 < len(args):
 			format = args[i+1]
 			i++

@@ -1,39 +1,27 @@
 package scripts
 
 import (
-	"bytes"
 	"context"
-	"debug/elf"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"sort"
 	"strings"
 
 	"mvdan.cc/sh/v3/interp"
 
+	"github.com/stamp-dev/stamp/packages/kmod"
 	"github.com/stamp-dev/stamp/rootfs"
 )
 
 // The kernel's maintainer scripts run depmod, linux-update-symlinks and
 // run-parts of /etc/kernel/postinst.d. These are their handlers.
 
-// cmdDepmod makes the module indexes of a kernel version as the image's own
-// depmod makes them, by running that depmod: the indexes are kmod's trie
-// formats, and only kmod's code is sure to write them byte for byte as the
-// image would. It runs outside the tree, on a scratch copy of the module
-// directory made of hard links, through the image's dynamic loader with the
-// image's libraries, so nothing of the host but the CPU takes part, and the
-// indexes it writes are copied back into the tree. An image of another
-// architecture's depmod runs the same way under the host's
-// qemu-ARCH-static (qemu-user-static), named on the command line; without
-// one, depmod is unhandled.
+// cmdDepmod makes the module indexes of a kernel version, byte for byte as
+// the image's depmod (Debian's kmod 30) would: packages/kmod writes them in
+// Go from the tree, so no program of the image runs, on any architecture.
 func cmdDepmod(r *run, hc interp.HandlerContext, args []string) error {
 	var flags []string
 	var version string
@@ -68,20 +56,6 @@ func cmdDepmod(r *run, hc interp.HandlerContext, args []string) error {
 	return r.depmod(r.ctx, hc, version, flags)
 }
 
-// multiarch is Debian's library directory name per architecture.
-var multiarch = map[string]string{
-	"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu", "i386": "i386-linux-gnu",
-	"armhf": "arm-linux-gnueabihf", "ppc64el": "powerpc64le-linux-gnu", "s390x": "s390x-linux-gnu",
-	"riscv64": "riscv64-linux-gnu",
-}
-
-// hostMachine is the ELF machine this process runs on; the image's depmod
-// runs only where it could run natively.
-var hostMachine = map[string]elf.Machine{
-	"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64, "386": elf.EM_386, "arm": elf.EM_ARM,
-	"ppc64le": elf.EM_PPC64, "s390x": elf.EM_S390, "riscv64": elf.EM_RISCV,
-}
-
 func (r *run) depmod(ctx context.Context, hc interp.HandlerContext, version string, flags []string) error {
 	t := r.env.Tree
 	modDir, err := t.Resolve("/lib/modules/"+version, true)
@@ -92,319 +66,57 @@ func (r *run) depmod(ctx context.Context, hc interp.HandlerContext, version stri
 		fmt.Fprintf(hc.Stderr, "depmod: ERROR: could not open directory /lib/modules/%s: No such file or directory\n", version)
 		return exit(1)
 	}
-	kmod, found := r.lookPath("depmod")
-	if !found {
+	if _, found := r.lookPath("depmod"); !found {
 		return r.unhandled("depmod: the image has no depmod (kmod) to build the module indexes with")
 	}
-	scratch, err := r.scratchDir(".stamp-depmod-")
-	if err != nil {
-		return fmt.Errorf("depmod: %w", err)
+	if !kmod.ValidVersion(version) {
+		fmt.Fprintf(hc.Stderr, "depmod: ERROR: Bad version passed %s\n", version)
+		return exit(1)
 	}
-	defer os.RemoveAll(scratch)
-	// depmod alone may run under qemu's user emulation when the image is
-	// another architecture's: its indexes cannot be written any other way.
-	loader, err := r.stageProgramEmulated(kmod, filepath.Join(scratch, "prog"))
-	if err != nil {
-		return r.unhandled(fmt.Sprintf("depmod: cannot run the image's depmod here: %v", err))
+	warnf := func(format string, args ...any) {
+		fmt.Fprintf(hc.Stderr, "depmod: WARNING: "+format+"\n", args...)
 	}
-	base := filepath.Join(scratch, "root")
-	modHost := filepath.Join(base, "lib", "modules", version)
-	staged, err := r.stageTree(modDir, modHost)
-	if err != nil {
-		return fmt.Errorf("depmod: %w", err)
-	}
-	conf := filepath.Join(scratch, "depmod.d")
-	if err := r.stageConfig(conf); err != nil {
-		return fmt.Errorf("depmod: %w", err)
-	}
-	if err := loader.run(ctx, hc, "depmod", append(append([]string{"-b", base, "-C", conf}, flags...), version), scratch, base); err != nil {
-		return err
-	}
-	if loader.emulator != "" {
-		r.logf("depmod: built the module indexes of %s with the image's depmod under %s", version, filepath.Base(loader.emulator))
-	} else {
-		r.logf("depmod: built the module indexes of %s with the image's depmod", version)
-	}
-	return r.importIndexes(modHost, modDir, staged)
-}
-
-type stagedProgram struct {
-	ldso, libDir, prog string
-	// emulator, when set, is the host's qemu-ARCH-static that runs the
-	// staged loader: named on its command line, so no binfmt handler (which
-	// needs root to register) takes part.
-	emulator string
-}
-
-// qemuUser names qemu's static user-mode emulator for an ELF machine.
-var qemuUser = map[elf.Machine]string{
-	elf.EM_AARCH64: "qemu-aarch64-static", elf.EM_X86_64: "qemu-x86_64-static",
-}
-
-// run runs the staged program as argv0 with args in dir, with an empty
-// environment. Its output goes to the script's stderr with hide (the
-// scratch root) cut out of paths; a non-zero exit is the script's status.
-func (sp *stagedProgram) run(ctx context.Context, hc interp.HandlerContext, argv0 string, args []string, dir, hide string) error {
-	argv := append([]string{"--inhibit-cache", "--library-path", sp.libDir, "--argv0", argv0, sp.prog}, args...)
-	cmd := exec.CommandContext(ctx, sp.ldso, argv...)
-	if sp.emulator != "" {
-		cmd = exec.CommandContext(ctx, sp.emulator, append([]string{sp.ldso}, argv...)...)
-	}
-	cmd.Env = []string{"PATH=/nonexistent", "LC_ALL=C"}
-	cmd.Dir = dir
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	hc.Stderr.Write(bytes.ReplaceAll(out.Bytes(), []byte(hide), nil))
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) && ee.ExitCode() > 0 {
-			return exit(ee.ExitCode())
-		}
-		return fmt.Errorf("%s: %w", argv0, err)
-	}
-	return nil
-}
-
-// stageProgramEmulated hard-links the program at tree path p, its ELF
-// interpreter and every library it needs into dir, for depmod alone (until
-// packages/kmod writes its indexes in Go). A program of another
-// architecture runs under the host's qemu user emulator, and cannot be
-// staged when the host has none.
-func (r *run) stageProgramEmulated(p, dir string) (*stagedProgram, error) {
-	return r.stage(p, dir, true)
-}
-
-func (r *run) stage(p, dir string, emulate bool) (*stagedProgram, error) {
-	t := r.env.Tree
-	rp, err := t.Resolve(p, true)
-	if err != nil {
-		return nil, err
-	}
-	want, ok := hostMachine[runtime.GOARCH]
-	if !ok {
-		return nil, fmt.Errorf("unknown host architecture %s", runtime.GOARCH)
-	}
-	libDir := filepath.Join(dir, "lib")
-	if err := os.MkdirAll(libDir, 0o700); err != nil {
-		return nil, err
-	}
-	sp := &stagedProgram{libDir: libDir, prog: filepath.Join(dir, "program")}
-	if err := stageFile(t, rp, sp.prog); err != nil {
-		return nil, err
-	}
-	f, err := elf.Open(sp.prog)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", rp, err)
-	}
-	defer f.Close()
-	if f.Machine != want {
-		name, known := qemuUser[f.Machine]
-		if !emulate || !known {
-			return nil, fmt.Errorf("%s is built for %s, this machine is %s", rp, f.Machine, want)
-		}
-		if sp.emulator, err = exec.LookPath(name); err != nil {
-			return nil, fmt.Errorf("%s is built for %s, this machine is %s, and it has no %s (package qemu-user-static) to run it", rp, f.Machine, want, name)
+	opts := kmod.Options{Warnf: warnf}
+	quick := false
+	for _, f := range flags {
+		switch f {
+		case "-A", "--quick":
+			quick = true
+		case "-v", "--verbose":
+			opts.Verbosef = func(format string, args ...any) { fmt.Fprintf(hc.Stdout, format+"\n", args...) }
+		case "-w":
+			opts.WarnDups = true
+		case "-q", "--quiet":
+			warnf("Ignored deprecated option %s", f)
+		case "-e", "--errsyms":
+			// Without -E or -F (no Debian script passes them) kmod has no
+			// kernel symbols to report missing ones against.
+			warnf("-e needs -E or -F")
 		}
 	}
-	interp := ""
-	for _, prog := range f.Progs {
-		if prog.Type == elf.PT_INTERP {
-			b, err := io.ReadAll(prog.Open())
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", rp, err)
-			}
-			interp = strings.TrimRight(string(b), "\x00")
+	fsys := t.View().FS()
+	if quick {
+		if fresh, err := kmod.UpToDate(fsys, version); err == nil && fresh {
+			return nil
 		}
 	}
-	if interp == "" {
-		return nil, fmt.Errorf("%s names no ELF interpreter", rp)
-	}
-	sp.ldso = filepath.Join(dir, "ld.so")
-	if err := r.stageResolved(interp, sp.ldso); err != nil {
-		return nil, fmt.Errorf("interpreter %s: %w", interp, err)
-	}
-	dirs := []string{"/lib", "/usr/lib"}
-	if ma := multiarch[r.env.Arch]; ma != "" {
-		dirs = []string{"/lib/" + ma, "/usr/lib/" + ma, "/lib", "/usr/lib"}
-	}
-	// RUNPATH and RPATH (systemd's private library) come first, as ld.so
-	// searches them first; $ORIGIN is not expanded, Debian does not use it.
-	for _, tag := range []elf.DynTag{elf.DT_RUNPATH, elf.DT_RPATH} {
-		if rps, err := f.DynString(tag); err == nil {
-			for _, rpath := range rps {
-				for _, d := range strings.Split(rpath, ":") {
-					if path.IsAbs(d) {
-						dirs = append([]string{d}, dirs...)
-					}
-				}
-			}
+	indexes, err := kmod.Depmod(ctx, fsys, version, opts)
+	var cycle *kmod.CycleError
+	if errors.As(err, &cycle) {
+		for _, l := range strings.Split(cycle.Error(), "\n") {
+			fmt.Fprintf(hc.Stderr, "depmod: ERROR: %s\n", l)
 		}
+		return exit(1)
 	}
-	seen := map[string]bool{}
-	queue, err := f.ImportedLibraries()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", rp, err)
-	}
-	for len(queue) > 0 {
-		name := queue[0]
-		queue = queue[1:]
-		if seen[name] || strings.Contains(name, "/") {
-			continue
-		}
-		seen[name] = true
-		dst := filepath.Join(libDir, name)
-		staged := false
-		for _, d := range dirs {
-			if err := r.stageResolved(d+"/"+name, dst); err == nil {
-				staged = true
-				break
-			}
-		}
-		if !staged {
-			return nil, fmt.Errorf("library %s is not in the image", name)
-		}
-		lf, err := elf.Open(dst)
-		if err != nil {
-			return nil, fmt.Errorf("library %s: %w", name, err)
-		}
-		more, err := lf.ImportedLibraries()
-		lf.Close()
-		if err != nil {
-			return nil, fmt.Errorf("library %s: %w", name, err)
-		}
-		queue = append(queue, more...)
-	}
-	return sp, nil
-}
-
-// stageResolved links the regular file tree path p names, following
-// symlinks inside the tree, to dst.
-func (r *run) stageResolved(p, dst string) error {
-	rp, err := r.env.Tree.Resolve(p, true)
 	if err != nil {
 		return err
 	}
-	return stageFile(r.env.Tree, rp, dst)
-}
-
-// stageFile hard-links the regular file at the resolved tree path rp to dst,
-// or copies it where a link cannot be made.
-func stageFile(t *rootfs.Tree, rp, dst string) error {
-	e := t.Get(rp)
-	if e == nil || e.Type != rootfs.TypeRegular {
-		return fmt.Errorf("%s: %w", rp, os.ErrNotExist)
-	}
-	if err := os.Link(t.DiskPath(rp), dst); err == nil {
-		return nil
-	}
-	in, err := t.Open(rp)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	return rootfs.CopyToNewFile(dst, 0o700, in)
-}
-
-// stageTree mirrors the directory at the resolved tree path dir into host:
-// directories made, regular files hard-linked, symlinks that stay inside dir
-// kept. It returns the tree path of every file it linked, by host path.
-func (r *run) stageTree(dir, host string) (map[string]string, error) {
-	t := r.env.Tree
-	staged := map[string]string{}
-	if err := os.MkdirAll(host, 0o700); err != nil {
-		return nil, err
-	}
-	prefix := dir + "/"
-	for _, p := range t.Paths() {
-		if !strings.HasPrefix(p, prefix) {
-			continue
-		}
-		e := t.Get(p)
-		dst := filepath.Join(host, filepath.FromSlash(p[len(prefix):]))
-		switch e.Type {
-		case rootfs.TypeDir:
-			if err := os.MkdirAll(dst, 0o700); err != nil {
-				return nil, err
-			}
-		case rootfs.TypeRegular:
-			if err := stageFile(t, p, dst); err != nil {
-				return nil, err
-			}
-			staged[dst] = p
-		case rootfs.TypeSymlink:
-			target := path.Clean(path.Join(path.Dir(p), e.Target))
-			if !path.IsAbs(e.Target) && strings.HasPrefix(target, prefix) {
-				if err := os.Symlink(e.Target, dst); err != nil {
-					return nil, err
-				}
-			}
+	for _, ix := range indexes {
+		if err := r.writeFile(modDir+"/"+ix.Name, ix.Data, 0o644); err != nil {
+			return fmt.Errorf("depmod: %s: %w", ix.Name, err)
 		}
 	}
-	return staged, nil
-}
-
-// stageConfig gathers the image's depmod.d files into one directory, a name
-// in /etc overriding the same name in /run and /lib, as kmod reads them.
-func (r *run) stageConfig(dst string) error {
-	if err := os.MkdirAll(dst, 0o700); err != nil {
-		return err
-	}
-	t := r.env.Tree
-	done := map[string]bool{}
-	for _, d := range []string{"/etc/depmod.d", "/run/depmod.d", "/lib/depmod.d", "/usr/lib/depmod.d"} {
-		rd, err := t.Resolve(d, true)
-		if err != nil {
-			continue
-		}
-		if e := t.Get(rd); e == nil || e.Type != rootfs.TypeDir {
-			continue
-		}
-		for _, name := range t.Children(rd) {
-			if done[name] || !strings.HasSuffix(name, ".conf") {
-				continue
-			}
-			if err := r.stageResolved(rd+"/"+name, filepath.Join(dst, name)); err == nil {
-				done[name] = true
-			}
-		}
-	}
-	return nil
-}
-
-// importIndexes copies into the tree every file depmod wrote at the top of
-// the module directory: whatever is not one of the links it was given.
-func (r *run) importIndexes(host, dir string, staged map[string]string) error {
-	ents, err := os.ReadDir(host)
-	if err != nil {
-		return fmt.Errorf("depmod: %w", err)
-	}
-	var names []string
-	for _, de := range ents {
-		if !de.Type().IsRegular() {
-			continue
-		}
-		p := filepath.Join(host, de.Name())
-		if src, ok := staged[p]; ok {
-			// Still the very file linked in: depmod left it alone.
-			a, err1 := os.Stat(p)
-			b, err2 := os.Stat(r.env.Tree.DiskPath(src))
-			if err1 == nil && err2 == nil && os.SameFile(a, b) {
-				continue
-			}
-		}
-		names = append(names, de.Name())
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		b, err := os.ReadFile(filepath.Join(host, name))
-		if err != nil {
-			return fmt.Errorf("depmod: %w", err)
-		}
-		if err := r.writeFile(dir+"/"+name, b, 0o644); err != nil {
-			return fmt.Errorf("depmod: %s: %w", name, err)
-		}
-	}
+	r.logf("depmod: wrote the module indexes of %s", version)
 	return nil
 }
 

@@ -23,9 +23,8 @@
 // through packages/journalcatalog). The one that needs the image's own
 // program, py_compile, runs it through runImageProgram, in rootfs/sandbox
 // with the tree read-only (imageprog.go); Env.NoPrograms (offline-only)
-// makes it unhandled. depmod still runs the image's kmod through its
-// loader on a scratch copy of the module directory, until packages/kmod
-// writes the indexes in Go.
+// makes it unhandled. depmod's indexes are written in Go by packages/kmod,
+// byte for byte as the image's kmod would write them, for any architecture.
 package scripts
 
 import (

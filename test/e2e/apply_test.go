@@ -480,8 +480,79 @@ func TestApplyUndoAs65534(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(root, "etc/hostname")); string(b) != "applied\n" {
 		t.Errorf("/etc/hostname after apply as 65534: %q", b)
 	}
-	stampAs65534(t, dir, nil, "apply", "--undo", "--root", root).mustSucceed(t)
-	rootIs(t, root, orig, "undo as 65534")
+	undoRefusesTampering(t, dir, root, orig, func(args ...string) result { return stampAs65534(t, dir, nil, args...) })
+}
+
+// apply --undo trusts nothing it did not record: with a backup an attacker
+// replaced by a symlink to a host file, or damaged, or a record edited to
+// name a path outside the root, undo fails naming the path, with --force
+// too, and the root, the record and the host file stay as they are; once
+// the backup is what apply saved, undo gives the root back.
+func TestApplyUndoRefusesTampering(t *testing.T) {
+	dir, root := applyDir(t, applyFiles)
+	orig := listRoot(t, root)
+	stamp(t, dir, nil, "apply", "recipe.yaml", "--root", root, "--cache-dir", filepath.Join(dir, "cache")).mustSucceed(t)
+	undoRefusesTampering(t, dir, root, orig, func(args ...string) result { return stamp(t, dir, nil, args...) })
+}
+
+// undoRefusesTampering tampers with the backups and the record of the
+// applied root (once orig) as an attacker who can write to the root would,
+// runs undo through run after each, and then undoes for real.
+func undoRefusesTampering(t *testing.T, dir, root, orig string, run func(args ...string) result) {
+	t.Helper()
+	host := filepath.Join(dir, "canary")
+	if err := os.WriteFile(host, []byte("host secret\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	backup := filepath.Join(root, "var/lib/stamp/backup", fmt.Sprintf("%x", sha256.Sum256([]byte("old\n"))))
+	saved := filepath.Join(dir, "saved-backup")
+	record := filepath.Join(root, "var/lib/stamp/applied.json")
+	rec, err := os.ReadFile(record)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		tamper func() error
+		wants  []string
+	}{
+		{"a symlink to a host file", func() error {
+			if err := os.Rename(backup, saved); err != nil {
+				return err
+			}
+			return os.Symlink(host, backup)
+		}, []string{"the backup of /etc/hostname", "is a symlink, not a regular file"}},
+		{"a damaged backup", func() error {
+			os.Remove(backup)
+			return os.WriteFile(backup, []byte("bad\n"), 0o644)
+		}, []string{"the backup of /etc/hostname", "sha256 "}},
+		{"a record naming a path outside the root", func() error {
+			os.Remove(backup)
+			if err := os.Rename(saved, backup); err != nil {
+				return err
+			}
+			return os.WriteFile(record, bytes.Replace(rec, []byte(`"path": "/opt/ro/f"`), []byte(`"path": "/../canary"`), 1), 0o644)
+		}, []string{`"/../canary" is not a clean absolute path`}},
+	} {
+		if err := tc.tamper(); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		tampered := listRoot(t, root)
+		for _, force := range [][]string{nil, {"--force"}} {
+			run(append([]string{"apply", "--undo", "--root", root}, force...)...).mustFail(t, 1, tc.wants...)
+			if got := listRoot(t, root); got != tampered {
+				t.Fatalf("undo %v with %s changed the root:\n%s", force, tc.name, diffLines(tampered, got))
+			}
+		}
+		if b, err := os.ReadFile(host); err != nil || string(b) != "host secret\n" {
+			t.Fatalf("the host file after undo with %s: %q, %v", tc.name, b, err)
+		}
+	}
+	if err := os.WriteFile(record, rec, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run("apply", "--undo", "--root", root).mustSucceed(t)
+	rootIs(t, root, orig, "undo after the tampering was mended")
 }
 
 // makeApplyRootAs65534 builds the test root as 65534 would have it: made

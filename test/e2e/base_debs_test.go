@@ -87,38 +87,64 @@ var mmdebstrapOnly = []string{
 	"/var/log/**",           // logs, which Seal cleans (directories stay)
 }
 
+// shadowBackups are the backups systemd-sysusers and pwconv leave of the
+// shadow databases; stamp edits the databases without keeping any.
+var shadowBackups = []string{"/etc/shadow-", "/etc/gshadow-"}
+
+// machineID differs in mode only: mmdebstrap empties /etc/machine-id by
+// writing a new file (0644); stamp empties systemd's, which keeps its
+// 0444.
+const machineID = "/etc/machine-id"
+
 // stampOnly are what a stamp build adds to every image.
 var stampOnly = []string{"/usr/lib/stamp", "/usr/lib/stamp/**"}
 
 // TestBaseDebsMinbase bootstraps the minbase variant from the test archive
-// as uid 65534 and compares it, entry by entry, with what mmdebstrap
-// --variant=minbase makes in root mode from the same archive at the same
-// SOURCE_DATE_EPOCH: path, type, mode, owner, link target, device numbers
-// and content. Then stamp verify holds a root build and another uid-65534
+// as uid 65534, alone and with systemd-sysv (whose postinst makes system
+// accounts with systemd-sysusers and whose packages add login shells), and
+// compares each, entry by entry, with what mmdebstrap --variant=minbase
+// makes in root mode from the same archive at the same SOURCE_DATE_EPOCH:
+// path, type, mode, owner, link target, device numbers and content, byte
+// for byte (the account databases, /etc/shells and the dpkg database
+// included). Then stamp verify holds a root build and another uid-65534
 // build to the same bytes.
 func TestBaseDebsMinbase(t *testing.T) {
 	harness.RequireSetpriv(t)
-	repo := harness.MinbaseRepoFor(t)
-	oracle := harness.MmdebstrapFor(t, repo, harness.MmdebstrapOptions{Variant: "minbase", Epoch: time.Unix(1700000000, 0)})
-	url := harness.ServeDebRepo(t, repo.Dir)
-	dir := bootstrapDir(t, repo, baseDebsRecipe(url, "minbase", nil, ""))
-	out := filepath.Join(dir, "out")
-	cache := filepath.Join(dir, "cache")
-	start := time.Now()
-	stampAs65534(t, dir, nil, "build", "recipe.yaml", "-o", out, "--cache-dir", cache, "--work-dir", dir).mustSucceed(t)
-	t.Logf("bootstrap as uid 65534: %s", time.Since(start).Round(time.Millisecond))
-
-	diffs := compareTarballs(t, filepath.Join(out, "e2e-bootstrap-rootfs.tar"), oracle, tarballDiff{oursOnly: stampOnly, theirsOnly: mmdebstrapOnly})
-	for _, d := range diffs {
-		t.Error(d)
+	cases := []struct {
+		name    string
+		repo    func(testing.TB) *harness.DebRepo
+		include []string
+		diff    tarballDiff
+	}{
+		{"minbase", harness.MinbaseRepoFor, nil, tarballDiff{oursOnly: stampOnly, theirsOnly: mmdebstrapOnly}},
+		{"systemd-sysv", harness.MinbaseNodeRepoFor, []string{"systemd-sysv"},
+			tarballDiff{oursOnly: stampOnly, theirsOnly: append(slices.Clone(mmdebstrapOnly), shadowBackups...), differ: []string{machineID}}},
 	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			repo := c.repo(t)
+			oracle := harness.MmdebstrapFor(t, repo, harness.MmdebstrapOptions{Variant: "minbase", Include: c.include, Epoch: time.Unix(1700000000, 0)})
+			url := harness.ServeDebRepo(t, repo.Dir)
+			dir := bootstrapDir(t, repo, baseDebsRecipe(url, "minbase", c.include, ""))
+			out := filepath.Join(dir, "out")
+			cache := filepath.Join(dir, "cache")
+			start := time.Now()
+			stampAs65534(t, dir, nil, "build", "recipe.yaml", "-o", out, "--cache-dir", cache, "--work-dir", dir).mustSucceed(t)
+			t.Logf("bootstrap as uid 65534: %s", time.Since(start).Round(time.Millisecond))
 
-	if os.Geteuid() != 0 {
-		t.Fatal("stamp verify's root build needs root")
+			diffs := compareTarballs(t, filepath.Join(out, "e2e-bootstrap-rootfs.tar"), oracle, c.diff)
+			for _, d := range diffs {
+				t.Error(d)
+			}
+
+			if os.Geteuid() != 0 {
+				t.Fatal("stamp verify's root build needs root")
+			}
+			v := stamp(t, dir, nil, "verify", "recipe.yaml", "--cache-dir", cache, "--against", filepath.Join(out, "SHA256SUMS"))
+			v.mustSucceed(t)
+			t.Logf("stamp verify:\n%s", lastLines(v.stdout+v.stderr, 6))
+		})
 	}
-	v := stamp(t, dir, nil, "verify", "recipe.yaml", "--cache-dir", cache, "--against", filepath.Join(out, "SHA256SUMS"))
-	v.mustSucceed(t)
-	t.Logf("stamp verify:\n%s", lastLines(v.stdout+v.stderr, 6))
 }
 
 // tarballDiff says how compareTarballs compares two tarballs.
@@ -126,66 +152,73 @@ type tarballDiff struct {
 	oursOnly, theirsOnly []string // patterns only one side is expected to have
 	// differ are patterns whose entries may differ, each for a reason.
 	differ []string
-	// byName compares owners by account name, and the files of sorted
-	// by their sorted lines with ids as names: two installs that
-	// configure packages in another order give the same system accounts
-	// other ids.
-	byName bool
-	sorted []string
 }
 
 // compareTarballs lists how two tarballs differ in every entry's type,
-// mode, owner, link target, device numbers and content.
+// mode, owner, link target, device numbers and content, byte for byte; a
+// text file that differs comes with a unified diff of the two.
 func compareTarballs(t *testing.T, ours, theirs string, o tarballDiff) []string {
 	t.Helper()
 	a := harness.TarIndex(harness.ReadTar(t, ours))
 	b := harness.TarIndex(harness.ReadTar(t, theirs))
-	contents := func(p string) (map[string]string, map[string]string) {
-		c := tarContents(t, p, append([]string{"/etc/passwd", "/etc/group"}, o.sorted...))
-		names := idNames(c)
-		norm := map[string]string{}
-		for _, f := range o.sorted {
-			norm[f] = sortedByName(f, c[f], names)
-		}
-		return names, norm
-	}
-	var namesA, namesB, normA, normB map[string]string
-	if o.byName {
-		namesA, normA = contents(ours)
-		namesB, normB = contents(theirs)
-	}
-	describe := func(e harness.TarEntry, names, norm map[string]string) string {
-		owner := fmt.Sprintf("%d:%d", e.UID, e.GID)
-		if o.byName && names[fmt.Sprintf("u%d", e.UID)] != "" && names[fmt.Sprintf("g%d", e.GID)] != "" {
-			owner = names[fmt.Sprintf("u%d", e.UID)] + ":" + names[fmt.Sprintf("g%d", e.GID)]
-		}
-		sum := e.SHA256
-		if _, ok := norm[e.Name]; ok {
-			sum = "(sorted, ids as names)"
-		}
-		return fmt.Sprintf("type=%c mode=%04o owner=%s link=%q dev=%d,%d sha256=%s",
-			e.Type, e.Mode, owner, e.Linkname, e.DevMajor, e.DevMinor, sum)
+	describe := func(e harness.TarEntry) string {
+		return fmt.Sprintf("type=%c mode=%04o owner=%d:%d link=%q dev=%d,%d sha256=%s",
+			e.Type, e.Mode, e.UID, e.GID, e.Linkname, e.DevMajor, e.DevMinor, e.SHA256)
 	}
 	var diffs []string
+	var changed []string
 	for p, x := range a {
 		y, ok := b[p]
 		switch {
 		case !ok && !matchAny(o.oursOnly, p):
-			diffs = append(diffs, "only stamp's: "+p+" "+describe(x, namesA, normA))
+			diffs = append(diffs, "only stamp's: "+p+" "+describe(x))
 		case ok && matchAny(o.differ, p):
-		case ok && describe(x, namesA, normA) != describe(y, namesB, normB):
-			diffs = append(diffs, fmt.Sprintf("%s: stamp's %s, the oracle's %s", p, describe(x, namesA, normA), describe(y, namesB, normB)))
-		case ok && normA[p] != normB[p]:
-			diffs = append(diffs, fmt.Sprintf("%s, sorted, ids as names: stamp's\n%s\nthe oracle's\n%s", p, normA[p], normB[p]))
+		case ok && describe(x) != describe(y):
+			d := fmt.Sprintf("%s: stamp's %s, the oracle's %s", p, describe(x), describe(y))
+			if x.SHA256 != y.SHA256 && x.Type == tar.TypeReg && y.Type == tar.TypeReg {
+				changed = append(changed, p)
+				d += "\n" + p
+			}
+			diffs = append(diffs, d)
 		}
 	}
 	for p, y := range b {
 		if _, ok := a[p]; !ok && !matchAny(o.theirsOnly, p) {
-			diffs = append(diffs, "only the oracle's: "+p+" "+describe(y, namesB, normB))
+			diffs = append(diffs, "only the oracle's: "+p+" "+describe(y))
+		}
+	}
+	if len(changed) > 0 {
+		ca, cb := tarContents(t, ours, changed), tarContents(t, theirs, changed)
+		for i, d := range diffs {
+			if _, p, ok := strings.Cut(d, "\n"); ok {
+				diffs[i] = strings.TrimSuffix(d, p) + textDiff(t, cb[p], ca[p])
+			}
 		}
 	}
 	slices.Sort(diffs)
 	return diffs
+}
+
+// textDiff is diff -u from the oracle's version of a file to stamp's, cut
+// short, or "" for binary files.
+func textDiff(t *testing.T, theirs, ours string) string {
+	t.Helper()
+	if strings.ContainsRune(theirs+ours, 0) {
+		return ""
+	}
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "oracle"), filepath.Join(dir, "stamp")
+	if err := os.WriteFile(a, []byte(theirs), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(b, []byte(ours), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := exec.Command("diff", "-u", a, b).Output()
+	if len(out) > 6000 {
+		out = out[:6000]
+	}
+	return string(out)
 }
 
 // tarContents reads the named regular files of a tarball.
@@ -337,8 +370,10 @@ func TestBaseDebsBoots(t *testing.T) {
 // initramfs that stamp's node does not use (the node skips
 // update-initramfs), and its scripts are held to dpkg's by TestDebsKernel.
 // Nothing may wait for first boot: the build runs without deferScripts.
-// System accounts are compared by name: mmdebstrap's apt configures the
-// packages in another order, so the same accounts get other ids.
+// Every file is compared byte for byte, the account databases too: the
+// ids systemd-sysusers and adduser pick, and the order of the lines, come
+// from the order apt has dpkg configure the packages in, and stamp follows
+// it.
 func TestBaseDebsNodePackages(t *testing.T) {
 	harness.RequireSetpriv(t)
 	repo := harness.MinbaseNodeRepoFor(t)
@@ -351,24 +386,16 @@ func TestBaseDebsNodePackages(t *testing.T) {
 	t.Logf("bootstrap as uid 65534: %s", time.Since(start).Round(time.Second))
 	diffs := compareTarballs(t, filepath.Join(out, "e2e-bootstrap-rootfs.tar"), oracle, tarballDiff{
 		oursOnly: stampOnly,
-		theirsOnly: append([]string{
-			"/etc/ssh/ssh_host_*",           // machine state, which Seal cleans
-			"/etc/shadow-", "/etc/gshadow-", // shadow-utils' backups
+		theirsOnly: append(append([]string{
+			"/etc/ssh/ssh_host_*",                    // machine state, which Seal cleans
 			"/etc/.resolv.conf.systemd-resolved.bak", // resolved's backup of the host's resolv.conf mmdebstrap copied in
-		}, mmdebstrapOnly...),
+		}, shadowBackups...), mmdebstrapOnly...),
 		differ: []string{
-			// mmdebstrap empties /etc/machine-id by writing a new file
-			// (0644); stamp empties systemd's, which keeps its 0444.
-			"/etc/machine-id",
+			machineID,
 			// the apt that drove mmdebstrap downloaded into the image's
 			// own cache, and made it _apt's
 			"/var/cache/apt/archives/partial",
 		},
-		byName: true,
-		sorted: []string{"/etc/passwd", "/etc/group", "/etc/shadow", "/etc/gshadow",
-			// file trigger interests, recorded in the order packages are
-			// unpacked
-			"/var/lib/dpkg/triggers/File"},
 	})
 	for _, d := range diffs {
 		t.Error(d)

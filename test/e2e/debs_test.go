@@ -647,9 +647,9 @@ func TestDebsKernelSkipsInitramfs(t *testing.T) {
 
 // TestDebsKernel installs Debian's kernel as uid 65534. Its postinst runs
 // depmod, linux-update-symlinks and run-parts of /etc/kernel/postinst.d,
-// whose initramfs hook runs update-initramfs. The module indexes must be
-// what the image's own depmod writes when run for real in a chroot of the
-// result, the default links what linux-update-symlinks makes there, and
+// whose initramfs hook runs update-initramfs. The module indexes, which
+// stamp writes without running depmod, must be what the image's own depmod
+// writes when run for real in a chroot of the result, the default links what linux-update-symlinks makes there, and
 // update-initramfs and systemd-hwdb, allowed by deferScripts, wait for
 // first boot while every package is configured.
 func TestDebsKernel(t *testing.T) {
@@ -663,7 +663,7 @@ func TestDebsKernel(t *testing.T) {
 	dir := debsDir(t, repo, base, debsRecipe(repo.FileURL(), []string{harness.KernelPackage}, "        deferScripts: true"))
 	out := filepath.Join(dir, "out")
 	// A relative work directory that does not exist yet: stamp makes it,
-	// and depmod's loader is still run by an absolute path.
+	// private.
 	build := stampAs65534(t, dir, nil, "build", "recipe.yaml", "-o", out, "--cache-dir", "cache/not-yet-made", "--work-dir", "work/not-yet-made").mustSucceed(t)
 	if fi, err := os.Stat(filepath.Join(dir, "work/not-yet-made")); err != nil {
 		t.Error(err)

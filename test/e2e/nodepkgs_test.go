@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -102,22 +101,8 @@ func TestDebsNodePackages(t *testing.T) {
 	oracle := oracleInstall(t, repo, base, harness.NodeDebPackages)
 	t.Logf("oracle (apt-get and dpkg in a chroot, as root): %s", time.Since(start).Round(100*time.Millisecond))
 	theirs := treeState(t, oracle)
-	skip := append(append(append(append([]string{}, oracleOnly...), nodeOracleOnly...), nodeOursOnly...), accountFiles...)
-	var diffs []string
-	ours, dpkgs := accountNames(t, root), accountNames(t, oracle)
-	for _, d := range diffOracle(t, root, oracle, theirs, skip) {
-		if !sameOwnerByName(d, ours, dpkgs) {
-			diffs = append(diffs, d)
-		}
-	}
-	diffs = append(diffs, diffAccounts(t, root, oracle)...)
-	mine := treeState(t, root)
-	for _, f := range accountFiles {
-		// Type, mode and owner; the content is diffAccounts'.
-		if a, b := mine[f][:strings.LastIndexByte(mine[f], ' ')], theirs[f][:strings.LastIndexByte(theirs[f], ' ')]; a != b {
-			diffs = append(diffs, fmt.Sprintf("%s: ours %s, dpkg's %s", f, a, b))
-		}
-	}
+	skip := append(append(append([]string{}, oracleOnly...), nodeOracleOnly...), nodeOursOnly...)
+	diffs := diffOracle(t, root, oracle, theirs, skip)
 	if len(diffs) > 0 {
 		t.Errorf("%d differences from apt-get/dpkg:\n%s", len(diffs), strings.Join(diffs, "\n"))
 	}
@@ -129,6 +114,11 @@ func TestDebsNodePackages(t *testing.T) {
 		}
 	}
 }
+
+// The account databases are compared byte for byte like every other
+// file: the offline build configures the packages in the order apt has
+// dpkg configure them (packages/order), so adduser and systemd-sysusers
+// pick the same ids and write the same lines in the same order.
 
 // nodeOracleOnly are paths the chroot run leaves and the offline build
 // does not, each for a reason that is not a difference in what the
@@ -163,108 +153,4 @@ var nodeOursOnly = []string{
 	// and its lock file, and adduser's lock in /run: the offline account
 	// handlers keep no backups and need no locks.
 	"/etc/.pwd.lock", "/etc/passwd-", "/etc/group-", "/etc/shadow-", "/etc/gshadow-", "/run/adduser",
-}
-
-// accountFiles are compared by diffAccounts instead, by name: dpkg
-// configures packages in the order apt hands them over, the offline
-// build dependencies first, so the system ids adduser and
-// systemd-sysusers pick from the free ones differ, and with them the
-// order of the lines.
-var accountFiles = []string{"/etc/passwd", "/etc/group", "/etc/shadow", "/etc/gshadow"}
-
-// accountNames maps the ids of a root's accounts to names:
-// "u1000" -> "user", "g27" -> "sudo".
-func accountNames(t *testing.T, root string) map[string]string {
-	t.Helper()
-	return idNames(readRootFiles(t, root, "/etc/passwd", "/etc/group"))
-}
-
-// readRootFiles reads files of a root by their paths in it.
-func readRootFiles(t *testing.T, root string, paths ...string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	for _, p := range paths {
-		b, err := os.ReadFile(filepath.Join(root, p))
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[p] = string(b)
-	}
-	return out
-}
-
-// idNames maps the ids of the accounts in files' /etc/passwd and
-// /etc/group to names: "u1000" -> "user", "g27" -> "sudo".
-func idNames(files map[string]string) map[string]string {
-	out := map[string]string{}
-	for _, f := range []struct{ file, prefix string }{{"/etc/passwd", "u"}, {"/etc/group", "g"}} {
-		for _, l := range strings.Split(files[f.file], "\n") {
-			if x := strings.Split(l, ":"); len(x) > 3 {
-				out[f.prefix+x[2]] = x[0]
-			}
-		}
-	}
-	return out
-}
-
-// sortedByName is a file's lines sorted, with the uids and gids of
-// /etc/passwd and /etc/group written as the names names gives them.
-func sortedByName(path, content string, names map[string]string) string {
-	var ls []string
-	for _, l := range strings.Split(strings.TrimSpace(content), "\n") {
-		x := strings.Split(l, ":")
-		switch {
-		case path == "/etc/passwd" && len(x) > 3:
-			x[2], x[3] = "u:"+names["u"+x[2]], "g:"+names["g"+x[3]]
-		case path == "/etc/group" && len(x) > 2:
-			x[2] = "g:" + names["g"+x[2]]
-		}
-		ls = append(ls, strings.Join(x, ":"))
-	}
-	sort.Strings(ls)
-	return strings.Join(ls, "\n")
-}
-
-// sameOwnerByName reports whether a diffOracle line ("P: ours T M U:G H,
-// dpkg's T M U:G H") differs only in owner ids that name the same
-// accounts.
-func sameOwnerByName(d string, ours, dpkgs map[string]string) bool {
-	_, rest, ok := strings.Cut(d, ": ours ")
-	if !ok || strings.Contains(d, "\n") {
-		return false
-	}
-	a, b, ok := strings.Cut(rest, ", dpkg's ")
-	fa, fb := strings.Fields(a), strings.Fields(b)
-	if !ok || len(fa) != len(fb) || len(fa) < 3 {
-		return false
-	}
-	for i := range fa {
-		if i == 2 {
-			ua, ga, _ := strings.Cut(fa[i], ":")
-			ub, gb, _ := strings.Cut(fb[i], ":")
-			if ours["u"+ua] != dpkgs["u"+ub] || ours["g"+ga] != dpkgs["g"+gb] || ours["u"+ua] == "" || ours["g"+ga] == "" {
-				return false
-			}
-			continue
-		}
-		if fa[i] != fb[i] {
-			return false
-		}
-	}
-	return true
-}
-
-// diffAccounts compares the account files line by line, sorted, with
-// every uid and gid written as its account's name.
-func diffAccounts(t *testing.T, root, oracle string) []string {
-	t.Helper()
-	a, b := readRootFiles(t, root, accountFiles...), readRootFiles(t, oracle, accountFiles...)
-	na, nb := idNames(a), idNames(b)
-	var diffs []string
-	for _, f := range accountFiles {
-		if x, y := sortedByName(f, a[f], na), sortedByName(f, b[f], nb); x != y {
-			diffs = append(diffs, fmt.Sprintf("%s, ids as names, sorted:\nours:\n%s\ndpkg's:\n%s", f, x, y))
-		}
-	}
-	return diffs
 }

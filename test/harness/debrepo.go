@@ -366,6 +366,86 @@ func AptSimulate(t testing.TB, r *DebRepo, repoURL, status string, pkgs ...strin
 // status stands for an empty system.
 func aptSimulate(t testing.TB, src, status string, pkgs ...string) ([]string, error) {
 	t.Helper()
+	opts := aptUpdated(t, src, status)
+	args := append(opts, "install", "--simulate", "--no-install-recommends")
+	out, err := exec.Command("apt-get", append(args, pkgs...)...).CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("apt-get install --simulate %s: %w\n%s", strings.Join(pkgs, " "), err, out)
+	}
+	var got []string
+	for _, l := range strings.Split(string(out), "\n") {
+		// Inst NAME (VERSION SUITE [ARCH])
+		f := strings.Fields(l)
+		if len(f) >= 3 && f[0] == "Inst" && strings.HasPrefix(f[2], "(") {
+			got = append(got, f[1]+"="+strings.TrimPrefix(f[2], "("))
+		}
+	}
+	sort.Strings(got)
+	return got, nil
+}
+
+// AptDpkgCalls runs apt-get install --no-install-recommends of pkgs
+// against the repository and the dpkg status file status (empty for an
+// empty system) with Debug::pkgDpkgPm, so apt plans the whole install and
+// prints each dpkg call instead of making it, and returns the calls: the
+// dpkg action ("--unpack", "--configure", "--configure --pending") and the
+// package names, in order. aptOpts are more apt-get options. Unpacks are listed by file, never through
+// dpkg's --recursive directory, so their order shows.
+func AptDpkgCalls(t testing.TB, r *DebRepo, status string, aptOpts []string, pkgs ...string) [][]string {
+	t.Helper()
+	opts := aptUpdated(t, fmt.Sprintf("deb [signed-by=%s] %s %s %s\n", r.Keyring, r.FileURL(), r.Suite, r.Component), status)
+	args := append(append(opts, aptOpts...), "-o", "Debug::pkgDpkgPm=1", "-o", "Dpkg::Install::Recursive::force=true",
+		"-o", "Dpkg::Use-Pty=0", "install", "--yes", "--no-install-recommends")
+	out, err := exec.Command("apt-get", append(args, pkgs...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("apt-get install %s: %v\n%s", strings.Join(pkgs, " "), err, out)
+	}
+	var calls [][]string
+	for _, l := range strings.Split(string(out), "\n") {
+		f := strings.Fields(l)
+		if len(f) == 0 || filepath.Base(f[0]) != "dpkg" {
+			continue
+		}
+		var call []string
+		for _, a := range f[1:] {
+			switch {
+			case a == "--unpack" || a == "--configure":
+				call = append(call, a)
+			case a == "--pending":
+				call[0] += " --pending"
+			case strings.HasPrefix(a, "-") || a == "--status-fd" || isDigits(a):
+			case strings.HasSuffix(a, ".deb"):
+				name, _, _ := strings.Cut(filepath.Base(a), "_")
+				call = append(call, name)
+			default:
+				name, _, _ := strings.Cut(a, ":")
+				call = append(call, name)
+			}
+		}
+		if len(call) > 0 {
+			calls = append(calls, call)
+		}
+	}
+	if len(calls) == 0 {
+		t.Fatalf("apt-get printed no dpkg call:\n%s", out)
+	}
+	return calls
+}
+
+func isDigits(s string) bool {
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// aptUpdated makes apt a state of its own for the sources.list text src
+// and the status file status (an empty system when ""), runs apt-get
+// update, and returns the options that confine apt to it.
+func aptUpdated(t testing.TB, src, status string) []string {
+	t.Helper()
 	dir := t.TempDir()
 	for _, d := range []string{"lists/partial", "cache/archives/partial", "etc/sources.list.d", "etc/preferences.d", "etc/apt.conf.d", "log"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
@@ -382,25 +462,10 @@ func aptSimulate(t testing.TB, src, status string, pkgs ...string) ([]string, er
 		}
 	}
 	opts := AptOptions(dir, status)
-	upd := exec.Command("apt-get", append(opts, "update")...)
-	if out, err := upd.CombinedOutput(); err != nil {
+	if out, err := exec.Command("apt-get", append(opts, "update")...).CombinedOutput(); err != nil {
 		t.Fatalf("apt-get update: %v\n%s", err, out)
 	}
-	args := append(opts, "install", "--simulate", "--no-install-recommends")
-	out, err := exec.Command("apt-get", append(args, pkgs...)...).CombinedOutput()
-	if err != nil {
-		return nil, fmt.Errorf("apt-get install --simulate %s: %w\n%s", strings.Join(pkgs, " "), err, out)
-	}
-	var got []string
-	for _, l := range strings.Split(string(out), "\n") {
-		// Inst NAME (VERSION SUITE [ARCH])
-		f := strings.Fields(l)
-		if len(f) >= 3 && f[0] == "Inst" && strings.HasPrefix(f[2], "(") {
-			got = append(got, f[1]+"="+strings.TrimPrefix(f[2], "("))
-		}
-	}
-	sort.Strings(got)
-	return got, nil
+	return opts
 }
 
 // AptOptions are apt-get options that confine apt to dir (lists, cache,

@@ -12,7 +12,7 @@ import (
 var DepsTools = []string{
 	"tar", "zstd", "xz", "gzip", "setpriv", "cpio", "e2fsck", "mke2fs", "sgdisk",
 	"fsck.vfat", "mdir", "qemu-img", "skopeo", "docker-registry", "dpkg-deb",
-	"dpkg-scanpackages", "apt-ftparchive", "apt-get", "busybox",
+	"dpkg-scanpackages", "apt-ftparchive", "apt-get", "busybox", "depmod",
 }
 
 // sbinDirs are searched after PATH: an ordinary user's PATH often lacks them,

@@ -3,7 +3,7 @@
 # prints wall time and peak RSS side by side. Speed and memory are judged here,
 # never by timed unit tests.
 set -euo pipefail
-# Usage: bench.sh [tar|ext4|qcow2|vhd|vmdk|cpio|codecs|uki|verity|oci|debs|bootstrap|disk|node]...; all of them
+# Usage: bench.sh [tar|ext4|qcow2|vhd|vmdk|cpio|codecs|uki|verity|oci|debs|bootstrap|depmod|disk|node]...; all of them
 # by default. disk and node need the Kubernetes inputs (make k8s-inputs; it builds
 # them first, which takes about 50 minutes on a machine that has none).
 cd "$(dirname "$0")/../.."
@@ -144,6 +144,13 @@ bench_bootstrap() {
 		grep -E '^Benchmark' || true
 }
 
+bench_depmod() {
+	echo
+	echo "== depmod: packages/kmod beside kmod's depmod -b on the node's kernel (every module of Debian's amd64 linux-image; target: <= 0.5x time)"
+	go test -run '^$' -bench '^BenchmarkDepmodVsKmod$' -benchtime "${BENCHTIME_DEPMOD:-3x}" -timeout 30m ./packages/kmod |
+		grep -E '^Benchmark' || true
+}
+
 bench_disk() {
 	echo
 	echo "== disk: real Debian base + kubelet, kubeadm, kubectl, crictl into raw (ESP + ext4) and qcow2; stamp as uid 65534 cold and warm beside the peer pipeline as root (targets: cold <= 0.40x peer, warm <= 0.05x cold, RSS <= 256 MiB)"
@@ -160,7 +167,7 @@ bench_node() {
 		grep -E '^(Benchmark|---|\s+node_bench_test)' || true
 }
 
-for b in "${@:-tar ext4 qcow2 vhd vmdk cpio codecs uki verity oci debs bootstrap disk node}"; do
+for b in "${@:-tar ext4 qcow2 vhd vmdk cpio codecs uki verity oci debs bootstrap depmod disk node}"; do
 	for one in $b; do
 		declare -F "bench_$one" >/dev/null || { echo "bench: no benchmark named $one" >&2; exit 2; }
 		"bench_$one"

@@ -9,7 +9,7 @@ qemu-utils skopeo docker-registry dpkg-dev apt-utils busybox-static time bc
 qemu-system-x86 ipxe-qemu ovmf attr containerd runc acl gnupg gpgv
 mount passwd openssl mawk mmdebstrap file grub-common grub-pc-bin
 qemu-system-arm qemu-efi-aarch64 qemu-user-static
-binutils sbsigntool osslsigncode efitools cryptsetup-bin swtpm swtpm-tools systemd
+binutils sbsigntool osslsigncode efitools cryptsetup-bin swtpm swtpm-tools systemd kmod umoci libarchive-tools
 gcc libc6-dev libseccomp-dev pkg-config"
 
 missing=""
