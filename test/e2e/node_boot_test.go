@@ -90,9 +90,10 @@ func nodeChecks(registry string, images []string, mode nodeMode) []nodeCheck {
 	add("kubectl version", `kubectl version --client -o json | grep -q '"gitVersion": "`+harness.K8sVersion+`"'`)
 	add("crictl version", `crictl --version | grep -q 'crictl version `+strings.TrimPrefix(harness.CrictlVersion, "v")+`'`)
 	add("containerd SystemdCgroup", "containerd config dump | grep -q 'SystemdCgroup = true'")
-	// 1.6 dumps sandbox_image; 2.x, which reads the version 2 file as
-	// its version 3, dumps it as pinned_images' sandbox.
-	add("containerd sandbox image", `containerd config dump | grep -Eq '^ *(sandbox_image|sandbox) = "`+registry+`/pause:3.10"'`)
+	// 1.6 dumps sandbox_image = "..."; 2.x, which reads the version 2
+	// file as its version 3, dumps it as pinned_images' sandbox = '...'
+	// (its TOML writer quotes a plain string with single quotes).
+	add("containerd sandbox image", `containerd config dump 2>/dev/null | grep -Eq "^ *(sandbox_image|sandbox) = [\"']`+registry+`/pause:3.10[\"']"`)
 	add("CNI plugins and conflist", "[ -x /opt/cni/bin/bridge ] && [ -x /opt/cni/bin/host-local ] && [ -x /opt/cni/bin/portmap ] && [ -f /etc/cni/net.d/10-stamp-bridge.conflist ]")
 	add("crictl.yaml", "grep -q 'unix:///run/containerd/containerd.sock' /etc/crictl.yaml")
 	for _, im := range images {
