@@ -21,6 +21,9 @@ type decoder struct {
 	substituted map[*yaml.Node][]string
 	// hostPaths collects every host path a field names, for Recipe.HostPaths.
 	hostPaths []HostPath
+	// skipped holds the layer items whose when: does not hold: neither
+	// substituted nor decoded, and left out of the recipe's digest.
+	skipped map[*yaml.Node]bool
 }
 
 // notString explains a type error on a scalar a parameter filled.

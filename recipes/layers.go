@@ -112,15 +112,27 @@ func (d *decoder) layer(n *yaml.Node, field string) (Layer, bool) {
 		d.fail(r, field, "a layer is a mapping with exactly one kind key (%s); got %s", strings.Join(LayerKinds(), ", "), describe(r))
 		return l, false
 	}
-	if len(r.Content) > 2 {
+	// when: was evaluated before substitution (conditions); what is left
+	// is the kind.
+	var kv []*yaml.Node
+	for i := 0; i+1 < len(r.Content); i += 2 {
+		if r.Content[i].Value != whenKey {
+			kv = append(kv, r.Content[i], r.Content[i+1])
+		}
+	}
+	if len(kv) != 2 {
 		var keys []string
-		for i := 0; i < len(r.Content); i += 2 {
-			keys = append(keys, r.Content[i].Value)
+		for i := 0; i < len(kv); i += 2 {
+			keys = append(keys, kv[i].Value)
+		}
+		if len(keys) == 0 {
+			d.fail(r, field, "a layer has a kind key (%s) beside its when", strings.Join(LayerKinds(), ", "))
+			return l, false
 		}
 		d.fail(r, field, "a layer has exactly one kind key, got %s; split it into one list item per kind", strings.Join(keys, ", "))
 		return l, false
 	}
-	k, v := r.Content[0], r.Content[1]
+	k, v := kv[0], kv[1]
 	f := child(field, k.Value)
 	kind := layerKindNamed(k.Value)
 	if kind == nil {

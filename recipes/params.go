@@ -33,6 +33,9 @@ type Param struct {
 	// "deb" source for a Debian suite with component main.
 	FromHostApt bool
 	Description string
+	// Choices, when declared, are the only values the parameter may take;
+	// a layer's when: may compare it only with one of them.
+	Choices []string
 
 	// Used reports whether any field refers to the parameter. Only used
 	// parameters get a value, so an unused one never needs one.
@@ -156,8 +159,14 @@ func (d *decoder) param(n *yaml.Node, field string) *Param {
 		p.Default = &v
 		return p
 	}
-	d.mapping(r, field, map[string]handler{
+	seen := d.mapping(r, field, map[string]handler{
 		"description": func(v *yaml.Node, f string) { p.Description = d.str(v, f) },
+		"choices": func(v *yaml.Node, f string) {
+			p.Choices = d.strList(v, f)
+			if !d.failed(v) && len(p.Choices) == 0 {
+				d.fail(d.resolveQuiet(v), f, "list at least one choice, or leave choices out")
+			}
+		},
 		"default": func(v *yaml.Node, f string) {
 			dv := d.resolve(v)
 			switch {
@@ -177,6 +186,12 @@ func (d *decoder) param(n *yaml.Node, field string) *Param {
 			}
 		},
 	})
+	if len(p.Choices) > 0 && p.Default != nil && !slices.Contains(p.Choices, *p.Default) {
+		d.fail(seen["default"], child(field, "default"), "default %q is not one of the choices (%s)", *p.Default, strings.Join(p.Choices, ", "))
+	}
+	if len(p.Choices) > 0 && p.FromHostApt {
+		d.fail(seen["choices"], child(field, "choices"), "a parameter defaulting to the host's mirror takes any URL; leave choices out")
+	}
 	return p
 }
 
@@ -192,6 +207,9 @@ func (d *decoder) value(ps *params, p *Param) {
 	f := child("params", p.Name)
 	if v, ok := ps.opts.Set[p.Name]; ok {
 		p.Value, p.Source = v, SourceSet
+		if len(p.Choices) > 0 && !slices.Contains(p.Choices, v) {
+			d.fail(at, "--set "+p.Name, "parameter %q is %q, which is not one of its choices (%s)", p.Name, v, strings.Join(p.Choices, ", "))
+		}
 		return
 	}
 	if p.Default != nil {
@@ -226,7 +244,7 @@ func (d *decoder) value(ps *params, p *Param) {
 // A substituted scalar is tagged a string, so "0644" stays a mode and a
 // value never turns into a number or a boolean.
 func (d *decoder) substitute(n *yaml.Node, field string, ps *params, seen map[*yaml.Node]bool) {
-	if n == nil || seen[n] {
+	if n == nil || seen[n] || d.skipped[n] {
 		return
 	}
 	seen[n] = true

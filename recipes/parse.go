@@ -75,6 +75,9 @@ func ParseWith(data []byte, filename string, o Options) (r *Recipe, err error) {
 	}
 	ps := d.declareParams(root, o)
 	if len(d.errs) == 0 {
+		d.conditions(root, ps)
+	}
+	if len(d.errs) == 0 {
 		d.substitute(root, "", ps, map[*yaml.Node]bool{})
 		d.checkSet(ps)
 	}
@@ -98,7 +101,7 @@ func ParseWith(data []byte, filename string, o Options) (r *Recipe, err error) {
 	}
 	r.Path = filename
 	r.HostPaths = d.hostPaths
-	if r.TreeDigest, err = treeDigest(root); err != nil {
+	if r.TreeDigest, err = treeDigest(root, d.skipped); err != nil {
 		return nil, &Error{File: filename, Line: 1, Msg: err.Error()}
 	}
 	for _, p := range ps.list {
@@ -308,6 +311,9 @@ func (d *decoder) phase(n *yaml.Node, field string) Phase {
 		"post": func(v *yaml.Node, f string) { p.Post = d.hooks(v, f) },
 		"layers": func(v *yaml.Node, f string) {
 			d.list(v, f, func(item *yaml.Node, f string) {
+				if d.skipped[d.resolveQuiet(item)] {
+					return
+				}
 				if l, ok := d.layer(item, f); ok {
 					p.Layers = append(p.Layers, l)
 				}
@@ -341,14 +347,15 @@ func (d *decoder) seal(n *yaml.Node, field string) Seal {
 }
 
 // treeDigest is the sha256 of the recipe as decoded, parameters
-// substituted, without its outputs, its comments or its layout: what
-// decides the tree. An image records it, so asking for another output, or
-// rewording a comment, leaves every image's bytes as they were.
-func treeDigest(root *yaml.Node) (string, error) {
+// substituted, without its outputs, the layers its when: left out, its
+// comments or its layout: what decides the tree. An image records it, so
+// asking for another output, or rewording a comment or a layer that does
+// not apply, leaves every image's bytes as they were.
+func treeDigest(root *yaml.Node, skipped map[*yaml.Node]bool) (string, error) {
 	var b bytes.Buffer
 	enc := yaml.NewEncoder(&b)
 	enc.SetIndent(2)
-	if err := enc.Encode(canonical(root, true)); err != nil {
+	if err := enc.Encode(canonical(root, true, skipped)); err != nil {
 		return "", fmt.Errorf("recipe digest: %w", err)
 	}
 	if err := enc.Close(); err != nil {
@@ -358,19 +365,26 @@ func treeDigest(root *yaml.Node) (string, error) {
 	return "sha256:" + hex.EncodeToString(sum[:]), nil
 }
 
-// canonical copies n without comments or styles, and, at the top, without
-// the outputs.
-func canonical(n *yaml.Node, top bool) *yaml.Node {
+// canonical copies n without comments or styles, without the skipped
+// layers, and, at the top, without the outputs.
+func canonical(n *yaml.Node, top bool, skipped map[*yaml.Node]bool) *yaml.Node {
 	c := &yaml.Node{Kind: n.Kind, Tag: n.ShortTag(), Value: n.Value}
 	if n.Kind == yaml.AliasNode && n.Alias != nil {
-		return canonical(n.Alias, false)
+		return canonical(n.Alias, false, skipped)
 	}
 	for i := 0; i < len(n.Content); i++ {
 		if top && n.Kind == yaml.MappingNode && i%2 == 0 && n.Content[i].Value == "outputs" {
 			i++
 			continue
 		}
-		c.Content = append(c.Content, canonical(n.Content[i], false))
+		item := n.Content[i]
+		for j := 0; item.Kind == yaml.AliasNode && item.Alias != nil && j < 64; j++ {
+			item = item.Alias
+		}
+		if n.Kind == yaml.SequenceNode && skipped[item] {
+			continue
+		}
+		c.Content = append(c.Content, canonical(n.Content[i], false, skipped))
 	}
 	return c
 }

@@ -34,7 +34,7 @@ const disklessMemory = "6144"
 // It logs the boot to Ready and the memory the node used.
 func TestClusterDiskless(t *testing.T) {
 	registry, _, in := clusterInputs(t)
-	bundle := filepath.Join(clusterNodeDir, "k8s-node.live")
+	bundle := filepath.Join(clusterNodeDir(), "k8s-node.live")
 	script, err := os.ReadFile(filepath.Join(bundle, formats.LiveScript))
 	if err != nil {
 		t.Fatalf("no live bundle of the node (make e2e-node makes it from the recipe's live output): %v", err)

@@ -38,6 +38,7 @@ const (
 func TestClusterJoin(t *testing.T) {
 	registry, raw, in := clusterInputs(t)
 	step := stepTimer(t)
+	before := clusterImagesBefore(t, in, registry)
 	pki, err := harness.NewClusterPKI()
 	if err != nil {
 		t.Fatal(err)
@@ -62,9 +63,9 @@ func TestClusterJoin(t *testing.T) {
 		PKI:              pki,
 		Files: []harness.SeedFile{
 			{Path: "/run/stamp-cluster/observe.sh", Owner: "root:root", Permissions: "0755", Content: clusterObserver(podImage, "worker")},
-			progress,
+			progress, before,
 		},
-		PreKubeadmCommands:  []string{progressCmd},
+		PreKubeadmCommands:  []string{before.Path, progressCmd},
 		PostKubeadmCommands: []string{"/run/stamp-cluster/observe.sh"},
 	}
 	worker := harness.KubeadmJoin{

@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,8 +18,14 @@ import (
 )
 
 // clusterNodeDir is where make e2e-node leaves the node image, relative to
-// this package.
-const clusterNodeDir = "../../out/e2e-node"
+// this package; STAMP_E2E_CLUSTER_NODE names another (a node built with
+// other choices, as TestNodeImage's STAMP_E2E_NODE_OUT kept it).
+func clusterNodeDir() string {
+	if d := os.Getenv("STAMP_E2E_CLUSTER_NODE"); d != "" {
+		return d
+	}
+	return "../../out/e2e-node"
+}
 
 // TestCluster boots the node image make e2e-node left in out/e2e-node as
 // Cluster API would boot its first control-plane machine: OVMF, 2 CPUs,
@@ -54,7 +61,7 @@ func TestCluster(t *testing.T) {
 	step("boot, kubeadm init and the observer")
 	checkClusterLog(t, b, "serial.log", clusterChecks)
 	if m := regexp.MustCompile(`STAMP-INFO ready at uptime ([0-9.]+)`).FindStringSubmatch(b.Log); m != nil {
-		t.Logf("boot to Ready: %s s after the kernel started (qemu ran %s in all)", m[1], b.Took.Round(time.Second))
+		t.Logf("boot to Ready: %s s after the kernel started (qemu ran %s in all); the node: %s", m[1], b.Took.Round(time.Second), clusterNodeMode(t))
 	}
 }
 
@@ -63,6 +70,7 @@ func TestCluster(t *testing.T) {
 // images from registry), with the observer after it, checked by kubeadm.
 func clusterInitUserData(t *testing.T, registry string, in *harness.K8sInputs) string {
 	t.Helper()
+	before := clusterImagesBefore(t, in, registry)
 	podImage := registry + "/kube-proxy:" + harness.K8sVersion
 	k := harness.KubeadmInit{
 		ClusterName:          "stamp-e2e",
@@ -79,10 +87,11 @@ func clusterInitUserData(t *testing.T, registry string, in *harness.K8sInputs) s
 		Files: []harness.SeedFile{
 			{Path: "/run/stamp-cluster/observe.sh", Owner: "root:root", Permissions: "0755", Content: clusterObserver(podImage, "")},
 			{Path: "/run/stamp-cluster/progress.sh", Owner: "root:root", Permissions: "0755", Content: clusterProgress},
+			before,
 		},
 		// The progress report runs beside kubeadm init: under TCG its
 		// wait for the API server is minutes with nothing on the console.
-		PreKubeadmCommands:  []string{"setsid /run/stamp-cluster/progress.sh </dev/null >/dev/ttyS0 2>&1 &"},
+		PreKubeadmCommands:  []string{before.Path, "setsid /run/stamp-cluster/progress.sh </dev/null >/dev/ttyS0 2>&1 &"},
 		PostKubeadmCommands: []string{"/run/stamp-cluster/observe.sh"},
 	}
 	userData, err := k.UserData()
@@ -93,16 +102,65 @@ func clusterInitUserData(t *testing.T, registry string, in *harness.K8sInputs) s
 	return userData
 }
 
+// clusterNodeMode says which of the node recipe's choices make e2e-node
+// built (node.env), for the boot-to-Ready line.
+func clusterNodeMode(t *testing.T) string {
+	env := readNodeEnv(t, filepath.Join(clusterNodeDir(), "node.env"))
+	c, i := env["CONTAINERD"], env["IMAGES_INTO"]
+	if c == "" {
+		c = "debian"
+	}
+	if i == "" {
+		i = "containerd"
+	}
+	return "containerd=" + c + " images_into=" + i
+}
+
+// clusterImagesBefore is a preKubeadmCommands script: before kubeadm
+// writes kubelet's configuration, so before kubelet has ever run, the
+// runtime lists every image kubeadm will ask for. It waits for containerd
+// to answer (cloud-init's final stage may start first) and reports
+// "images before kubelet".
+func clusterImagesBefore(t *testing.T, in *harness.K8sInputs, registry string) harness.SeedFile {
+	t.Helper()
+	images, err := harness.KubeadmImageNames(context.Background(), in.Bins, registry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(images) != 7 {
+		t.Fatalf("kubeadm asks for %d images, want seven: %q", len(images), images)
+	}
+	return harness.SeedFile{Path: "/run/stamp-cluster/before.sh", Owner: "root:root", Permissions: "0755", Content: `#!/bin/sh
+exec >/dev/ttyS0 2>&1
+PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+i=0
+until crictl images >/dev/null 2>&1 || [ $i -ge 120 ]; do sleep 1; i=$((i + 1)); done
+echo "STAMP-INFO images before kubelet, at uptime $(cut -d' ' -f1 /proc/uptime):"
+crictl images 2>&1 | sed 's/^/STAMP-INFO before: /'
+missing=""
+for im in ` + strings.Join(images, " ") + `; do
+	crictl images -o json | grep -q "\"$im\"" || missing="$missing $im"
+done
+if [ -e /var/lib/kubelet/config.yaml ]; then
+	echo "STAMP-CLUSTER FAIL images before kubelet: kubelet's configuration is there already"
+elif [ -n "$missing" ]; then
+	echo "STAMP-CLUSTER FAIL images before kubelet: missing$missing"
+else
+	echo "STAMP-CLUSTER ok images before kubelet"
+fi
+`}
+}
+
 // clusterInputs are what a cluster test boots: the registry the node's
 // images name, make e2e-node's raw image, and the Kubernetes inputs.
 func clusterInputs(t *testing.T) (registry, raw string, in *harness.K8sInputs) {
 	t.Helper()
 	harness.RequireTools(t, "qemu-system-x86_64", "cp")
-	env := readNodeEnv(t, filepath.Join(clusterNodeDir, "node.env"))
+	env := readNodeEnv(t, filepath.Join(clusterNodeDir(), "node.env"))
 	if env["KUBERNETES_VERSION"] != harness.K8sVersion {
-		t.Fatalf("%s was built for Kubernetes %s, the test is for %s: run make e2e-node again", clusterNodeDir, env["KUBERNETES_VERSION"], harness.K8sVersion)
+		t.Fatalf("%s was built for Kubernetes %s, the test is for %s: run make e2e-node again", clusterNodeDir(), env["KUBERNETES_VERSION"], harness.K8sVersion)
 	}
-	raw = filepath.Join(clusterNodeDir, "k8s-node.raw")
+	raw = filepath.Join(clusterNodeDir(), "k8s-node.raw")
 	if _, err := os.Stat(raw); err != nil {
 		t.Fatalf("no node image (make e2e-node makes it): %v", err)
 	}
@@ -177,7 +235,7 @@ ethernets:
 
 // clusterChecks are what clusterObserver must report ok.
 var clusterChecks = []string{
-	"kubeadm init", "no image pulled", "node Ready",
+	"images before kubelet", "kubeadm init", "no image pulled", "node Ready",
 	"pod etcd Running", "pod kube-apiserver Running", "pod kube-controller-manager Running",
 	"pod kube-scheduler Running", "pod kube-proxy Running", "pod coredns Running",
 	"control-plane taint removed", "pod from a stamp image Succeeded", "pod on the node",

@@ -62,7 +62,8 @@ func TestEveryShippedRecipeBuilds(t *testing.T) {
 		}},
 		"k8s-node.yaml": {elsewhere: "make e2e-node (test/e2e/node_test.go)", args: []string{
 			"--set", "mirror=file:///srv/debian", "--set", "kubernetes_repo=file:///srv/kubernetes/deb/",
-			"--set", "kubernetes_keyring=./k.gpg", "--set", "registry=registry.example.invalid"}},
+			"--set", "kubernetes_keyring=./k.gpg", "--set", "registry=registry.example.invalid",
+			"--set", "containerd_repo=file:///srv/containerd/", "--set", "containerd_keyring=./c.gpg"}},
 		"stamp-image.yaml": {elsewhere: "TestStampImage (test/e2e/stamp_image_test.go)", args: []string{
 			"--set", "mirror=file:///srv/debian", "--set", "stamp=/usr/local/bin/stamp"}},
 	}

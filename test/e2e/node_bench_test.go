@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -43,7 +44,23 @@ func BenchmarkNodeBuild(b *testing.B) {
 	if err := os.WriteFile(recipe, append(y, "  - {format: tar}\n"...), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	include := append(append([]string{}, harness.NodeDebPackages...), "kubelet", "kubeadm", "kubectl", "cri-tools", "kubernetes-cni")
+	// The same packages as the recipe installs: its runtime, as the mode
+	// chooses it, in place of Debian's.
+	include := slices.DeleteFunc(slices.Clone(harness.NodeDebPackages), func(p string) bool { return p == "containerd" || p == "runc" })
+	for _, p := range nb.mode.runtimePackages() {
+		if p[1] != "" {
+			p[0] += "=" + p[1]
+		}
+		include = append(include, p[0])
+	}
+	include = append(include, "kubelet", "kubeadm", "kubectl", "cri-tools", "kubernetes-cni")
+	sources := []string{
+		fmt.Sprintf("deb [signed-by=%s] %s %s %s", filepath.Join(nb.dir, "debian.gpg"), "copy://"+nb.repo.Dir, nb.repo.Suite, nb.repo.Component),
+		fmt.Sprintf("deb [signed-by=%s] %s %s", filepath.Join(nb.dir, "kubernetes.gpg"), "copy://"+nb.in.Repo.Dir, nb.in.Repo.Suite),
+	}
+	if nb.ctdRepo != nil {
+		sources = append(sources, fmt.Sprintf("deb [signed-by=%s] %s %s", filepath.Join(nb.dir, "containerd.gpg"), "copy://"+nb.ctdRepo.Dir, nb.ctdRepo.Suite))
+	}
 
 	var cold, warm, mm time.Duration
 	var stampAll, stampPkgs, mmSize int64
@@ -81,10 +98,8 @@ func BenchmarkNodeBuild(b *testing.B) {
 		start := time.Now()
 		// copy://, not file://: mmdebstrap's apt runs chrooted, where
 		// the host's repository paths do not exist.
-		cmd := exec.Command(mmdebstrap, "--mode=root", "--variant=minbase", "--quiet",
-			"--include="+strings.Join(include, ","), nb.repo.Suite, tarball,
-			fmt.Sprintf("deb [signed-by=%s] %s %s %s", filepath.Join(nb.dir, "debian.gpg"), "copy://"+nb.repo.Dir, nb.repo.Suite, nb.repo.Component),
-			fmt.Sprintf("deb [signed-by=%s] %s %s", filepath.Join(nb.dir, "kubernetes.gpg"), "copy://"+nb.in.Repo.Dir, nb.in.Repo.Suite))
+		cmd := exec.Command(mmdebstrap, append([]string{"--mode=root", "--variant=minbase", "--quiet",
+			"--include=" + strings.Join(include, ","), nb.repo.Suite, tarball}, sources...)...)
 		cmd.Env = append(os.Environ(), "SOURCE_DATE_EPOCH=1700000000")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			b.Fatalf("mmdebstrap: %v\n%s", err, out)

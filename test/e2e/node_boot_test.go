@@ -35,13 +35,20 @@ var nodeInstalled = []string{
 	"auditd", "apt-transport-https", "conntrack", "chrony", "curl", "ebtables", "ethtool", "iptables", "jq", "gnupg",
 	"libnetfilter-acct1", "libnetfilter-cttimeout1", "libnetfilter-log1", "python3-netifaces", "python3-pip",
 	"socat", "cloud-init", "cloud-guest-utils",
-	"systemd", "openssh-server", "containerd", "runc", "linux-image-amd64",
+	"systemd", "openssh-server", "linux-image-amd64",
 	"kubelet", "kubeadm", "kubectl", "cri-tools", "kubernetes-cni",
 }
 
+// gossContainerdVersion is image-builder's goss check of containerd's
+// version (images/capi/packer/goss/goss-command.yaml), as it runs it: the
+// third field of "containerd --version" less its leading "v" must be the
+// pinned version, with nothing on stderr. Debian's 1.6.20 prints
+// "1.6.20~ds1" there, which it reads as ".6.20~ds1".
+const gossContainerdVersion = `PATH=/opt/bin:/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin containerd --version | awk -F' ' '{print substr($3,2); }'`
+
 // nodeChecks is every point of the node issue that can only be seen on a
 // running node.
-func nodeChecks(registry string, images []string) []nodeCheck {
+func nodeChecks(registry string, images []string, mode nodeMode) []nodeCheck {
 	var cs []nodeCheck
 	add := func(name, sh string) { cs = append(cs, nodeCheck{name, sh}) }
 	for _, kv := range nodeSysctls {
@@ -64,6 +71,18 @@ func nodeChecks(registry string, images []string) []nodeCheck {
 	for _, p := range nodeInstalled {
 		add("dpkg "+p, "[ \"$(dpkg-query -W -f='${Status}' "+p+")\" = 'install ok installed' ]")
 	}
+	for _, p := range mode.runtimePackages() {
+		add("dpkg "+p[0], "[ \"$(dpkg-query -W -f='${Status}' "+p[0]+")\" = 'install ok installed' ]")
+		if p[1] != "" {
+			add("dpkg "+p[0]+" "+p[1], "[ \"$(dpkg-query -W -f='${Version}' "+p[0]+")\" = "+p[1]+" ]")
+		}
+	}
+	if mode.upstream() {
+		add("goss containerd version "+harness.UpstreamContainerdVersion,
+			`out=$( { `+gossContainerdVersion+`; } 2>/tmp/goss-stderr); st=$?; echo "$out"; cat /tmp/goss-stderr; [ $st -eq 0 ] && [ "$out" = `+harness.UpstreamContainerdVersion+` ] && [ ! -s /tmp/goss-stderr ]`)
+		add("runc version "+harness.UpstreamRuncVersion, `runc --version | head -n 1 | grep -qx 'runc version `+harness.UpstreamRuncVersion+`'`)
+		add("no Debian containerd", `[ "$(dpkg-query -W -f='${Status}' containerd 2>/dev/null)" != 'install ok installed' ]`)
+	}
 	add("no ntp", "[ \"$(dpkg-query -W -f='${Status}' ntp 2>/dev/null)\" != 'install ok installed' ] && [ ! -e /usr/sbin/ntpd ]")
 	add("dpkg audit clean", "[ -z \"$(dpkg --audit)\" ]")
 	add("kubelet version", `kubelet --version | grep -qx 'Kubernetes `+harness.K8sVersion+`'`)
@@ -71,17 +90,30 @@ func nodeChecks(registry string, images []string) []nodeCheck {
 	add("kubectl version", `kubectl version --client -o json | grep -q '"gitVersion": "`+harness.K8sVersion+`"'`)
 	add("crictl version", `crictl --version | grep -q 'crictl version `+strings.TrimPrefix(harness.CrictlVersion, "v")+`'`)
 	add("containerd SystemdCgroup", "containerd config dump | grep -q 'SystemdCgroup = true'")
-	add("containerd sandbox image", "crictl info | grep -q '\"sandboxImage\": \""+registry+"/pause:3.10\"'")
+	// 1.6 dumps sandbox_image = "..."; 2.x, which reads the version 2
+	// file as its version 3, dumps it as pinned_images' sandbox = '...'
+	// (its TOML writer quotes a plain string with single quotes).
+	add("containerd sandbox image", `containerd config dump 2>/dev/null | grep -Eq "^ *(sandbox_image|sandbox) = [\"']`+registry+`/pause:3.10[\"']"`)
 	add("CNI plugins and conflist", "[ -x /opt/cni/bin/bridge ] && [ -x /opt/cni/bin/host-local ] && [ -x /opt/cni/bin/portmap ] && [ -f /etc/cni/net.d/10-stamp-bridge.conflist ]")
 	add("crictl.yaml", "grep -q 'unix:///run/containerd/containerd.sock' /etc/crictl.yaml")
 	for _, im := range images {
 		add("image "+im, "crictl images -o json | grep -q '\""+im+"\"'")
 	}
 	add("seven images", "[ \"$(crictl images -q | sort -u | wc -l)\" -ge 7 ]")
-	// They were in containerd's state when it started: no import unit, and
-	// containerd neither pulled nor imported one.
-	add("no import unit", "! systemctl cat stamp-import-images.service >/dev/null 2>&1")
-	add("no pull or import", "! journalctl -b -u containerd --no-pager | grep -Eq 'PullImage |/images/create|images import'")
+	if mode.imagesInto == "archives" {
+		add("images imported at first boot", "systemctl is-active -q stamp-import-images.service")
+		add("no pull", "! journalctl -b -u containerd --no-pager | grep -q 'PullImage '")
+	} else {
+		// They were in containerd's state when it started: no import
+		// unit, and containerd neither pulled nor imported one.
+		add("no import unit", "! systemctl cat stamp-import-images.service >/dev/null 2>&1")
+		add("no pull or import", "! journalctl -b -u containerd --no-pager | grep -Eq 'PullImage |/images/create|images import'")
+		if mode.upstream() {
+			// Pinned as its CRI plugin pins the sandbox image from 1.7.3
+			// on, so kubelet's image garbage collection never removes it.
+			add("sandbox image pinned", `crictl images -o json | jq -e '[.images[] | select(.repoTags | any(. == "`+registry+`/pause:3.10")) | .pinned] == [true]'`)
+		}
+	}
 	add("ssh host keys made at first boot", "ls /etc/ssh/ssh_host_ed25519_key /etc/ssh/ssh_host_rsa_key")
 	add("machine-id made at boot", "grep -Eqx '[0-9a-f]{32}' /etc/machine-id")
 	add("stamp-release", `. /etc/stamp-release && [ "$STAMP_RECIPE" = k8s-node ] && [ "${STAMP_RECIPE_DIGEST#sha256:}" != "$STAMP_RECIPE_DIGEST" ] && [ -n "$STAMP_VERSION" ]`)
@@ -137,7 +169,7 @@ systemd-analyze blame 2>&1 | head -n 25 | sed 's/^/STAMP-INFO blame: /'
 crictl images 2>&1 | sed 's/^/STAMP-INFO crictl: /'
 # The boot is not finished while cloud-final runs this, so blame says
 # nothing: the first-boot units' own start and end times instead.
-for u in stamp-dpkg-configure stamp-ssh-keygen cloud-config containerd; do
+for u in stamp-dpkg-configure stamp-ssh-keygen stamp-import-images cloud-config containerd; do
 	echo "STAMP-INFO unit $u: $(systemctl show -p ExecMainStartTimestampMonotonic -p ExecMainExitTimestampMonotonic -p ActiveEnterTimestampMonotonic "$u.service" | tr '\n' ' ')"
 done
 systemctl --failed --no-legend 2>&1 | sed 's/^/STAMP-INFO failed unit: /'
@@ -174,14 +206,14 @@ imageRepository: ` + registry + `
 // bootNode boots a copy of the raw disk as a cloud would: OVMF, 2 CPUs,
 // 4 GiB, user networking with no route out, and a NoCloud seed whose
 // user-data runs the checks. Every check must report ok.
-func bootNode(t *testing.T, raw, registry string, images []string) {
+func bootNode(t *testing.T, raw, registry string, images []string, mode nodeMode) {
 	t.Helper()
 	dir := t.TempDir()
 	disk := filepath.Join(dir, "disk.raw")
 	if b, err := exec.Command("cp", "--sparse=always", raw, disk).CombinedOutput(); err != nil {
 		t.Fatalf("cp: %v\n%s", err, b)
 	}
-	cs := nodeChecks(registry, images)
+	cs := nodeChecks(registry, images, mode)
 	userData := fmt.Sprintf(`#cloud-config
 write_files:
   - path: /run/stamp-check/check.sh

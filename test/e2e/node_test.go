@@ -40,10 +40,15 @@ const nodeRecipePath = "../../recipes/k8s-node.yaml"
 // whose user-data runs nodeChecks inside the node and prints each result.
 // With STAMP_E2E_NODE_OUT set, the outputs are left there (make e2e-node:
 // out/e2e-node), with node.env naming the registry the images carry.
+//
+// STAMP_E2E_NODE_CONTAINERD (upstream, the default, or debian) and
+// STAMP_E2E_NODE_IMAGES (containerd, the default, or archives) build the
+// recipe's other choices, for the README's boot-to-Ready figures.
 func TestNodeImage(t *testing.T) {
 	harness.RequireTools(t, "qemu-system-x86_64", "qemu-img", "sgdisk", "cp", "truncate")
 	step := stepTimer(t)
 	nb := prepareNodeBuild(t, step)
+	t.Logf("node: containerd=%s images_into=%s", nb.mode.containerd, nb.mode.imagesInto)
 	dir, setArgs, reg, images := nb.dir, nb.setArgs, nb.reg, nb.images
 	out := filepath.Join(dir, "out")
 	cache := filepath.Join(dir, "cache")
@@ -86,10 +91,10 @@ func TestNodeImage(t *testing.T) {
 	}
 
 	raw := filepath.Join(out, "k8s-node.raw")
-	checkNodeHygiene(t, raw, images)
+	checkNodeHygiene(t, raw, images, nb.mode)
 	step("hygiene checked on the image")
 	if o := os.Getenv("STAMP_E2E_NODE_OUT"); o != "" {
-		keepNodeOutputs(t, out, o, reg.Addr, dir)
+		keepNodeOutputs(t, out, o, reg.Addr, dir, nb.mode)
 	}
 
 	// The bytes again: stamp verify builds twice more (as root, then as
@@ -106,8 +111,87 @@ func TestNodeImage(t *testing.T) {
 		t.Error("not root: the node test's root build cannot run; make e2e-node runs as root")
 	}
 
-	bootNode(t, raw, reg.Addr, images)
+	bootNode(t, raw, reg.Addr, images, nb.mode)
 	step("boot and in-node checks")
+}
+
+// nodeMode is which of the node recipe's choices a test builds.
+type nodeMode struct {
+	containerd string // the recipe's containerd parameter: upstream or debian
+	imagesInto string // its images_into parameter: containerd or archives
+}
+
+// upstream reports whether the node runs upstream's containerd and runc.
+func (m nodeMode) upstream() bool { return m.containerd == "upstream" }
+
+// runtimePackages are the packages the node's container runtime is, with
+// the versions the tree must hold ("" for whatever the mirror has).
+func (m nodeMode) runtimePackages() [][2]string {
+	if m.upstream() {
+		return [][2]string{{"containerd.io", harness.UpstreamContainerdPackage()}, {"runc", harness.UpstreamRuncPackage()}}
+	}
+	return [][2]string{{"containerd", ""}, {"runc", ""}}
+}
+
+// nodeModeFromEnv reads STAMP_E2E_NODE_CONTAINERD and STAMP_E2E_NODE_IMAGES;
+// unset, they are the recipe's defaults.
+func nodeModeFromEnv(tb testing.TB) nodeMode {
+	m := nodeMode{containerd: "upstream", imagesInto: "containerd"}
+	if v := os.Getenv("STAMP_E2E_NODE_CONTAINERD"); v != "" {
+		m.containerd = v
+	}
+	if v := os.Getenv("STAMP_E2E_NODE_IMAGES"); v != "" {
+		m.imagesInto = v
+	}
+	if !slices.Contains([]string{"upstream", "debian"}, m.containerd) || !slices.Contains([]string{"containerd", "archives"}, m.imagesInto) {
+		tb.Fatalf("STAMP_E2E_NODE_CONTAINERD=%q (upstream or debian), STAMP_E2E_NODE_IMAGES=%q (containerd or archives)", m.containerd, m.imagesInto)
+	}
+	return m
+}
+
+// checkNodeRecipe holds the recipe to what the test repositories hold: its
+// base and Debian runtime layer ask for harness.NodeDebPackages, and its
+// upstream runtime layer for the versions harness.UpstreamContainerdRepo
+// has, image-builder's pins.
+func checkNodeRecipe(tb testing.TB) {
+	tb.Helper()
+	load := func(containerd string) *recipes.Recipe {
+		set := map[string]string{"mirror": "file:///mirror", "kubernetes_repo": "file:///k8s", "kubernetes_keyring": "x",
+			"registry": "reg.invalid", "containerd": containerd}
+		if containerd == "upstream" {
+			set["containerd_repo"], set["containerd_keyring"] = "file:///containerd", "y"
+		}
+		rec, err := recipes.LoadWith(nodeRecipePath, recipes.Options{Set: set})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return rec
+	}
+	runtimeLayer := func(rec *recipes.Recipe, repo string) []string {
+		var found []string
+		for _, l := range rec.Customize.Layers {
+			if l.Debs != nil && l.Debs.Repo == repo {
+				found = append(found, l.Debs.Packages...)
+			}
+		}
+		return found
+	}
+	deb := load("debian")
+	if deb.Base.Debs == nil || deb.Base.Debs.Variant != "minbase" {
+		tb.Fatalf("the node recipe's base is not bootstrapped minbase: %+v", deb.Base)
+	}
+	pkgs := append(slices.Clone(deb.Base.Debs.Packages), runtimeLayer(deb, "file:///mirror")...)
+	if got, want := sortedCopy(pkgs), sortedCopy(harness.NodeDebPackages); !slices.Equal(got, want) {
+		tb.Fatalf("the recipe's Debian packages (base.debs and the containerd=debian layer) and harness.NodeDebPackages (what the test repository holds) differ:\nrecipe  %q\nharness %q", got, want)
+	}
+	up := load("upstream")
+	if !slices.Equal(up.Base.Debs.Packages, deb.Base.Debs.Packages) || len(runtimeLayer(up, "file:///mirror")) != 0 {
+		tb.Fatal("with containerd=upstream the recipe still asks the mirror for a runtime")
+	}
+	want := []string{"containerd.io=" + harness.UpstreamContainerdPackage(), "runc=" + harness.UpstreamRuncPackage()}
+	if got := runtimeLayer(up, "file:///containerd"); !slices.Equal(got, want) {
+		tb.Fatalf("the recipe's upstream runtime is %q; harness.UpstreamContainerdRepo holds %q (image-builder's pins)", got, want)
+	}
 }
 
 // nodeBuild is a directory, owned by uid 65534, holding the node recipe,
@@ -120,6 +204,8 @@ type nodeBuild struct {
 	images  []string // what the registry holds, as the recipe names them
 	in      *harness.K8sInputs
 	repo    *harness.DebRepo
+	ctdRepo *harness.DebRepo // upstream's containerd and runc; nil for Debian's
+	mode    nodeMode
 }
 
 // prepareNodeBuild gathers the inputs (built once per machine), pushes the
@@ -130,19 +216,14 @@ func prepareNodeBuild(tb testing.TB, step func(string)) *nodeBuild {
 	// The node bootstraps its base from this archive: minbase and the
 	// node's packages.
 	repo := harness.MinbaseNodeRepoFor(tb)
+	mode := nodeModeFromEnv(tb)
+	var ctdRepo *harness.DebRepo
+	if mode.upstream() {
+		// Upstream's containerd and runc, built from the module proxy.
+		ctdRepo = harness.UpstreamContainerdRepo(tb)
+	}
 	step("inputs (Kubernetes binaries, .deb repositories, images)")
-
-	rec, err := recipes.LoadWith(nodeRecipePath, recipes.Options{Set: map[string]string{
-		"mirror": "file:///x", "kubernetes_repo": "file:///x", "kubernetes_keyring": "x", "registry": "reg.invalid"}})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if rec.Base.Debs == nil || rec.Base.Debs.Variant != "minbase" {
-		tb.Fatalf("the node recipe's base is not bootstrapped minbase: %+v", rec.Base)
-	}
-	if got, want := sortedCopy(rec.Base.Debs.Packages), sortedCopy(harness.NodeDebPackages); !slices.Equal(got, want) {
-		tb.Fatalf("the recipe's Debian packages and harness.NodeDebPackages (what the test repository holds) differ:\nrecipe  %q\nharness %q", got, want)
-	}
+	checkNodeRecipe(tb)
 
 	reg := harness.StartRegistry(tb)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
@@ -175,13 +256,17 @@ func prepareNodeBuild(tb testing.TB, step func(string)) *nodeBuild {
 	sets := []string{
 		"mirror=" + repo.FileURL(), "suite=" + repo.Suite, "debian_keyring=./debian.gpg",
 		"kubernetes_repo=" + in.Repo.FileURL(), "kubernetes_keyring=./kubernetes.gpg",
-		"registry=" + reg.Addr,
+		"registry=" + reg.Addr, "containerd=" + mode.containerd, "images_into=" + mode.imagesInto,
+	}
+	if ctdRepo != nil {
+		copyFile(tb, ctdRepo.Keyring, filepath.Join(dir, "containerd.gpg"))
+		sets = append(sets, "containerd_repo="+ctdRepo.FileURL(), "containerd_keyring=./containerd.gpg")
 	}
 	var setArgs []string
 	for _, s := range sets {
 		setArgs = append(setArgs, "--set", s)
 	}
-	return &nodeBuild{dir: dir, setArgs: setArgs, reg: reg, images: images, in: in, repo: repo}
+	return &nodeBuild{dir: dir, setArgs: setArgs, reg: reg, images: images, in: in, repo: repo, ctdRepo: ctdRepo, mode: mode}
 }
 
 // stepTimer logs the time each step took, for the README's table.
@@ -220,7 +305,7 @@ func copyFile(t testing.TB, src, dst string) {
 
 // keepNodeOutputs copies the outputs (sparse) to dst for the cluster test,
 // with node.env saying what they were built against.
-func keepNodeOutputs(t *testing.T, out, dst, registry, recipeDir string) {
+func keepNodeOutputs(t *testing.T, out, dst, registry, recipeDir string, mode nodeMode) {
 	t.Helper()
 	if err := os.RemoveAll(dst); err != nil {
 		t.Fatal(err)
@@ -232,7 +317,8 @@ func keepNodeOutputs(t *testing.T, out, dst, registry, recipeDir string) {
 		t.Fatalf("cp %s %s: %v\n%s", out, dst, err, b)
 	}
 	copyFile(t, filepath.Join(recipeDir, "stamp.lock"), filepath.Join(dst, "stamp.lock"))
-	env := fmt.Sprintf("# what %s was built against (test/e2e/node_test.go)\nREGISTRY=%s\nKUBERNETES_VERSION=%s\n", dst, registry, harness.K8sVersion)
+	env := fmt.Sprintf("# what %s was built against (test/e2e/node_test.go)\nREGISTRY=%s\nKUBERNETES_VERSION=%s\nCONTAINERD=%s\nIMAGES_INTO=%s\n",
+		dst, registry, harness.K8sVersion, mode.containerd, mode.imagesInto)
 	if err := os.WriteFile(filepath.Join(dst, "node.env"), []byte(env), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +329,7 @@ func keepNodeOutputs(t *testing.T, out, dst, registry, recipeDir string) {
 // seal and the recipe promise before any boot: no SSH host keys, an empty
 // machine-id, no cloud-init instance state, no core files, no logs, no apt
 // lists or caches, no swap, the release file and every pre-seeded image.
-func checkNodeHygiene(t *testing.T, raw string, images []string) {
+func checkNodeHygiene(t *testing.T, raw string, images []string, mode nodeMode) {
 	t.Helper()
 	im, err := formats.ReadImage(context.Background(), raw)
 	if err != nil {
@@ -288,6 +374,18 @@ func checkNodeHygiene(t *testing.T, raw string, images []string) {
 		if p.Filesystem == "swap" || strings.Contains(strings.ToLower(p.Type), "swap") || strings.EqualFold(p.Type, "0657FD6D-A4AB-43C4-84E5-0933C84B4F4F") {
 			bad("partition %+v is swap", p)
 		}
+	}
+	if mode.imagesInto == "archives" {
+		// The archives and the unit that imports them at first boot.
+		for _, p := range []string{"/var/lib/stamp/images", "/usr/lib/systemd/system/stamp-import-images.service"} {
+			if im.Tree.Get(p) == nil {
+				bad("no %s: the archives mode imports the images at first boot", p)
+			}
+		}
+		if im.Tree.Get(ctdstate.MetaDBPath) != nil {
+			bad("%s is there in the archives mode", ctdstate.MetaDBPath)
+		}
+		return
 	}
 	// The images are in containerd's own state, with nothing to import.
 	for _, p := range []string{"/var/lib/containerd/io.containerd.metadata.v1.bolt/meta.db",

@@ -117,6 +117,7 @@ type debFile struct {
 type debSpec struct {
 	name, version, section, summary string
 	depends                         []string
+	conflicts                       []string
 	files                           []debFile
 	conffiles                       []string
 	scripts                         map[string]string // postinst, postrm, ...
@@ -274,6 +275,9 @@ func buildDeb(ctx context.Context, s debSpec, outDir string) (string, error) {
 	fmt.Fprintf(&c, "Installed-Size: %d\n", size)
 	if len(s.depends) > 0 {
 		fmt.Fprintf(&c, "Depends: %s\n", strings.Join(s.depends, ", "))
+	}
+	if len(s.conflicts) > 0 {
+		fmt.Fprintf(&c, "Conflicts: %s\n", strings.Join(s.conflicts, ", "))
 	}
 	fmt.Fprintf(&c, "Section: %s\nPriority: optional\nHomepage: https://kubernetes.io\nDescription: %s\n %s.\n", s.section, s.summary, s.summary)
 	ctlFiles := map[string]string{"control": c.String()}

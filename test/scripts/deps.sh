@@ -10,7 +10,7 @@ qemu-system-x86 ipxe-qemu ovmf attr containerd runc acl gnupg gpgv
 mount passwd openssl mawk mmdebstrap file grub-common grub-pc-bin
 qemu-system-arm qemu-efi-aarch64 qemu-user-static erofs-utils xorriso genisoimage
 binutils sbsigntool osslsigncode efitools cryptsetup-bin swtpm swtpm-tools systemd kmod umoci libarchive-tools
-curl wrk nginx"
+curl wrk nginx gcc libc6-dev libseccomp-dev pkg-config"
 
 missing=""
 for p in $PACKAGES; do
