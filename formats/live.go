@@ -156,19 +156,7 @@ func writeLive(ctx context.Context, src *Source, spec *Spec, so *LiveSpec, dir s
 		b.files = append(b.files, LiveRoot)
 	}
 
-	err = put(LiveKernel, func(w io.Writer) error {
-		if img != nil {
-			_, err := w.Write(img)
-			return err
-		}
-		f, err := t.Open(kpath)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		_, err = io.Copy(w, &tarCtxReader{ctx: ctx, r: f})
-		return err
-	})
+	err = put(LiveKernel, func(w io.Writer) error { return writeKernel(ctx, w, t, kpath, img) })
 	if err != nil {
 		return nil, err
 	}

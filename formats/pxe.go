@@ -158,19 +158,7 @@ func WritePXE(ctx context.Context, t *rootfs.Sealed, dir string, o PXEOptions) (
 		return nil
 	}
 
-	err = put(PXEKernel, func(w io.Writer) error {
-		if img != nil {
-			_, err := w.Write(img)
-			return err
-		}
-		f, err := t.Open(kpath)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		_, err = io.Copy(w, &tarCtxReader{ctx: ctx, r: f})
-		return err
-	})
+	err = put(PXEKernel, func(w io.Writer) error { return writeKernel(ctx, w, t, kpath, img) })
 	if err != nil {
 		return nil, err
 	}
