@@ -82,10 +82,11 @@ e2e-cluster: deps k8s-inputs
 # The qemu boots make test leaves out (each a few minutes under TCG): Debian's
 # kernel mounting EROFS images and listing every entry, the live bundle's
 # initramfs fetching its image from stamp.root=URL, a damaged image refused,
-# and the iso under OVMF and SeaBIOS as a CD, a USB stick and a disk. make
-# test keeps one live boot (through iPXE, TestLiveBoot).
+# the iso under OVMF and SeaBIOS as a CD, a USB stick and a disk, and an arm64
+# system bootstrapped from arm64 .debs booted under AAVMF. make test keeps one
+# live boot (through iPXE, TestLiveBoot) and the arm64 disk boot (TestARM64Boots).
 e2e-boot: deps
-	$(GO) test -tags boot -count=1 -timeout 60m -v -run '^(TestErofsKernelMount|TestLiveBootVariants)$$' ./test/e2e
+	$(GO) test -tags boot -count=1 -timeout 60m -v -run '^(TestErofsKernelMount|TestLiveBootVariants|TestARM64BaseDebsBoots)$$' ./test/e2e
 
 bench: deps build
 	bash test/scripts/bench.sh $(BENCH)
