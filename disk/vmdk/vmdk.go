@@ -138,6 +138,11 @@ func ParseHeader(b []byte) (*Header, error) {
 	if h.GTEntries == 0 || h.GTEntries > gtEntries {
 		return nil, fmt.Errorf("vmdk: %d entries per grain table is not 1 to %d", h.GTEntries, gtEntries)
 	}
+	// Checked here, before any size is worked out from it: a capacity
+	// near 2^64 sectors overflows the byte count and every count after it.
+	if h.Capacity > MaxCapacity/Sector {
+		return nil, fmt.Errorf("vmdk: a capacity of %d sectors is past the %d bytes a hosted sparse extent holds", h.Capacity, int64(MaxCapacity))
+	}
 	return h, nil
 }
 
