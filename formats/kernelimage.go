@@ -3,7 +3,6 @@ package formats
 import (
 	"bytes"
 	"compress/gzip"
-	"context"
 	"fmt"
 	"io"
 
@@ -89,20 +88,4 @@ func kernelKindText(kind string) string {
 		return "gzip-compressed"
 	}
 	return "no kernel format stamp knows (neither an x86 bzImage nor an arm64 Image)"
-}
-
-// writeKernel writes the kernel a bundle boots: img when kernelImage
-// decompressed it, else the tree's file at kpath as it is.
-func writeKernel(ctx context.Context, w io.Writer, t *rootfs.Sealed, kpath string, img []byte) error {
-	if img != nil {
-		_, err := w.Write(img)
-		return err
-	}
-	f, err := t.Open(kpath)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	_, err = io.Copy(w, &tarCtxReader{ctx: ctx, r: f})
-	return err
 }

@@ -175,16 +175,13 @@ func writeLive(ctx context.Context, src *Source, spec *Spec, so *LiveSpec, dir s
 		return nil, err
 	}
 	sort.Strings(b.files)
-	var sumText bytes.Buffer
-	for _, f := range b.files {
-		fmt.Fprintf(&sumText, "%s  %s\n", sums[f], f)
-	}
-	if err := put(LiveSums, func(w io.Writer) error { _, err := w.Write(sumText.Bytes()); return err }); err != nil {
+	sumText := sha256Sums(b.files, sums)
+	if err := put(LiveSums, func(w io.Writer) error { _, err := w.Write(sumText); return err }); err != nil {
 		return nil, err
 	}
 	sort.Strings(b.files)
 	b.adds = append(b.adds, manifestFileLine(LiveScript, 0o644, src.Epoch, []byte(script)),
-		manifestFileLine(LiveSums, 0o644, src.Epoch, sumText.Bytes()))
+		manifestFileLine(LiveSums, 0o644, src.Epoch, sumText))
 	if img != nil {
 		b.adds = append(b.adds, manifestFileLine(LiveKernel, 0o644, src.Epoch, img)+" # decompressed from "+kpath)
 	}

@@ -191,15 +191,12 @@ func WritePXE(ctx context.Context, t *rootfs.Sealed, dir string, o PXEOptions) (
 		}
 	}
 	sort.Strings(b.Files)
-	var sumText bytes.Buffer
-	for _, f := range b.Files {
-		fmt.Fprintf(&sumText, "%s  %s\n", sums[f], f)
-	}
-	if err := put(PXESums, func(w io.Writer) error { _, err := w.Write(sumText.Bytes()); return err }); err != nil {
+	sumText := sha256Sums(b.Files, sums)
+	if err := put(PXESums, func(w io.Writer) error { _, err := w.Write(sumText); return err }); err != nil {
 		return nil, err
 	}
 	sort.Strings(b.Files)
-	for _, g := range append(generated, struct{ name, content string }{PXESums, sumText.String()}) {
+	for _, g := range append(generated, struct{ name, content string }{PXESums, string(sumText)}) {
 		b.Adds = append(b.Adds, manifestFileLine(g.name, 0o644, o.MTime, []byte(g.content)))
 	}
 	if img != nil {
