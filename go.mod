@@ -53,3 +53,8 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 	gotest.tools/v3 v3.5.2 // indirect
 )
+
+// A copy of mvdan.cc/sh v3.11.0 with one fix (third_party/mvdan-sh/README.md):
+// upstream's later releases fix it too but exit on compound commands under
+// set -e, as Debian's maintainer scripts do not expect.
+replace mvdan.cc/sh/v3 => ./third_party/mvdan-sh

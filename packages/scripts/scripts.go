@@ -216,8 +216,16 @@ func (r *run) nested(ctx context.Context, hc interp.HandlerContext, s Script, ar
 	return n.interpret(ctx, vars, args, hc.Stdout, hc.Stderr)
 }
 
-func (r *run) interpret(ctx context.Context, vars, args []string, stdout, stderr io.Writer) error {
+func (r *run) interpret(ctx context.Context, vars, args []string, stdout, stderr io.Writer) (err error) {
 	s := r.s
+	// The interpreter panics on what it does not implement; the constructs
+	// known to reach that are refused before the run, and this turns any
+	// other into a refusal naming the script instead of the build's end.
+	defer func() {
+		if p := recover(); p != nil {
+			err = &UnhandledError{Package: s.Package, Script: s.Name, What: fmt.Sprintf("a construct the interpreter stopped on (%v)", p)}
+		}
+	}()
 	interpreter := shebang(s.Body)
 	switch path.Base(interpreter) {
 	case "sh", "bash", "dash":

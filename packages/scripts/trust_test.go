@@ -551,3 +551,33 @@ func TestRefusedConstructs(t *testing.T) {
 		}
 	}
 }
+
+// TestPatternsOfAnyBytes: a pattern holds whatever bytes the script or
+// what it read gave it (a continuation byte 0x80, a lone byte that is not
+// UTF-8, an escaped multibyte character), in a glob, a case, a pipe's left
+// side and a parameter expansion; it matches as bash and dash match it in
+// C.UTF-8 instead of ending the process.
+func TestPatternsOfAnyBytes(t *testing.T) {
+	tr := newTree(t)
+	file(t, tr, "/data/XÀ", "")
+	file(t, tr, "/data/a\xc3b", "")
+	body := `#!/bin/sh -e
+cd /data
+for f in X*À; do echo "$f" >> /out; done
+x=$(printf '\303')
+case "a${x}b" in a${x}b) echo case >> /out;; esac
+echo a${x}* | cat >> /out
+y=${x}z; echo "${y#$x}" >> /out
+case é in \é) echo escaped >> /out;; esac
+`
+	if err := Run(context.Background(), env(tr), Script{Package: "p", Name: "postinst", Body: []byte(body)}, "configure"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := readTree(tr, "/out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "XÀ\ncase\na\xc3b\nz\nescaped\n"; string(got) != want {
+		t.Errorf("/out = %q, want %q", got, want)
+	}
+}
