@@ -42,6 +42,7 @@ const arm64BootTimeout = 6 * time.Minute
 // -initrd (AAVMF has no iPXE to fetch them), started through the kernel's
 // EFI stub. Each init prints the marker.
 func TestARM64Boots(t *testing.T) {
+	t.Parallel()
 	harness.RequireSetpriv(t)
 	harness.RequireTools(t, "qemu-system-aarch64", "qemu-aarch64-static", "sgdisk")
 	const marker = "stamp-arm64-boot: the root file system is up"

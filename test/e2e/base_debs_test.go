@@ -343,6 +343,7 @@ const bootstrapBootMarker = "stamp-bootstrap: multi-user.target reached, PID 1 i
 // reaches multi-user.target, where a unit of the recipe prints the marker
 // and powers off.
 func TestBaseDebsBoots(t *testing.T) {
+	t.Parallel()
 	harness.RequireSetpriv(t)
 	harness.RequireTools(t, "qemu-system-x86_64", "sgdisk")
 	repo := harness.MinbaseNodeRepoFor(t)

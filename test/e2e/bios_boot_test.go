@@ -40,6 +40,7 @@ outputs:
 // 65534 in another directory, and the raw and its OVA (which describes a
 // BIOS machine) are the same bytes both times; stamp verify agrees.
 func TestDiskBootsBIOS(t *testing.T) {
+	t.Parallel()
 	harness.RequireTools(t, "qemu-system-x86_64", "sgdisk", "fsck.vfat", "e2fsck", "dd", "grub-mkimage")
 	const marker = "stamp-bios-boot: the root file system is up"
 	dir := bootDiskDir(t, biosBootRecipe, marker)

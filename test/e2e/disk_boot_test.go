@@ -45,6 +45,7 @@ outputs:
 // which prints the marker. The build runs as root and again as uid 65534 in
 // another directory, and both give the same bytes.
 func TestDiskBoots(t *testing.T) {
+	t.Parallel()
 	harness.RequireTools(t, "qemu-system-x86_64", "qemu-img", "sgdisk")
 	const marker = "stamp-disk-boot: the root file system is up"
 	dir := bootDiskDir(t, diskBootRecipe, marker)

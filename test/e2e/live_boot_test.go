@@ -99,6 +99,7 @@ outputs:
 // boots Debian's kernel into the tree's init for every compression the
 // kernel takes.
 func TestLiveBootPXE(t *testing.T) {
+	t.Parallel()
 	k := harness.BootParts(t)
 	tree := liveTree(t, k)
 	for _, alg := range []compress.Algorithm{compress.Gzip, compress.Zstd, compress.XZ} {
@@ -129,6 +130,7 @@ func TestLiveBootPXE(t *testing.T) {
 // same byte for byte as root and as uid 65534, and the bundle boots through
 // its iPXE script, fetched over qemu's built-in TFTP by the iPXE ROM.
 func TestLiveBootIPXEFromRecipe(t *testing.T) {
+	t.Parallel()
 	harness.RequireSetpriv(t)
 	k := harness.BootParts(t)
 	dir := harness.TempDirFor65534(t)
@@ -208,6 +210,7 @@ func TestLiveBootIPXEFromRecipe(t *testing.T) {
 // read-only and runs the tree's init from it. The disk
 // is made with sgdisk and mke2fs -d, so this tests the initramfs alone.
 func TestBootInitramfsMountsExt4Root(t *testing.T) {
+	t.Parallel()
 	k := harness.BootParts(t)
 	tools := harness.RequireTools(t, "sgdisk", "mke2fs")
 	body := `mount -t proc proc /proc 2>/dev/null

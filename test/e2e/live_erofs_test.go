@@ -174,6 +174,7 @@ func liveNetBoot(t *testing.T, bundle string) (func(script string) []string, int
 // initramfs fetching the image, a damaged image refused, the iso under
 // each firmware and medium) are TestLiveBootVariants, in make e2e-boot.
 func TestLiveBoot(t *testing.T) {
+	t.Parallel()
 	dir, out1, out2 := liveBuild(t)
 	sums, err := os.ReadFile(filepath.Join(out1, "SHA256SUMS"))
 	if err != nil {

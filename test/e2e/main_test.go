@@ -1,5 +1,11 @@
 // Package e2e runs the stamp binary end to end: real Debian base, real
 // validators, builds as root and as uid 65534.
+//
+// The tests that boot under qemu call t.Parallel: a TCG guest keeps one
+// core busy, so two boots at a time use the two cores CI has, after the
+// builds (which use both) have run one by one. Their shared inputs are
+// cached behind file locks (harness), and each works in its own temporary
+// directories.
 package e2e
 
 import (

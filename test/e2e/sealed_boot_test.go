@@ -116,6 +116,7 @@ const (
 // no output, manifest or cache file. A key that is not its certificate's
 // fails the build before any output exists, naming the field.
 func TestSealedDisk(t *testing.T) {
+	t.Parallel()
 	harness.RequireTools(t, "qemu-system-x86_64", "swtpm", "sgdisk", "fsck.vfat", "e2fsck", "dd")
 	kit := harness.BootParts(t)
 	tree := kit.SealedTree(t, harness.BootTreeOptions{Marker: sealedMarker, Init: sealedInit, Modules: []string{"kernel/fs/efivarfs"}})

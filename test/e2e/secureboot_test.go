@@ -79,6 +79,7 @@ const secureBootMarker = "stamp-secure-boot: Secure Boot is on"
 // bytes as one as root, and stamp verify agrees. A tree without the signed
 // parts fails the build before any output is written, naming boot.loader.
 func TestDiskBootsSecureBoot(t *testing.T) {
+	t.Parallel()
 	harness.RequireTools(t, "qemu-system-x86_64", "sgdisk", "fsck.vfat", "e2fsck", "dd")
 	signed := harness.SignedBootParts(t)
 	opts := harness.BootTreeOptions{Marker: secureBootMarker, Init: secureBootInit,

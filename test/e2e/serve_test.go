@@ -1171,6 +1171,7 @@ func TestServeLiveOutput(t *testing.T) {
 // live output's script, fetches the kernel and initramfs beside it over
 // HTTP, and the live system boots and checks itself from inside.
 func TestServeIPXEBoot(t *testing.T) {
+	t.Parallel()
 	k := harness.BootParts(t)
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{
