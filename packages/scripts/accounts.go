@@ -10,7 +10,7 @@ import (
 
 func (r *run) needAccounts(args []string) error {
 	if r.env.AddUser == nil || r.env.AddGroup == nil {
-		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		return r.unhandledCommand(args)
 	}
 	return nil
 }
@@ -131,7 +131,7 @@ func cmdAddgroup(r *run, hc interp.HandlerContext, args []string) error {
 		return err
 	}
 	if !a.system || len(a.names) != 1 {
-		return r.unhandled(fmt.Sprintf("command %q (only addgroup --system NAME is)", strings.Join(args, " ")))
+		return r.unhandledCommand(args, "only addgroup --system NAME is")
 	}
 	return r.addSystemGroup(a.names[0], a.gid)
 }
@@ -163,13 +163,13 @@ func cmdAdduser(r *run, hc interp.HandlerContext, args []string) error {
 			// adduser USER GROUP: a membership.
 			return r.env.AddUser(r.ctx, User{Name: a.names[0], Groups: []string{a.names[1]}, System: true})
 		}
-		return r.unhandled(fmt.Sprintf("command %q (only adduser --system is)", strings.Join(args, " ")))
+		return r.unhandledCommand(args, "only adduser --system is")
 	}
 	if a.group && len(a.names) == 1 && path0(args) == "addgroup" {
 		return r.addSystemGroup(a.names[0], a.gid)
 	}
 	if len(a.names) != 1 {
-		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		return r.unhandledCommand(args)
 	}
 	name := a.names[0]
 	if r.lookupAccount("/etc/passwd", name) != nil {

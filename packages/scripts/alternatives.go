@@ -327,7 +327,7 @@ func cmdUpdateAlternatives(r *run, hc interp.HandlerContext, args []string) erro
 			action = a
 			params, err = need(1)
 		default:
-			return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+			return r.unhandledCommand(args)
 		}
 		if err != nil {
 			fmt.Fprintln(hc.Stderr, err)
@@ -349,7 +349,7 @@ func cmdUpdateAlternatives(r *run, hc interp.HandlerContext, args []string) erro
 	case "--remove":
 		return r.altRemove(hc, params[0], params[1])
 	}
-	return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+	return r.unhandledCommand(args)
 }
 
 func (r *run) altInstall(hc interp.HandlerContext, link, name, file string, prio int, slaves [][3]string) error {

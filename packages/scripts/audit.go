@@ -28,7 +28,7 @@ func cmdAugenrules(r *run, hc interp.HandlerContext, args []string) error {
 		case "--check":
 			check = true
 		default:
-			return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+			return r.unhandledCommand(args)
 		}
 	}
 	const dest, src = "/etc/audit/audit.rules", "/etc/audit/rules.d"

@@ -26,7 +26,7 @@ func cmdIschroot(*run, interp.HandlerContext, []string) error { return nil }
 // run. The backups shadow-utils keeps (passwd-, group-) are not made.
 func cmdShadowconfig(r *run, hc interp.HandlerContext, args []string) error {
 	if len(args) != 2 || args[1] != "on" {
-		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		return r.unhandledCommand(args)
 	}
 	defs := r.loginDefs()
 	lastchg := ""
@@ -174,7 +174,7 @@ func cmdUpdateShells(r *run, hc interp.HandlerContext, args []string) error {
 		switch args[i] {
 		case "--root":
 			if i+1 < len(args) && args[i+1] != "" && args[i+1] != "/" {
-				return r.unhandled(fmt.Sprintf("command %q (another root)", strings.Join(args, " ")))
+				return r.unhandledCommand(args, "another root")
 			}
 			i++
 		case "--verbose":

@@ -26,7 +26,7 @@ import (
 // openssl commands are unhandled.
 func cmdOpenssl(r *run, hc interp.HandlerContext, args []string) error {
 	if len(args) < 2 || args[1] != "rehash" && args[1] != "c_rehash" {
-		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		return r.unhandledCommand(args)
 	}
 	verbose := false
 	var dirs []string

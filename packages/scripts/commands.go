@@ -1,7 +1,6 @@
 package scripts
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -15,160 +14,6 @@ import (
 	"github.com/stamp-dev/stamp/packages/deb"
 	"github.com/stamp-dev/stamp/rootfs"
 )
-
-// command is a built-in handler for one external command.
-type command func(r *run, hc interp.HandlerContext, args []string) error
-
-// commands maps a command's base name to its handler. What is not here
-// stops the script as unhandled. dpkg-trigger does nothing: the debs layer
-// processes the one trigger that matters offline, ldconfig, itself.
-var commands = map[string]command{
-	"stamp-command-v":          cmdCommandV,
-	"stamp-umask":              cmdUmask,
-	"stamp-test":               cmdTest,
-	"stamp-[":                  cmdTest,
-	"stamp-pwd":                cmdPwd,
-	"stamp-filetest":           cmdFileTest,
-	"stamp-procsubst":          cmdProcSubst,
-	"stamp-refuse":             cmdRefuse,
-	"stamp-fd":                 cmdFd,
-	"stamp-var":                cmdVar,
-	"whoami":                   cmdWhoami,
-	"grep":                     cmdGrep,
-	"egrep":                    cmdGrep,
-	"fgrep":                    cmdGrep,
-	"tr":                       cmdTr,
-	"sort":                     cmdSort,
-	"uniq":                     cmdUniq,
-	"cmp":                      cmdCmp,
-	"mv":                       cmdMv,
-	"cp":                       cmdCp,
-	"install":                  cmdInstall,
-	"head":                     cmdHead,
-	"wc":                       cmdWc,
-	"seq":                      cmdSeq,
-	"mktemp":                   cmdMktemp,
-	"dpkg-query":               cmdDpkgQuery,
-	"dpkg-realpath":            cmdDpkgRealpath,
-	"dpkg-statoverride":        cmdDpkgStatoverride,
-	"getcap":                   cmdGetcap,
-	"ls":                       cmdLs,
-	"augenrules":               cmdAugenrules,
-	"date":                     cmdDate,
-	"find":                     cmdFind,
-	"awk":                      cmdAwk,
-	"mawk":                     cmdAwk,
-	"chronyd":                  cmdChronydConfig,
-	"py3compile":               cmdPy3compile,
-	"expr":                     cmdExpr,
-	"systemd-tmpfiles":         cmdSystemdTmpfiles,
-	"journalctl":               cmdJournalctl,
-	"ucf":                      cmdUcf,
-	"ucfr":                     cmdUcfr,
-	"openssl":                  cmdOpenssl,
-	"update-locale":            cmdUpdateLocale,
-	"ssh-keygen":               cmdSshKeygen,
-	"systemd-machine-id-setup": cmdMachineIDSetup,
-	"dbus-uuidgen":             cmdDbusUUIDGen,
-	"py3clean":                 cmdPy3clean,
-	"python3.11":               cmdPython,
-	"python3.12":               cmdPython,
-	"python3.13":               cmdPython,
-	"which":                    cmdWhich,
-	"update-alternatives":      cmdUpdateAlternatives,
-	"deb-systemd-helper":       cmdDebSystemdHelper,
-	"deb-systemd-invoke":       cmdNoService,
-	"invoke-rc.d":              cmdNoService,
-	"systemctl":                cmdSystemctl,
-	"dpkg":                     cmdDpkg,
-	"dpkg-maintscript-helper":  cmdMaintscriptHelper,
-	"dpkg-trigger":             cmdTrue,
-	"ldconfig":                 cmdLdconfig,
-	"depmod":                   cmdDepmod,
-	"linux-update-symlinks":    cmdLinuxUpdateSymlinks,
-	"dpkg-divert":              cmdDpkgDivert,
-	"stat":                     cmdStat,
-	"update-rc.d":              cmdUpdateRcd,
-	"adduser":                  cmdAdduser,
-	"addgroup":                 cmdAddgroup,
-	"useradd":                  cmdUseradd,
-	"groupadd":                 cmdGroupadd,
-	"systemd-sysusers":         cmdSysusers,
-	"getent":                   cmdGetent,
-	"id":                       cmdID,
-	"cat":                      cmdCat,
-	"rm":                       cmdRm,
-	"rmdir":                    cmdRmdir,
-	"mkdir":                    cmdMkdir,
-	"ln":                       cmdLn,
-	"chmod":                    cmdChmod,
-	"chown":                    cmdChown,
-	"chgrp":                    cmdChown,
-	"touch":                    cmdTouch,
-	"readlink":                 cmdReadlink,
-	"basename":                 cmdBasename,
-	"dirname":                  cmdDirname,
-	"uname":                    cmdUname,
-	"sleep":                    cmdTrue,
-	"ischroot":                 cmdIschroot,
-	"shadowconfig":             cmdShadowconfig,
-	"update-shells":            cmdUpdateShells,
-	"add-shell":                cmdAddShell,
-	"remove-shell":             cmdRemoveShell,
-	"pam-auth-update":          cmdPamAuthUpdate,
-	"sed":                      cmdSed,
-	"true":                     cmdTrue,
-	"false":                    func(*run, interp.HandlerContext, []string) error { return interp.NewExitStatus(1) },
-}
-
-// exec runs a command through its handler; no program of the host ever runs.
-func (r *run) exec(ctx context.Context, args []string) error {
-	hc := interp.HandlerCtx(ctx)
-	if hc.Stdin == nil {
-		// Closed (<&-): a handler that reads it reads nothing.
-		hc.Stdin = strings.NewReader("")
-	}
-	r.cwd = hc.Dir
-	name := path.Base(args[0])
-	if strings.HasPrefix(name, "stamp-") && strings.Contains(args[0], "/") {
-		name = "" // stamp's own handlers are never a path in the image
-	}
-	h, ok := commands[name]
-	// Not in the table: these run scripts, which run commands through
-	// the table, and Go refuses a table that refers to itself.
-	switch name {
-	case "run-parts":
-		h, ok = cmdRunParts, true
-	case "stamp-debconf":
-		h, ok = cmdDebconf, true
-	case "runit-helper", "locale-gen", "update-ca-certificates":
-		// Shell scripts of the image, interpreted.
-		h, ok = cmdImageScript, true
-	}
-	if !ok {
-		where, found := r.lookPath(args[0])
-		if !found {
-			// What the image does not have fails as it would there.
-			fmt.Fprintf(hc.Stderr, "%s: %s: not found\n", r.s.Name, args[0])
-			return exit(127)
-		}
-		if r.env.Defer != nil && r.env.Defer(r.s.Package, append([]string{where}, args[1:]...)) {
-			r.logf("%s %s: %s deferred to first boot", r.s.Package, r.s.Name, strings.Join(args, " "))
-			return nil
-		}
-		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
-	}
-	return h(r, hc, args)
-}
-
-func exit(code int) error {
-	if code == 0 {
-		return nil
-	}
-	return interp.NewExitStatus(uint8(code))
-}
-
-func cmdTrue(*run, interp.HandlerContext, []string) error { return nil }
 
 // cmdNoService stands for a policy-rc.d that forbids starting services, as
 // in any image build: deb-systemd-invoke and invoke-rc.d do nothing.
@@ -234,7 +79,7 @@ func cmdSystemctl(r *run, hc interp.HandlerContext, args []string) error {
 		}
 		return nil
 	}
-	return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+	return r.unhandledCommand(args)
 }
 
 func cmdDpkg(r *run, hc interp.HandlerContext, args []string) error {
@@ -269,7 +114,7 @@ func cmdDpkg(r *run, hc interp.HandlerContext, args []string) error {
 		"--assert-protected-field":
 		return nil
 	}
-	return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+	return r.unhandledCommand(args)
 }
 
 // compareVersions is dpkg --compare-versions, with the -nl operators that
@@ -334,7 +179,7 @@ func cmdMaintscriptHelper(r *run, hc interp.HandlerContext, args []string) error
 	if fresh {
 		return nil
 	}
-	return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+	return r.unhandledCommand(args)
 }
 
 // cmdUpdateRcd is init-system-helpers' update-rc.d without insserv: remove
@@ -405,7 +250,7 @@ func cmdUpdateRcd(r *run, hc interp.HandlerContext, args []string) error {
 		}
 		return nil
 	}
-	return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+	return r.unhandledCommand(args)
 }
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
@@ -448,7 +293,7 @@ func cmdUname(r *run, hc interp.HandlerContext, args []string) error {
 		fmt.Fprintln(hc.Stdout, r.kernelRelease())
 		return nil
 	}
-	return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+	return r.unhandledCommand(args)
 }
 
 // defaultKernel is what uname -r says when the tree has no kernel modules.
@@ -616,7 +461,7 @@ func cmdMkdir(r *run, hc interp.HandlerContext, args []string) error {
 func cmdLn(r *run, hc interp.HandlerContext, args []string) error {
 	flags, ops := splitFlags(args[1:])
 	if !flags["-s"] && !flags["--symbolic"] || len(ops) != 2 {
-		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		return r.unhandledCommand(args)
 	}
 	target, link := ops[0], r.treePath(ops[1])
 	if e, err := r.env.Tree.Lookup(link, true); err == nil && e.Type == rootfs.TypeDir && !flags["-n"] && !flags["-T"] {
@@ -635,7 +480,7 @@ func cmdChmod(r *run, hc interp.HandlerContext, args []string) error {
 		// A symbolic mode such as -x looks like a flag.
 		if a == "-R" || a == "--recursive" || a == "-v" || a == "-f" || a == "-c" {
 			if a == "-R" || a == "--recursive" {
-				return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+				return r.unhandledCommand(args)
 			}
 			continue
 		}
@@ -875,11 +720,11 @@ func (r *run) findAccount(db string, match func(f []string) bool) []string {
 
 func cmdGetent(r *run, hc interp.HandlerContext, args []string) error {
 	if len(args) < 3 {
-		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		return r.unhandledCommand(args)
 	}
 	db := map[string]string{"passwd": "/etc/passwd", "group": "/etc/group", "shadow": "/etc/shadow", "gshadow": "/etc/gshadow"}[args[1]]
 	if db == "" {
-		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		return r.unhandledCommand(args)
 	}
 	code := 0
 	for _, k := range args[2:] {
@@ -908,7 +753,7 @@ func cmdGetent(r *run, hc interp.HandlerContext, args []string) error {
 func cmdID(r *run, hc interp.HandlerContext, args []string) error {
 	flags, ops := splitFlags(args[1:])
 	if len(ops) > 1 {
-		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		return r.unhandledCommand(args)
 	}
 	uid, gid, user := "0", "0", r.accountName("/etc/passwd", 0)
 	if len(ops) == 1 {
@@ -938,7 +783,7 @@ func cmdID(r *run, hc interp.HandlerContext, args []string) error {
 		g := r.accountName("/etc/group", 0)
 		fmt.Fprintf(hc.Stdout, "uid=0(%s) gid=0(%s) groups=0(%s)\n", user, g, g)
 	default:
-		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		return r.unhandledCommand(args)
 	}
 	return nil
 }

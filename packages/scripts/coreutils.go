@@ -268,7 +268,7 @@ func cmdTr(r *run, hc interp.HandlerContext, args []string) error {
 		}
 	}
 	if del && len(ops) != 1 || !del && len(ops) != 2 {
-		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		return r.unhandledCommand(args)
 	}
 	set1, ok1 := trSet(ops[0])
 	var set2 []byte
@@ -277,7 +277,7 @@ func cmdTr(r *run, hc interp.HandlerContext, args []string) error {
 		set2, ok2 = trSet(ops[1])
 	}
 	if !ok1 || !ok2 || !del && len(set2) == 0 {
-		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		return r.unhandledCommand(args)
 	}
 	var m [256]int
 	for i := range m {
@@ -347,7 +347,7 @@ func cmdUniq(r *run, hc interp.HandlerContext, args []string) error {
 	count := false
 	for _, a := range args[1:] {
 		if a != "-c" && a != "--count" {
-			return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+			return r.unhandledCommand(args)
 		}
 		count = true
 	}
@@ -374,7 +374,7 @@ func cmdCmp(r *run, hc interp.HandlerContext, args []string) error {
 	flags, ops := splitFlags(args[1:])
 	silent := flags["-s"] || flags["--silent"] || flags["--quiet"]
 	if len(ops) != 2 {
-		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		return r.unhandledCommand(args)
 	}
 	var data [2][]byte
 	for i, f := range ops {
@@ -435,7 +435,7 @@ func (r *run) copyEntry(src *rootfs.Entry, dst string, keep bool) error {
 func cmdMv(r *run, hc interp.HandlerContext, args []string) error {
 	_, ops := splitFlags(args[1:])
 	if len(ops) != 2 {
-		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		return r.unhandledCommand(args)
 	}
 	src, err := r.env.Tree.Lookup(r.treePath(ops[0]), false)
 	if err != nil {
@@ -443,7 +443,7 @@ func cmdMv(r *run, hc interp.HandlerContext, args []string) error {
 		return exit(1)
 	}
 	if src.Type != rootfs.TypeRegular && src.Type != rootfs.TypeSymlink {
-		return r.unhandled(fmt.Sprintf("command %q (a %s)", strings.Join(args, " "), src.Type))
+		return r.unhandledCommand(args, fmt.Sprintf("a %s", src.Type))
 	}
 	dst := r.treePath(ops[1])
 	if e, err := r.env.Tree.Lookup(dst, true); err == nil && e.Type == rootfs.TypeDir {
@@ -454,7 +454,7 @@ func cmdMv(r *run, hc interp.HandlerContext, args []string) error {
 	}
 	if e, err := r.env.Tree.Lookup(dst, false); err == nil {
 		if e.Type == rootfs.TypeDir {
-			return r.unhandled(fmt.Sprintf("command %q (onto a directory)", strings.Join(args, " ")))
+			return r.unhandledCommand(args, "onto a directory")
 		}
 		if err := r.env.Tree.Remove(e.Path); err != nil {
 			return err
@@ -502,7 +502,7 @@ func cmdCp(r *run, hc interp.HandlerContext, args []string) error {
 		}
 	}
 	if len(ops) != 2 {
-		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		return r.unhandledCommand(args)
 	}
 	src, err := r.env.Tree.Lookup(r.treePath(ops[0]), deref)
 	if err != nil {
@@ -510,7 +510,7 @@ func cmdCp(r *run, hc interp.HandlerContext, args []string) error {
 		return exit(1)
 	}
 	if src.Type == rootfs.TypeDir {
-		return r.unhandled(fmt.Sprintf("command %q (a directory)", strings.Join(args, " ")))
+		return r.unhandledCommand(args, "a directory")
 	}
 	dst := r.treePath(ops[1])
 	if ops[1] == "" {
@@ -564,7 +564,7 @@ func cmdInstall(r *run, hc interp.HandlerContext, args []string) error {
 		}
 	}
 	if len(ops) != 2 {
-		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		return r.unhandledCommand(args)
 	}
 	var data []byte
 	if src := r.treePath(ops[0]); src != "/dev/null" {
@@ -642,7 +642,7 @@ func cmdHead(r *run, hc interp.HandlerContext, args []string) error {
 func cmdWc(r *run, hc interp.HandlerContext, args []string) error {
 	flags, ops := splitFlags(args[1:])
 	if !flags["-l"] || len(flags) != 1 {
-		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		return r.unhandledCommand(args)
 	}
 	in, ok := r.inputs(hc, "wc", ops, false)
 	if !ok {
@@ -663,7 +663,7 @@ func cmdSeq(r *run, hc interp.HandlerContext, args []string) error {
 	for _, a := range args[1:] {
 		n, err := strconv.Atoi(a)
 		if err != nil {
-			return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+			return r.unhandledCommand(args)
 		}
 		nums = append(nums, n)
 	}
@@ -676,7 +676,7 @@ func cmdSeq(r *run, hc interp.HandlerContext, args []string) error {
 	case 3:
 		first, inc, last = nums[0], nums[1], nums[2]
 	default:
-		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		return r.unhandledCommand(args)
 	}
 	if inc == 0 {
 		return exit(1)
@@ -761,7 +761,7 @@ func cmdDate(r *run, hc interp.HandlerContext, args []string) error {
 			t = p.UTC()
 		case a == "-u" || a == "--utc":
 		default:
-			return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+			return r.unhandledCommand(args)
 		}
 	}
 	fmt.Fprintln(hc.Stdout, t.Format(time.UnixDate))
@@ -807,10 +807,10 @@ func cmdFind(r *run, hc interp.HandlerContext, args []string) error {
 		case a == "-print" || a == "-follow":
 			follow = follow || a == "-follow"
 		default:
-			return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+			return r.unhandledCommand(args)
 		}
 		if negate {
-			return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+			return r.unhandledCommand(args)
 		}
 	}
 	code := 0
@@ -874,8 +874,7 @@ func cmdAwk(r *run, hc interp.HandlerContext, args []string) error {
 	}
 	if _, found := r.lookPath(path.Base(args[0])); !found {
 		// awk is no Essential package: an image may lack it.
-		fmt.Fprintf(hc.Stderr, "%s: %s: not found\n", r.s.Name, args[0])
-		return exit(127)
+		return r.notFound(hc, args[0])
 	}
 	prog := strings.TrimSpace(args[1])
 	in, ok := r.inputs(hc, "awk", args[2:], false)

@@ -99,7 +99,7 @@ func cmdDpkgDivert(r *run, hc interp.HandlerContext, args []string) error {
 				to = args[i+1]
 			case "--admindir", "--instdir", "--root":
 				if args[i+1] != "" && args[i+1] != "/" && args[i+1] != "/var/lib/dpkg" {
-					return r.unhandled(fmt.Sprintf("command %q (another root)", strings.Join(args, " ")))
+					return r.unhandledCommand(args, "another root")
 				}
 			}
 			i++
@@ -121,7 +121,7 @@ func cmdDpkgDivert(r *run, hc interp.HandlerContext, args []string) error {
 		action = "--add"
 	}
 	if action != "--list" && len(files) != 1 {
-		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		return r.unhandledCommand(args)
 	}
 	ds, err := r.diversions()
 	if err != nil {

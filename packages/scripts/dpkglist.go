@@ -130,7 +130,7 @@ func cmdDpkgRealpath(r *run, hc interp.HandlerContext, args []string) error {
 		}
 	}
 	if len(ops) != 1 {
-		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		return r.unhandledCommand(args)
 	}
 	rp, err := r.env.Tree.Resolve(r.treePath(ops[0]), true)
 	if err != nil {

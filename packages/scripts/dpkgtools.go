@@ -159,7 +159,7 @@ func cmdDpkgQuery(r *run, hc interp.HandlerContext, args []string) error {
 		}
 	}
 	if !show || len(pkgs) == 0 {
-		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		return r.unhandledCommand(args)
 	}
 	code := 0
 	for _, p := range pkgs {
@@ -255,7 +255,7 @@ func cmdDpkgStatoverride(r *run, hc interp.HandlerContext, args []string) error 
 		return nil
 	case "--add":
 		if len(ops) != 4 {
-			return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+			return r.unhandledCommand(args)
 		}
 		user, group, modeS, p := ops[0], ops[1], ops[2], ops[3]
 		mode, err := strconv.ParseUint(modeS, 8, 32)
@@ -301,7 +301,7 @@ func cmdDpkgStatoverride(r *run, hc interp.HandlerContext, args []string) error 
 		}
 		return nil
 	}
-	return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+	return r.unhandledCommand(args)
 }
 
 // cmdGetcap prints the file capabilities of files; only "no capabilities"
@@ -318,7 +318,7 @@ func cmdGetcap(r *run, hc interp.HandlerContext, args []string) error {
 			continue
 		}
 		if _, ok := e.Xattrs["security.capability"]; ok {
-			return r.unhandled(fmt.Sprintf("command %q (the file has capabilities)", strings.Join(args, " ")))
+			return r.unhandledCommand(args, "the file has capabilities")
 		}
 	}
 	return nil
@@ -341,7 +341,7 @@ func cmdLs(r *run, hc interp.HandlerContext, args []string) error {
 			continue
 		}
 		if e.Type == rootfs.TypeDir && !flags["-d"] {
-			return r.unhandled(fmt.Sprintf("command %q (listing a directory)", strings.Join(args, " ")))
+			return r.unhandledCommand(args, "listing a directory")
 		}
 		fmt.Fprintln(hc.Stdout, f)
 	}

@@ -38,7 +38,7 @@ func cmdDepmod(r *run, hc interp.HandlerContext, args []string) error {
 		case version == "":
 			version = a
 		default:
-			return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+			return r.unhandledCommand(args)
 		}
 	}
 	if version == "" {
@@ -125,7 +125,7 @@ func (r *run) depmod(ctx context.Context, hc interp.HandlerContext, version stri
 // previous kernel images, as /etc/kernel-img.conf says.
 func cmdLinuxUpdateSymlinks(r *run, hc interp.HandlerContext, args []string) error {
 	if len(args) != 4 || (args[1] != "install" && args[1] != "upgrade" && args[1] != "remove") {
-		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		return r.unhandledCommand(args)
 	}
 	change, version, image := args[1], args[2], args[3]
 	doSymlinks, dest := r.kernelImgConf()

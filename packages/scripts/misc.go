@@ -50,7 +50,7 @@ func cmdStat(r *run, hc interp.HandlerContext, args []string) error {
 		}
 	}
 	if format == "" || len(files) == 0 {
-		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		return r.unhandledCommand(args)
 	}
 	status := 0
 	for _, f := range files {
@@ -124,12 +124,11 @@ func cmdLdconfig(r *run, hc interp.HandlerContext, args []string) error {
 		case a == "-r" && i+1 < len(args) && (args[i+1] == "/" || args[i+1] == ""):
 			i++
 		case a == "-p" || a == "--print-cache" || strings.HasPrefix(a, "-r") || strings.HasPrefix(a, "-C") || strings.HasPrefix(a, "-f"):
-			return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+			return r.unhandledCommand(args)
 		}
 	}
 	if _, found := r.lookPath("ldconfig"); !found {
-		fmt.Fprintf(hc.Stderr, "%s: ldconfig: not found\n", r.s.Name)
-		return exit(127)
+		return r.notFound(hc, "ldconfig")
 	}
 	b, err := ldcache.Build(r.env.Tree, r.env.Arch)
 	if err != nil {
@@ -144,7 +143,7 @@ func cmdLdconfig(r *run, hc interp.HandlerContext, args []string) error {
 // unhandled.
 func cmdChronydConfig(r *run, hc interp.HandlerContext, args []string) error {
 	if len(args) != 2 || args[1] != "-p" {
-		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		return r.unhandledCommand(args)
 	}
 	var print func(p string)
 	print = func(p string) {

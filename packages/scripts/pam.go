@@ -95,7 +95,7 @@ func cmdPamAuthUpdate(r *run, hc interp.HandlerContext, args []string) error {
 		case "--package":
 		case "--root":
 			if i+1 < len(args) && args[i+1] != "" && args[i+1] != "/" {
-				return r.unhandled(fmt.Sprintf("command %q (another root)", strings.Join(args, " ")))
+				return r.unhandledCommand(args, "another root")
 			}
 			i++
 		case "--enable", "--disable", "--remove":

@@ -335,11 +335,11 @@ func cmdPy3clean(r *run, hc interp.HandlerContext, args []string) error {
 			i++
 		case a == "-q" || a == "--quiet" || a == "-v" || a == "--verbose":
 		default:
-			return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+			return r.unhandledCommand(args)
 		}
 	}
 	if pkg == "" {
-		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		return r.unhandledCommand(args)
 	}
 	list, ok := r.listOf(pkg)
 	if !ok {
@@ -381,7 +381,7 @@ func cmdPy3clean(r *run, hc interp.HandlerContext, args []string) error {
 func cmdPython(r *run, hc interp.HandlerContext, args []string) error {
 	m := pyVersionRE.FindStringSubmatch(path.Base(args[0]))
 	if m == nil {
-		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		return r.unhandledCommand(args)
 	}
 	version := m[1]
 	optimize := false
@@ -392,7 +392,7 @@ func cmdPython(r *run, hc interp.HandlerContext, args []string) error {
 		case "-O":
 			optimize = true
 		default:
-			return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+			return r.unhandledCommand(args)
 		}
 	}
 	if i >= len(args) || r.treePath(args[i]) != "/usr/lib/python"+version+"/py_compile.py" {
@@ -434,8 +434,7 @@ sys.exit(_e)
 func (r *run) pyCompile(hc interp.HandlerContext, version string, optimize bool, jobs []pyCompileJob) error {
 	interpPath := "/usr/bin/python" + version
 	if !r.executable(interpPath) {
-		fmt.Fprintf(hc.Stderr, "%s: %s: not found\n", r.s.Name, interpPath)
-		return exit(127)
+		return r.notFound(hc, interpPath)
 	}
 	var staged []pyCompileJob
 	var list strings.Builder

@@ -90,6 +90,9 @@ type Env struct {
 	// once makes progs, the sandbox the handlers run programs in.
 	once  sync.Once
 	progs *programs
+	// dispatched, when set, hears the table name of each handler run (the
+	// table's test checks each case runs the handler it names).
+	dispatched func(name string)
 }
 
 // Group is a group a script asks for.
@@ -223,18 +226,18 @@ func (r *run) interpret(ctx context.Context, vars, args []string, stdout, stderr
 	// other into a refusal naming the script instead of the build's end.
 	defer func() {
 		if p := recover(); p != nil {
-			err = &UnhandledError{Package: s.Package, Script: s.Name, What: fmt.Sprintf("a construct the interpreter stopped on (%v)", p)}
+			err = s.unhandled(fmt.Sprintf("a construct the interpreter stopped on (%v)", p))
 		}
 	}()
 	interpreter := shebang(s.Body)
 	switch path.Base(interpreter) {
 	case "sh", "bash", "dash":
 	default:
-		return &UnhandledError{Package: s.Package, Script: s.Name, What: "interpreter " + interpreter}
+		return s.unhandled("interpreter " + interpreter)
 	}
 	f, err := syntax.NewParser(syntax.KeepComments(false)).Parse(bytes.NewReader(s.Body), s.Name)
 	if err != nil {
-		return &UnhandledError{Package: s.Package, Script: s.Name, What: fmt.Sprintf("shell syntax (%v)", err)}
+		return s.unhandled(fmt.Sprintf("shell syntax (%v)", err))
 	}
 	rewrite(f)
 	var output bytes.Buffer
@@ -329,14 +332,33 @@ func shebangOptions(b []byte) []string {
 	return out
 }
 
+// unhandledCommand refuses the command line args, with why (at most one)
+// saying what of it no handler covers.
+func (r *run) unhandledCommand(args []string, why ...string) error {
+	what := fmt.Sprintf("command %q", strings.Join(args, " "))
+	for _, w := range why {
+		what += " (" + w + ")"
+	}
+	return r.unhandled(what)
+}
+
+// unhandled is the error naming the script and what of it is not handled.
+func (s Script) unhandled(what string) *UnhandledError {
+	return &UnhandledError{Package: s.Package, Script: s.Name, What: what}
+}
+
 func (r *run) logf(format string, args ...any) {
 	if r.env.Logf != nil {
 		r.env.Logf(format, args...)
 	}
 }
 
+// unhandled is the one way a script is refused: what names what it did
+// that no handler covers. The first refusal is kept, so the script stops
+// as unhandled even where the shell would go on (|| true, a redirection's
+// word).
 func (r *run) unhandled(what string) error {
-	ue := &UnhandledError{Package: r.s.Package, Script: r.s.Name, What: what}
+	ue := r.s.unhandled(what)
 	r.refusedMu.Lock()
 	if r.refused == nil {
 		r.refused = ue

@@ -139,7 +139,7 @@ func cmdDebSystemdHelper(r *run, hc interp.HandlerContext, args []string) error 
 				return err
 			}
 		default:
-			return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+			return r.unhandledCommand(args)
 		}
 	}
 	switch action {

@@ -37,7 +37,7 @@ func cmdSystemdTmpfiles(r *run, hc interp.HandlerContext, args []string) error {
 			create = true
 		case strings.HasPrefix(a, "--root="):
 			if v := strings.TrimPrefix(a, "--root="); v != "" && v != "/" {
-				return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+				return r.unhandledCommand(args)
 			}
 		case strings.HasPrefix(a, "-"):
 			return r.unhandled(fmt.Sprintf("systemd-tmpfiles option %s", a))
@@ -46,7 +46,7 @@ func cmdSystemdTmpfiles(r *run, hc interp.HandlerContext, args []string) error {
 		}
 	}
 	if !create || len(names) == 0 {
-		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		return r.unhandledCommand(args)
 	}
 	code := 0
 	for _, n := range names {

@@ -40,7 +40,7 @@ func cmdUcf(r *run, hc interp.HandlerContext, args []string) error {
 		}
 	}
 	if len(ops) != 2 {
-		return r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		return r.unhandledCommand(args)
 	}
 	newFile, dest := r.treePath(ops[0]), r.treePath(ops[1])
 	if r.exists("/etc/ucf.conf") {
@@ -61,7 +61,7 @@ func cmdUcf(r *run, hc interp.HandlerContext, args []string) error {
 		}
 	}
 	if _, err := r.env.Tree.Lookup(dest, false); err == nil || recorded {
-		return r.unhandled(fmt.Sprintf("command %q (the destination exists or is recorded already)", strings.Join(args, " ")))
+		return r.unhandledCommand(args, "the destination exists or is recorded already")
 	}
 	if err := r.mkdirAll(ucfState + "/cache"); err != nil {
 		return err

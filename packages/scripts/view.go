@@ -203,7 +203,7 @@ func (r *run) rewriteCd(args []string) ([]string, error) {
 	case len(args) == 2 && !strings.HasPrefix(args[1], "-"):
 		target = args[1]
 	default:
-		return nil, r.unhandled(fmt.Sprintf("command %q", strings.Join(args, " ")))
+		return nil, r.unhandledCommand(args)
 	}
 	p := r.treePath(target)
 	if r.absoluteLinkOn(p) {
