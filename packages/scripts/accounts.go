@@ -1,7 +1,9 @@
 package scripts
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"strconv"
 	"strings"
 
@@ -332,4 +334,244 @@ func chfnGecos(g string) string {
 		f = f[:5]
 	}
 	return strings.Join(f, ",")
+}
+
+// accountID looks a name (or number) up in the tree's passwd or group.
+func (r *run) accountID(db, name string) (uint32, bool) {
+	if n, err := strconv.ParseUint(name, 10, 32); err == nil {
+		return uint32(n), true
+	}
+	f := r.lookupAccount(db, name)
+	if len(f) < 3 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(f[2], 10, 32)
+	return uint32(n), err == nil
+}
+
+// lookupAccount returns the fields of the record named name, or nil.
+func (r *run) lookupAccount(db, name string) []string {
+	return r.findAccount(db, func(f []string) bool { return f[0] == name })
+}
+
+// accountName is the name of id in the tree's passwd or group, or the
+// number when it has none.
+func (r *run) accountName(db string, id uint32) string {
+	n := strconv.FormatUint(uint64(id), 10)
+	if f := r.findAccount(db, func(f []string) bool { return f[2] == n }); f != nil {
+		return f[0]
+	}
+	return n
+}
+
+// findAccount returns the fields of the first record of db that match.
+func (r *run) findAccount(db string, match func(f []string) bool) []string {
+	b, err := r.readFile(db)
+	if err != nil {
+		return nil
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Split(l, ":"); len(f) > 2 && match(f) {
+			return f
+		}
+	}
+	return nil
+}
+
+func cmdGetent(r *run, hc interp.HandlerContext, args []string) error {
+	if len(args) < 3 {
+		return r.unhandledCommand(args)
+	}
+	db := map[string]string{"passwd": "/etc/passwd", "group": "/etc/group", "shadow": "/etc/shadow", "gshadow": "/etc/gshadow"}[args[1]]
+	if db == "" {
+		return r.unhandledCommand(args)
+	}
+	code := 0
+	for _, k := range args[2:] {
+		b, err := r.readFile(db)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		found := false
+		for _, l := range strings.Split(string(b), "\n") {
+			f := strings.Split(l, ":")
+			if len(f) > 2 && (f[0] == k || f[2] == k) {
+				fmt.Fprintln(hc.Stdout, l)
+				found = true
+				break
+			}
+		}
+		if !found {
+			code = 2
+		}
+	}
+	return exit(code)
+}
+
+// cmdID is id: scripts run as root, as under dpkg; a user operand is
+// looked up in the tree's passwd.
+func cmdID(r *run, hc interp.HandlerContext, args []string) error {
+	flags, ops := splitFlags(args[1:])
+	if len(ops) > 1 {
+		return r.unhandledCommand(args)
+	}
+	uid, gid, user := "0", "0", r.accountName("/etc/passwd", 0)
+	if len(ops) == 1 {
+		f := r.lookupAccount("/etc/passwd", ops[0])
+		if len(f) < 4 {
+			fmt.Fprintf(hc.Stderr, "id: '%s': no such user\n", ops[0])
+			return exit(1)
+		}
+		uid, gid, user = f[2], f[3], f[0]
+	}
+	name := flags["-n"] || flags["--name"]
+	switch {
+	case flags["-u"] || flags["--user"]:
+		if name {
+			fmt.Fprintln(hc.Stdout, user)
+		} else {
+			fmt.Fprintln(hc.Stdout, uid)
+		}
+	case flags["-g"] || flags["--group"]:
+		if name {
+			n, _ := strconv.ParseUint(gid, 10, 32)
+			fmt.Fprintln(hc.Stdout, r.accountName("/etc/group", uint32(n)))
+		} else {
+			fmt.Fprintln(hc.Stdout, gid)
+		}
+	case len(flags) == 0 && len(ops) == 0:
+		g := r.accountName("/etc/group", 0)
+		fmt.Fprintf(hc.Stdout, "uid=0(%s) gid=0(%s) groups=0(%s)\n", user, g, g)
+	default:
+		return r.unhandledCommand(args)
+	}
+	return nil
+}
+
+// cmdWhoami is whoami: root, by the image's passwd.
+func cmdWhoami(r *run, hc interp.HandlerContext, args []string) error {
+	fmt.Fprintln(hc.Stdout, r.accountName("/etc/passwd", 0))
+	return nil
+}
+
+// cmdShadowconfig is passwd's shadowconfig on, as its postinst runs it on
+// a first install: pwconv and grpconv move the passwords of /etc/passwd
+// and /etc/group into /etc/shadow and /etc/gshadow (new records aged from
+// the build's epoch, with login.defs' PASS_* limits), then the shadow
+// files become root:shadow 0640. pwck and grpck only read, and so are not
+// run. The backups shadow-utils keeps (passwd-, group-) are not made.
+func cmdShadowconfig(r *run, hc interp.HandlerContext, args []string) error {
+	if len(args) != 2 || args[1] != "on" {
+		return r.unhandledCommand(args)
+	}
+	defs := r.loginDefs()
+	lastchg := ""
+	if days := r.env.Epoch.Unix() / 86400; days > 0 {
+		lastchg = strconv.FormatInt(days, 10)
+	}
+	if err := r.shadowConvert("/etc/passwd", "/etc/shadow", func(f []string) []string {
+		return []string{f[0], f[1], lastchg, defs["PASS_MIN_DAYS"], defs["PASS_MAX_DAYS"], defs["PASS_WARN_AGE"], "", "", ""}
+	}); err != nil {
+		return err
+	}
+	if err := r.shadowConvert("/etc/group", "/etc/gshadow", func(f []string) []string {
+		members := ""
+		if len(f) > 3 {
+			members = f[3]
+		}
+		return []string{f[0], f[1], "", members}
+	}); err != nil {
+		return err
+	}
+	var shadowGID uint32
+	if b, err := r.readFile("/etc/group"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Split(l, ":"); len(f) > 2 && f[0] == "shadow" {
+				if id, err := strconv.ParseUint(f[2], 10, 32); err == nil {
+					shadowGID = uint32(id)
+				}
+			}
+		}
+	}
+	for _, o := range []struct {
+		path string
+		perm uint32
+		gid  uint32
+	}{{"/etc/passwd", 0o644, 0}, {"/etc/group", 0o644, 0}, {"/etc/shadow", 0o640, shadowGID}, {"/etc/gshadow", 0o640, shadowGID}} {
+		if err := r.setOwnerMode(o.path, 0, o.gid, o.perm); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// shadowConvert is pwconv (or grpconv): every record of db whose password
+// is not "x" gets it moved into shadow, a record for each name shadow
+// lacks is appended as record makes it, and shadow records of names db
+// does not have go.
+func (r *run) shadowConvert(db, shadow string, record func(f []string) []string) error {
+	b, err := r.readFile(db)
+	if err != nil {
+		return fmt.Errorf("%s: %w", db, err)
+	}
+	sb, _ := r.readFile(shadow)
+	dbLines := splitLines(b)
+	shLines := splitLines(sb)
+	names := map[string]bool{}
+	index := map[string]int{}
+	for i, l := range shLines {
+		if f := strings.Split(l, ":"); len(f) > 1 {
+			index[f[0]] = i
+		}
+	}
+	for i, l := range dbLines {
+		f := strings.Split(l, ":")
+		if len(f) < 3 || l[0] == '+' || l[0] == '-' || l[0] == '#' {
+			continue
+		}
+		names[f[0]] = true
+		j, ok := index[f[0]]
+		switch {
+		case !ok:
+			shLines = append(shLines, strings.Join(record(f), ":"))
+		case f[1] != "x":
+			sf := strings.Split(shLines[j], ":")
+			sf[1] = f[1]
+			shLines[j] = strings.Join(sf, ":")
+		}
+		f[1] = "x"
+		dbLines[i] = strings.Join(f, ":")
+	}
+	kept := shLines[:0]
+	for _, l := range shLines {
+		if f := strings.Split(l, ":"); len(f) > 1 && !names[f[0]] {
+			continue
+		}
+		kept = append(kept, l)
+	}
+	if err := r.writeFile(db, joinLines(dbLines), 0o644); err != nil {
+		return err
+	}
+	return r.writeFile(shadow, joinLines(kept), 0o640)
+}
+
+// loginDefs reads the PASS_* aging defaults of /etc/login.defs, with
+// shadow-utils' fallbacks (no limit: empty fields).
+func (r *run) loginDefs() map[string]string {
+	out := map[string]string{"PASS_MIN_DAYS": "", "PASS_MAX_DAYS": "", "PASS_WARN_AGE": ""}
+	b, err := r.readFile("/etc/login.defs")
+	if err != nil {
+		return out
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 2 && !strings.HasPrefix(f[0], "#") {
+			if _, ok := out[f[0]]; ok {
+				if n, err := strconv.ParseInt(f[1], 0, 64); err == nil && n >= 0 {
+					out[f[0]] = strconv.FormatInt(n, 10)
+				}
+			}
+		}
+	}
+	return out
 }

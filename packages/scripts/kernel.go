@@ -12,12 +12,14 @@ import (
 
 	"mvdan.cc/sh/v3/interp"
 
+	"github.com/stamp-dev/stamp/packages/deb"
 	"github.com/stamp-dev/stamp/packages/kmod"
 	"github.com/stamp-dev/stamp/rootfs"
 )
 
-// The kernel's maintainer scripts run depmod, linux-update-symlinks and
-// run-parts of /etc/kernel/postinst.d. These are their handlers.
+// The kernel's maintainer scripts run depmod and linux-update-symlinks
+// (and run-parts of /etc/kernel/postinst.d, imagescripts.go), and ask
+// uname for the kernel. These are their handlers.
 
 // cmdDepmod makes the module indexes of a kernel version, byte for byte as
 // the image's depmod (Debian's kmod 30) would: packages/kmod writes them in
@@ -380,90 +382,46 @@ func compareNumeric(a, b string) int {
 	return strings.Compare(a, b)
 }
 
-var runPartsName = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
+func cmdUname(r *run, hc interp.HandlerContext, args []string) error {
+	if len(args) == 1 || len(args) == 2 && (args[1] == "-s" || args[1] == "--kernel-name") {
+		fmt.Fprintln(hc.Stdout, "Linux")
+		return nil
+	}
+	if len(args) == 2 && (args[1] == "-m" || args[1] == "--machine") {
+		m := map[string]string{"amd64": "x86_64", "arm64": "aarch64"}[r.env.Arch]
+		if m == "" {
+			m = r.env.Arch
+		}
+		fmt.Fprintln(hc.Stdout, m)
+		return nil
+	}
+	if len(args) == 2 && (args[1] == "-r" || args[1] == "--kernel-release") {
+		// The build host's kernel says nothing about the image's: answer
+		// with the newest kernel the tree has modules for, or bookworm's.
+		fmt.Fprintln(hc.Stdout, r.kernelRelease())
+		return nil
+	}
+	return r.unhandledCommand(args)
+}
 
-// cmdRunParts is debianutils' run-parts: every executable in the directory
-// whose name is made of letters, digits, _ and -, in name order, each
-// interpreted like a maintainer script with the --arg arguments.
-func cmdRunParts(r *run, hc interp.HandlerContext, args []string) error {
-	var runArgs []string
-	exitOnError, report, test := false, false, false
-	var dir string
-	for i := 1; i < len(args); i++ {
-		a := args[i]
-		switch {
-		case a == "--exit-on-error":
-			exitOnError = true
-		case a == "--report" || a == "-v" || a == "--verbose":
-			report = true
-		case a == "--test":
-			test = true
-		case strings.HasPrefix(a, "--arg="):
-			runArgs = append(runArgs, strings.TrimPrefix(a, "--arg="))
-		case (a == "-a" || a == "--arg") && i+1 < len(args):
-			runArgs = append(runArgs, args[i+1])
-			i++
-		case a == "--":
-			if i+1 < len(args) {
-				dir = args[i+1]
+// defaultKernel is what uname -r says when the tree has no kernel modules.
+const defaultKernel = "6.1.0"
+
+func (r *run) kernelRelease() string {
+	best := ""
+	for _, d := range []string{"/lib/modules", "/usr/lib/modules"} {
+		e, err := r.env.Tree.Lookup(d, true)
+		if err != nil || e.Type != rootfs.TypeDir {
+			continue
+		}
+		for _, c := range r.env.Tree.Children(e.Path) {
+			if best == "" || deb.CompareVersions(c, best) > 0 {
+				best = c
 			}
-			i = len(args)
-		case strings.HasPrefix(a, "-"):
-			return r.unhandled(fmt.Sprintf("run-parts option %q", a))
-		default:
-			dir = a
 		}
 	}
-	if dir == "" {
-		fmt.Fprintln(hc.Stderr, "run-parts: missing operand")
-		return exit(1)
+	if best == "" {
+		return defaultKernel
 	}
-	t := r.env.Tree
-	rd, err := t.Resolve(r.treePath(dir), true)
-	if err != nil {
-		return err
-	}
-	if e := t.Get(rd); e == nil || e.Type != rootfs.TypeDir {
-		fmt.Fprintf(hc.Stderr, "run-parts: failed to open directory %s: No such file or directory\n", dir)
-		return exit(1)
-	}
-	var failed uint8
-	for _, name := range t.Children(rd) {
-		if !runPartsName.MatchString(name) {
-			continue
-		}
-		e, err := t.Lookup(rd+"/"+name, true)
-		if err != nil || e.Type != rootfs.TypeRegular || e.Perm&0o111 == 0 {
-			continue
-		}
-		if test {
-			fmt.Fprintf(hc.Stdout, "%s/%s\n", strings.TrimRight(dir, "/"), name)
-			continue
-		}
-		body, err := r.readFile(e.Path)
-		if err != nil {
-			return err
-		}
-		if report {
-			fmt.Fprintf(hc.Stdout, "%s/%s:\n", strings.TrimRight(dir, "/"), name)
-		}
-		err = r.nested(r.ctx, hc, Script{Package: r.s.Package, Version: r.s.Version,
-			Name: r.s.Name + ": " + rd + "/" + name, Body: body}, runArgs)
-		var se *ScriptError
-		switch {
-		case err == nil:
-		case errors.As(err, &se):
-			fmt.Fprintf(hc.Stderr, "run-parts: %s/%s exited with return code %d\n", dir, name, se.Status)
-			failed = se.Status
-			if exitOnError {
-				return exit(int(se.Status))
-			}
-		default:
-			return err
-		}
-	}
-	if failed != 0 {
-		return exit(1)
-	}
-	return nil
+	return best
 }

@@ -203,3 +203,24 @@ func exit(code int) error {
 func cmdTrue(*run, interp.HandlerContext, []string) error { return nil }
 
 func cmdFalse(*run, interp.HandlerContext, []string) error { return exit(1) }
+
+// splitFlags separates flags from operands; "--" ends the flags.
+func splitFlags(args []string) (flags map[string]bool, ops []string) {
+	flags = map[string]bool{}
+	done := false
+	for _, a := range args {
+		switch {
+		case done || !strings.HasPrefix(a, "-") || a == "-":
+			ops = append(ops, a)
+		case a == "--":
+			done = true
+		case strings.HasPrefix(a, "--"):
+			flags[a] = true
+		default:
+			for _, c := range a[1:] {
+				flags["-"+string(c)] = true
+			}
+		}
+	}
+	return flags, ops
+}

@@ -339,12 +339,6 @@ func cmdFd(r *run, hc interp.HandlerContext, args []string) error {
 	return nil
 }
 
-// cmdWhoami is whoami: root, by the image's passwd.
-func cmdWhoami(r *run, hc interp.HandlerContext, args []string) error {
-	fmt.Fprintln(hc.Stdout, r.accountName("/etc/passwd", 0))
-	return nil
-}
-
 // stdStream is a /dev path that names one of the script's own streams.
 func stdStream(hc interp.HandlerContext, p string, write bool) (io.ReadWriteCloser, bool) {
 	switch p {
@@ -378,3 +372,50 @@ func (s streamFile) Write(b []byte) (int, error) {
 }
 
 func (streamFile) Close() error { return nil }
+
+func cmdCommandV(r *run, hc interp.HandlerContext, args []string) error {
+	code := 0
+	for _, a := range args[1:] {
+		if p, ok := r.lookPath(a); ok {
+			fmt.Fprintln(hc.Stdout, p)
+		} else {
+			code = 1
+		}
+	}
+	return exit(code)
+}
+
+func cmdWhich(r *run, hc interp.HandlerContext, args []string) error {
+	code := 0
+	for _, a := range args[1:] {
+		if strings.HasPrefix(a, "-") {
+			continue
+		}
+		if p, ok := r.lookPath(a); ok && !builtins[a] {
+			fmt.Fprintln(hc.Stdout, p)
+		} else {
+			code = 1
+		}
+	}
+	return exit(code)
+}
+
+// cmdUmask is the shell's umask builtin, which the interpreter lacks: it
+// prints or sets the script's mask, which the files its redirections and
+// handlers create are made with.
+func cmdUmask(r *run, hc interp.HandlerContext, args []string) error {
+	if len(args) == 1 {
+		fmt.Fprintf(hc.Stdout, "%04o\n", r.umask)
+		return nil
+	}
+	if len(args) != 2 || strings.HasPrefix(args[1], "-") {
+		return r.unhandled(fmt.Sprintf("command %q", "umask "+strings.Join(args[1:], " ")))
+	}
+	m, err := strconv.ParseUint(args[1], 8, 32)
+	if err != nil || m > 0o777 {
+		fmt.Fprintf(hc.Stderr, "umask: %s: invalid mode\n", args[1])
+		return exit(2)
+	}
+	r.umask = uint32(m)
+	return nil
+}

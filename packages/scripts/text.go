@@ -13,33 +13,12 @@ import (
 	"time"
 
 	"mvdan.cc/sh/v3/interp"
-
-	"github.com/stamp-dev/stamp/rootfs"
 )
 
-// cmdUmask is the shell's umask builtin, which the interpreter lacks: it
-// prints or sets the script's mask, which the files its redirections and
-// handlers create are made with.
-func cmdUmask(r *run, hc interp.HandlerContext, args []string) error {
-	if len(args) == 1 {
-		fmt.Fprintf(hc.Stdout, "%04o\n", r.umask)
-		return nil
-	}
-	if len(args) != 2 || strings.HasPrefix(args[1], "-") {
-		return r.unhandled(fmt.Sprintf("command %q", "umask "+strings.Join(args[1:], " ")))
-	}
-	m, err := strconv.ParseUint(args[1], 8, 32)
-	if err != nil || m > 0o777 {
-		fmt.Fprintf(hc.Stderr, "umask: %s: invalid mode\n", args[1])
-		return exit(2)
-	}
-	r.umask = uint32(m)
-	return nil
-}
-
-// The text and file utilities below are the parts of coreutils, grep and
-// findutils maintainer scripts use; what they do not cover (an option
-// they do not know) is unhandled rather than guessed at.
+// The text utilities maintainer scripts use (coreutils' cat, cmp, head,
+// wc, sort, uniq, tr, seq, date, basename, dirname and expr; grep; awk),
+// the parts of them the scripts use: an option or program they do not
+// know is unhandled rather than guessed at.
 
 // inputs reads the named files from the tree ("-" or none: stdin), as one
 // stream. A missing file is reported on stderr as the tool would.
@@ -78,6 +57,29 @@ func lines(b []byte) []string {
 	}
 	s = strings.TrimSuffix(s, "\n")
 	return strings.Split(s, "\n")
+}
+
+func cmdCat(r *run, hc interp.HandlerContext, args []string) error {
+	_, ops := splitFlags(args[1:])
+	if len(ops) == 0 {
+		_, err := io.Copy(hc.Stdout, hc.Stdin)
+		return err
+	}
+	code := 0
+	for _, f := range ops {
+		if f == "-" {
+			io.Copy(hc.Stdout, hc.Stdin)
+			continue
+		}
+		b, err := r.readFile(r.treePath(f))
+		if err != nil {
+			fmt.Fprintf(hc.Stderr, "cat: %s: %v\n", f, err)
+			code = 1
+			continue
+		}
+		hc.Stdout.Write(b)
+	}
+	return exit(code)
 }
 
 // cmdGrep is grep, egrep and fgrep: -q -s -v -x -F -E -c -i, patterns as
@@ -396,213 +398,6 @@ func cmdCmp(r *run, hc interp.HandlerContext, args []string) error {
 	return exit(1)
 }
 
-// copyEntry puts a copy of the file or symlink at src at dst (replacing a
-// file there), keeping its mode, owner and xattrs when keep, else with the
-// umask's mode and root's ownership, as cp does without -p.
-func (r *run) copyEntry(src *rootfs.Entry, dst string, keep bool) error {
-	h := rootfs.Header{Type: src.Type, Perm: src.Perm, Target: src.Target, MTime: r.env.Epoch, Origin: r.origin()}
-	if keep {
-		h.UID, h.GID, h.Xattrs = src.UID, src.GID, src.Xattrs
-	} else {
-		h.Perm &^= r.umask | 0o7000
-		if e, err := r.env.Tree.Lookup(dst, true); err == nil && e.Type == rootfs.TypeRegular {
-			// cp writes into an existing file: it keeps its mode and owner.
-			h.Perm, h.UID, h.GID, h.Xattrs = e.Perm, e.UID, e.GID, e.Xattrs
-		}
-	}
-	rp, err := r.env.Tree.Resolve(dst, src.Type != rootfs.TypeSymlink)
-	if err != nil {
-		return err
-	}
-	switch src.Type {
-	case rootfs.TypeRegular:
-		f, err := r.env.Tree.Open(src.Path)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		_, err = r.env.Tree.Create(rp, h, f)
-		return err
-	case rootfs.TypeSymlink:
-		_, err = r.env.Tree.Create(rp, h, nil)
-		return err
-	}
-	return fmt.Errorf("%s: cannot copy a %s", src.Path, src.Type)
-}
-
-// cmdMv renames files and symlinks in the tree (moving them into a
-// directory operand); directories are unhandled.
-func cmdMv(r *run, hc interp.HandlerContext, args []string) error {
-	_, ops := splitFlags(args[1:])
-	if len(ops) != 2 {
-		return r.unhandledCommand(args)
-	}
-	src, err := r.env.Tree.Lookup(r.treePath(ops[0]), false)
-	if err != nil {
-		fmt.Fprintf(hc.Stderr, "mv: cannot stat '%s': No such file or directory\n", ops[0])
-		return exit(1)
-	}
-	if src.Type != rootfs.TypeRegular && src.Type != rootfs.TypeSymlink {
-		return r.unhandledCommand(args, fmt.Sprintf("a %s", src.Type))
-	}
-	dst := r.treePath(ops[1])
-	if e, err := r.env.Tree.Lookup(dst, true); err == nil && e.Type == rootfs.TypeDir {
-		dst = path.Join(e.Path, path.Base(src.Path))
-	}
-	if rd, err := r.env.Tree.Resolve(dst, false); err == nil && rd == src.Path {
-		return nil
-	}
-	if e, err := r.env.Tree.Lookup(dst, false); err == nil {
-		if e.Type == rootfs.TypeDir {
-			return r.unhandledCommand(args, "onto a directory")
-		}
-		if err := r.env.Tree.Remove(e.Path); err != nil {
-			return err
-		}
-	}
-	if err := r.copyEntry(src, dst, true); err != nil {
-		return err
-	}
-	return r.env.Tree.Remove(src.Path)
-}
-
-// cmdCp copies one file or symlink; -p, -a and --preserve keep mode and
-// owner. -Z (an SELinux context) has nothing to do in an image without a
-// policy loaded.
-func cmdCp(r *run, hc interp.HandlerContext, args []string) error {
-	keep, deref := false, true
-	var ops []string
-	for _, a := range args[1:] {
-		switch {
-		case a == "--preserve" || strings.HasPrefix(a, "--preserve="):
-			keep = true
-		case a == "--archive":
-			keep, deref = true, false
-		case a == "--force":
-		case strings.HasPrefix(a, "-") && !strings.HasPrefix(a, "--") && a != "-":
-			// Short flags, alone or combined (-pZ, -dp): -Z asks for the
-			// default SELinux context, which an image build has none of.
-			for _, c := range a[1:] {
-				switch c {
-				case 'p':
-					keep = true
-				case 'a':
-					keep, deref = true, false
-				case 'd':
-					deref = false
-				case 'f', 'Z':
-				default:
-					return r.unhandled(fmt.Sprintf("cp option %s", a))
-				}
-			}
-		case strings.HasPrefix(a, "-") && a != "-":
-			return r.unhandled(fmt.Sprintf("cp option %s", a))
-		default:
-			ops = append(ops, a)
-		}
-	}
-	if len(ops) != 2 {
-		return r.unhandledCommand(args)
-	}
-	src, err := r.env.Tree.Lookup(r.treePath(ops[0]), deref)
-	if err != nil {
-		fmt.Fprintf(hc.Stderr, "cp: cannot stat '%s': No such file or directory\n", ops[0])
-		return exit(1)
-	}
-	if src.Type == rootfs.TypeDir {
-		return r.unhandledCommand(args, "a directory")
-	}
-	dst := r.treePath(ops[1])
-	if ops[1] == "" {
-		fmt.Fprintln(hc.Stderr, "cp: cannot create regular file '': No such file or directory")
-		return exit(1)
-	}
-	if e, err := r.env.Tree.Lookup(dst, true); err == nil && e.Type == rootfs.TypeDir {
-		dst = path.Join(e.Path, path.Base(src.Path))
-	}
-	return r.copyEntry(src, dst, keep)
-}
-
-// cmdInstall is install(1) for one file: -m/--mode, -o, -g; the source may
-// be /dev/null, which makes an empty file, as isc-dhcp-client's postinst
-// makes its AppArmor local include.
-func cmdInstall(r *run, hc interp.HandlerContext, args []string) error {
-	mode := uint32(0o755)
-	var owner, group string
-	var ops []string
-	for i := 1; i < len(args); i++ {
-		a := args[i]
-		val := func() (string, bool) {
-			if i+1 < len(args) {
-				i++
-				return args[i], true
-			}
-			return "", false
-		}
-		switch {
-		case a == "-m" || a == "--mode":
-			v, ok := val()
-			m, err := strconv.ParseUint(v, 8, 32)
-			if !ok || err != nil {
-				return r.unhandled(fmt.Sprintf("install mode %q", v))
-			}
-			mode = uint32(m)
-		case strings.HasPrefix(a, "--mode="):
-			m, err := strconv.ParseUint(strings.TrimPrefix(a, "--mode="), 8, 32)
-			if err != nil {
-				return r.unhandled(fmt.Sprintf("install %s", a))
-			}
-			mode = uint32(m)
-		case a == "-o" || a == "--owner":
-			owner, _ = val()
-		case a == "-g" || a == "--group":
-			group, _ = val()
-		case strings.HasPrefix(a, "-"):
-			return r.unhandled(fmt.Sprintf("install option %s", a))
-		default:
-			ops = append(ops, a)
-		}
-	}
-	if len(ops) != 2 {
-		return r.unhandledCommand(args)
-	}
-	var data []byte
-	if src := r.treePath(ops[0]); src != "/dev/null" {
-		b, err := r.readFile(src)
-		if err != nil {
-			fmt.Fprintf(hc.Stderr, "install: cannot stat '%s': No such file or directory\n", ops[0])
-			return exit(1)
-		}
-		data = b
-	}
-	dst := r.treePath(ops[1])
-	if _, err := r.env.Tree.Lookup(path.Dir(dst), true); err != nil {
-		fmt.Fprintf(hc.Stderr, "install: cannot create regular file '%s': No such file or directory\n", ops[1])
-		return exit(1)
-	}
-	h := rootfs.Header{Type: rootfs.TypeRegular, Perm: mode, MTime: r.env.Epoch, Origin: r.origin()}
-	for _, x := range []struct {
-		name, db string
-		id       *uint32
-	}{{owner, "/etc/passwd", &h.UID}, {group, "/etc/group", &h.GID}} {
-		if x.name == "" {
-			continue
-		}
-		id, ok := r.accountID(x.db, x.name)
-		if !ok {
-			fmt.Fprintf(hc.Stderr, "install: invalid user or group '%s'\n", x.name)
-			return exit(1)
-		}
-		*x.id = id
-	}
-	rp, err := r.env.Tree.Resolve(dst, true)
-	if err != nil {
-		return err
-	}
-	_, err = r.env.Tree.Create(rp, h, bytes.NewReader(data))
-	return err
-}
-
 // cmdHead prints the first lines (-n N, -N) of its input.
 func cmdHead(r *run, hc interp.HandlerContext, args []string) error {
 	n := 10
@@ -687,58 +482,6 @@ func cmdSeq(r *run, hc interp.HandlerContext, args []string) error {
 	return nil
 }
 
-// cmdMktemp makes a file (or with -d a directory) under /tmp of the tree,
-// mode 0600 (0700), named from a counter rather than at random so builds
-// repeat; the scripts remove what they make.
-func cmdMktemp(r *run, hc interp.HandlerContext, args []string) error {
-	dir, tmpl, isDir := "/tmp", "tmp.XXXXXXXXXX", false
-	for i := 1; i < len(args); i++ {
-		a := args[i]
-		switch {
-		case a == "-d" || a == "--directory":
-			isDir = true
-		case a == "-p" && i+1 < len(args):
-			dir = args[i+1]
-			i++
-		case a == "-q" || a == "--quiet":
-		case strings.HasPrefix(a, "-"):
-			return r.unhandled(fmt.Sprintf("mktemp option %s", a))
-		default:
-			tmpl = a
-		}
-	}
-	if !strings.Contains(tmpl, "/") {
-		tmpl = strings.TrimRight(dir, "/") + "/" + tmpl
-	}
-	x := strings.TrimRight(tmpl, "X")
-	if len(tmpl)-len(x) < 3 {
-		fmt.Fprintf(hc.Stderr, "mktemp: too few X's in template '%s'\n", tmpl)
-		return exit(1)
-	}
-	for n := 0; ; n++ {
-		name := fmt.Sprintf("%s%0*d", x, len(tmpl)-len(x), n)
-		p := r.treePath(name)
-		if _, err := r.env.Tree.Lookup(p, false); err == nil {
-			continue
-		}
-		var err error
-		if isDir {
-			if err = r.mkdirAll(p); err == nil {
-				err = r.env.Tree.Update(p, func(in *rootfs.Inode) { in.Perm = 0o700 })
-			}
-		} else {
-			if err = r.mkdirAll(path.Dir(p)); err == nil {
-				_, err = r.env.Tree.Create(p, rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o600, MTime: r.env.Epoch, Origin: r.origin()}, nil)
-			}
-		}
-		if err != nil {
-			return err
-		}
-		fmt.Fprintln(hc.Stdout, name)
-		return nil
-	}
-}
-
 // cmdDate prints the build's clock, which is the epoch: date with no
 // operand, or -d of a date it printed (tzdata's postinst echoes both).
 // The image's zone is not consulted; the build runs in UTC.
@@ -768,99 +511,53 @@ func cmdDate(r *run, hc interp.HandlerContext, args []string) error {
 	return nil
 }
 
-// cmdFind walks a directory of the tree in name order (the image's order
-// is its file system's, which no script can rely on), with -type, -name,
-// -print and -L.
-func cmdFind(r *run, hc interp.HandlerContext, args []string) error {
-	follow := false
-	i := 1
-	for ; i < len(args) && (args[i] == "-L" || args[i] == "-H" || args[i] == "-P"); i++ {
-		follow = args[i] == "-L"
+func cmdBasename(r *run, hc interp.HandlerContext, args []string) error {
+	if len(args) < 2 {
+		return exit(1)
 	}
-	var roots []string
-	for ; i < len(args) && !strings.HasPrefix(args[i], "-"); i++ {
-		roots = append(roots, args[i])
+	b := path.Base(args[1])
+	if len(args) > 2 {
+		b = strings.TrimSuffix(b, args[2])
 	}
-	if len(roots) == 0 {
-		roots = []string{"."}
+	fmt.Fprintln(hc.Stdout, b)
+	return nil
+}
+
+func cmdDirname(r *run, hc interp.HandlerContext, args []string) error {
+	if len(args) < 2 {
+		return exit(1)
 	}
-	var typ byte
-	var names []string
-	// existsTest is -exec test -e {} \; (negated with !): whether the
-	// path, followed, leads somewhere.
-	existsTest, negateExists, negate := false, false, false
-	for ; i < len(args); i++ {
-		switch a := args[i]; {
-		case a == "!":
-			negate = true
-			continue
-		case a == "-exec" && i+4 < len(args) && args[i+1] == "test" && args[i+2] == "-e" && args[i+3] == "{}" && args[i+4] == ";":
-			existsTest, negateExists, negate = true, negate, false
-			i += 4
-			continue
-		case a == "-type" && i+1 < len(args) && len(args[i+1]) == 1:
-			typ = args[i+1][0]
-			i++
-		case a == "-name" && i+1 < len(args):
-			names = append(names, args[i+1])
-			i++
-		case a == "-print" || a == "-follow":
-			follow = follow || a == "-follow"
-		default:
-			return r.unhandledCommand(args)
-		}
-		if negate {
-			return r.unhandledCommand(args)
-		}
+	fmt.Fprintln(hc.Stdout, path.Dir(args[1]))
+	return nil
+}
+
+// cmdExpr is expr STRING : REGEXP, the one form the scripts use: the
+// length of the anchored match (or the first group), status 1 when empty.
+func cmdExpr(r *run, hc interp.HandlerContext, args []string) error {
+	if len(args) != 4 || args[2] != ":" {
+		return r.unhandledCommand(args)
 	}
-	code := 0
-	var walk func(shown, p string, depth int)
-	walk = func(shown, p string, depth int) {
-		e, err := r.env.Tree.Lookup(p, follow || depth == 0)
-		if err != nil {
-			e, err = r.env.Tree.Lookup(p, false)
-		}
-		if err != nil {
-			fmt.Fprintf(hc.Stderr, "find: '%s': No such file or directory\n", shown)
-			code = 1
-			return
-		}
-		ok := true
-		switch typ {
-		case 0:
-		case 'f':
-			ok = e.Type == rootfs.TypeRegular
-		case 'd':
-			ok = e.Type == rootfs.TypeDir
-		case 'l':
-			ok = e.Type == rootfs.TypeSymlink
-		default:
-			ok = false
-		}
-		for _, n := range names {
-			if m, _ := path.Match(n, path.Base(shown)); !m {
-				ok = false
-			}
-		}
-		if existsTest {
-			_, err := r.env.Tree.Lookup(p, true)
-			if (err == nil) == negateExists {
-				ok = false
-			}
-		}
-		if ok {
-			fmt.Fprintln(hc.Stdout, shown)
-		}
-		if e.Type == rootfs.TypeDir && depth < 64 {
-			for _, c := range r.env.Tree.Children(e.Path) {
-				walk(strings.TrimSuffix(shown, "/")+"/"+c, e.Path+"/"+c, depth+1)
-			}
-		}
+	re, err := regexp.Compile("^(?:" + breToGo(args[3]) + ")")
+	if err != nil {
+		return r.unhandled(fmt.Sprintf("expr regexp %q", args[3]))
 	}
-	for _, root := range roots {
-		walk(root, r.treePath(root), 0)
+	m := re.FindStringSubmatch(args[1])
+	var out string
+	switch {
+	case re.NumSubexp() > 0 && m != nil:
+		out = m[1]
+	case re.NumSubexp() > 0:
+		out = ""
+	case m != nil:
+		out = strconv.Itoa(len([]rune(m[0])))
+	default:
+		out = "0"
 	}
-	return exit(code)
+	fmt.Fprintln(hc.Stdout, out)
+	if out == "" || out == "0" {
+		return exit(1)
+	}
+	return nil
 }
 
 // cmdAwk runs the awk programs of the packages' scripts that it knows,
@@ -921,3 +618,18 @@ func cmdAwk(r *run, hc interp.HandlerContext, args []string) error {
 }
 
 var awkPrintField = regexp.MustCompile(`^(?:/((?:[^/\\]|\\.)*)/)?\s*\{\s*print\s+\$(\d+)\s*;?\s*\}$`)
+
+func splitLines(b []byte) []string {
+	s := strings.TrimSuffix(string(b), "\n")
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
+}
+
+func joinLines(ls []string) []byte {
+	if len(ls) == 0 {
+		return nil
+	}
+	return []byte(strings.Join(ls, "\n") + "\n")
+}
