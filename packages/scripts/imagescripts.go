@@ -27,7 +27,14 @@ func cmdImageScript(r *run, hc interp.HandlerContext, args []string) error {
 	if err != nil {
 		return err
 	}
-	return r.nested(r.ctx, hc, Script{Package: r.s.Package, Version: r.s.Version, Name: r.s.Name + ": " + where, Body: body}, args[1:])
+	return r.interpretImageScript(hc, where, body, args[1:])
+}
+
+// interpretImageScript is the one way a handler runs a shell script of
+// the image: interpreted as a command of this script, named after it and
+// the script's path in the image, with this script's exported variables.
+func (r *run) interpretImageScript(hc interp.HandlerContext, where string, body []byte, args []string) error {
+	return r.nested(r.ctx, hc, Script{Package: r.s.Package, Version: r.s.Version, Name: r.s.Name + ": " + where, Body: body}, args)
 }
 
 var runPartsName = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
@@ -97,8 +104,7 @@ func cmdRunParts(r *run, hc interp.HandlerContext, args []string) error {
 		if report {
 			fmt.Fprintf(hc.Stdout, "%s/%s:\n", strings.TrimRight(dir, "/"), name)
 		}
-		err = r.nested(r.ctx, hc, Script{Package: r.s.Package, Version: r.s.Version,
-			Name: r.s.Name + ": " + rd + "/" + name, Body: body}, runArgs)
+		err = r.interpretImageScript(hc, rd+"/"+name, body, runArgs)
 		var se *ScriptError
 		switch {
 		case err == nil:
