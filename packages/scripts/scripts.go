@@ -1,30 +1,3 @@
-// Package scripts applies the effects of Debian maintainer scripts to a tree
-// without root and without running anything of the image on the host. A
-// script is interpreted by a POSIX shell interpreter written in Go
-// (mvdan.cc/sh); its own logic (tests on $1 and $2, on files in the tree,
-// functions, here-documents) runs as written, and every external command
-// it runs is one of the built-in handlers: update-alternatives,
-// deb-systemd-helper, adduser, systemd-sysusers, dpkg --compare-versions,
-// dpkg-maintscript-helper, linux-update-symlinks, run-parts, file
-// utilities and a few more. A command no handler covers stops the script
-// with an *UnhandledError naming the package, the script and the command,
-// unless Env.Defer takes it for first boot.
-//
-// The interpreter sees only the image (view.go, rewrite.go, testcmd.go):
-// every path it hands a handler becomes a path in the image, and pwd,
-// $PWD and cd speak image paths; file tests of every form answer from the
-// tree's index as root would see it; $UID, $EUID and id say 0, ~user reads the image's passwd, $$ and
-// $PPID are fixed; process substitutions are kept in memory; descriptors
-// above 2 are dropped where nothing reads them and refused where a script
-// would. So a root build and an unprivileged one interpret every script
-// alike, and nothing of the host reaches an output.
-//
-// Handlers do their work in Go (ldconfig's cache, the journal catalog
-// through packages/journalcatalog). The one that needs the image's own
-// program, py_compile, runs it through runImageProgram, in rootfs/sandbox
-// with the tree read-only (imageprog.go); Env.NoPrograms (offline-only)
-// makes it unhandled. depmod's indexes are written in Go by packages/kmod,
-// byte for byte as the image's kmod would write them, for any architecture.
 package scripts
 
 import (
