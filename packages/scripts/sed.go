@@ -279,168 +279,214 @@ func (c *sedCmd) subst(line string) (string, bool) {
 	return b.String(), true
 }
 
+// sedParser reads a sed script: s from i on.
+type sedParser struct {
+	s   string
+	i   int
+	ere bool
+}
+
 // parseSed reads a sed script: commands separated by newlines or ;.
 func parseSed(s string, ere bool) ([]*sedCmd, error) {
 	var cmds []*sedCmd
-	i := 0
-	compile := func(re string) (*regexp.Regexp, error) {
-		if !ere {
-			re = breToGo(re)
+	p := &sedParser{s: s, ere: ere}
+	for p.i < len(s) {
+		for p.i < len(s) && strings.IndexByte(" \t\n;", s[p.i]) >= 0 {
+			p.i++
 		}
-		return regexp.Compile(re)
-	}
-	skip := func() {
-		for i < len(s) && (s[i] == ' ' || s[i] == '\t') {
-			i++
-		}
-	}
-	// delimited reads up to the unescaped delimiter d, keeping other
-	// escapes; i ends after the delimiter.
-	delimited := func(d byte) (string, error) {
-		var b strings.Builder
-		for ; i < len(s); i++ {
-			switch {
-			case s[i] == '\\' && i+1 < len(s) && s[i+1] == d:
-				b.WriteByte(d)
-				i++
-			case s[i] == '\\' && i+1 < len(s):
-				b.WriteByte('\\')
-				b.WriteByte(s[i+1])
-				i++
-			case s[i] == d:
-				i++
-				return b.String(), nil
-			default:
-				b.WriteByte(s[i])
-			}
-		}
-		return "", fmt.Errorf("unterminated %q", string(d))
-	}
-	addr := func() (*sedAddr, error) {
-		switch {
-		case i < len(s) && s[i] == '$':
-			i++
-			return &sedAddr{last: true}, nil
-		case i < len(s) && s[i] >= '0' && s[i] <= '9':
-			j := i
-			for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-				i++
-			}
-			n, _ := strconv.Atoi(s[j:i])
-			return &sedAddr{line: n}, nil
-		case i < len(s) && (s[i] == '/' || s[i] == '\\' && i+1 < len(s)):
-			d := byte('/')
-			if s[i] == '\\' {
-				i++
-				d = s[i]
-			}
-			i++
-			re, err := delimited(d)
-			if err != nil {
-				return nil, err
-			}
-			c, err := compile(re)
-			if err != nil {
-				return nil, err
-			}
-			return &sedAddr{re: c}, nil
-		}
-		return nil, nil
-	}
-	for i < len(s) {
-		for i < len(s) && strings.IndexByte(" \t\n;", s[i]) >= 0 {
-			i++
-		}
-		if i >= len(s) {
+		if p.i >= len(s) {
 			break
 		}
-		c := &sedCmd{}
-		var err error
-		if c.a1, err = addr(); err != nil {
+		c, err := p.command()
+		if err != nil {
 			return nil, err
-		}
-		if c.a1 != nil && i < len(s) && s[i] == ',' {
-			i++
-			if c.a2, err = addr(); err != nil {
-				return nil, err
-			}
-			if c.a2 == nil {
-				return nil, fmt.Errorf("missing second address")
-			}
-		}
-		if c.a1 != nil && c.a2 == nil && c.a1.line == 0 && c.a1.re == nil && !c.a1.last {
-			return nil, fmt.Errorf("invalid usage of line address 0")
-		}
-		skip()
-		if i < len(s) && s[i] == '!' {
-			c.negate = true
-			i++
-			skip()
-		}
-		if i >= len(s) {
-			return nil, fmt.Errorf("missing command")
-		}
-		c.op = s[i]
-		i++
-		switch c.op {
-		case 's':
-			if i >= len(s) {
-				return nil, fmt.Errorf("unterminated s command")
-			}
-			d := s[i]
-			i++
-			re, err := delimited(d)
-			if err != nil {
-				return nil, err
-			}
-			repl, err := delimited(d)
-			if err != nil {
-				return nil, err
-			}
-			if c.re, err = compile(re); err != nil {
-				return nil, err
-			}
-			c.repl = replToGo(repl)
-			for i < len(s) && strings.IndexByte("gpI0123456789", s[i]) >= 0 {
-				switch f := s[i]; {
-				case f == 'g':
-					c.global = true
-				case f == 'p':
-					c.print = true
-				case f == 'I':
-					c.re = regexp.MustCompile("(?i)" + c.re.String())
-				default:
-					c.nth = c.nth*10 + int(f-'0')
-				}
-				i++
-			}
-		case 'd', 'p', 'q', '=':
-		case 'a', 'i', 'c':
-			// GNU's one-line form ("a text", "a\text") and the POSIX
-			// form with the text on the next line.
-			skip()
-			if i < len(s) && s[i] == '\\' {
-				i++
-				if i < len(s) && s[i] == '\n' {
-					i++
-				}
-			}
-			j := strings.IndexByte(s[i:], '\n')
-			if j < 0 {
-				j = len(s) - i
-			}
-			c.text = s[i : i+j]
-			i += j
-		default:
-			return nil, fmt.Errorf("command %q", string(c.op))
-		}
-		skip()
-		if i < len(s) && s[i] != ';' && s[i] != '\n' && s[i] != '}' {
-			return nil, fmt.Errorf("extra characters after command")
 		}
 		cmds = append(cmds, c)
 	}
 	return cmds, nil
+}
+
+// command reads one command with its addresses.
+func (p *sedParser) command() (*sedCmd, error) {
+	s := p.s
+	c := &sedCmd{}
+	if err := p.addresses(c); err != nil {
+		return nil, err
+	}
+	p.skip()
+	if p.i < len(s) && s[p.i] == '!' {
+		c.negate = true
+		p.i++
+		p.skip()
+	}
+	if p.i >= len(s) {
+		return nil, fmt.Errorf("missing command")
+	}
+	c.op = s[p.i]
+	p.i++
+	switch c.op {
+	case 's':
+		if err := p.subst(c); err != nil {
+			return nil, err
+		}
+	case 'd', 'p', 'q', '=':
+	case 'a', 'i', 'c':
+		p.text(c)
+	default:
+		return nil, fmt.Errorf("command %q", string(c.op))
+	}
+	p.skip()
+	if p.i < len(s) && s[p.i] != ';' && s[p.i] != '\n' && s[p.i] != '}' {
+		return nil, fmt.Errorf("extra characters after command")
+	}
+	return c, nil
+}
+
+// addresses reads none, one or two addresses.
+func (p *sedParser) addresses(c *sedCmd) error {
+	var err error
+	if c.a1, err = p.addr(); err != nil {
+		return err
+	}
+	if c.a1 != nil && p.i < len(p.s) && p.s[p.i] == ',' {
+		p.i++
+		if c.a2, err = p.addr(); err != nil {
+			return err
+		}
+		if c.a2 == nil {
+			return fmt.Errorf("missing second address")
+		}
+	}
+	if c.a1 != nil && c.a2 == nil && c.a1.line == 0 && c.a1.re == nil && !c.a1.last {
+		return fmt.Errorf("invalid usage of line address 0")
+	}
+	return nil
+}
+
+// subst reads an s command's pattern, replacement and flags.
+func (p *sedParser) subst(c *sedCmd) error {
+	s := p.s
+	if p.i >= len(s) {
+		return fmt.Errorf("unterminated s command")
+	}
+	d := s[p.i]
+	p.i++
+	re, err := p.delimited(d)
+	if err != nil {
+		return err
+	}
+	repl, err := p.delimited(d)
+	if err != nil {
+		return err
+	}
+	if c.re, err = p.compile(re); err != nil {
+		return err
+	}
+	c.repl = replToGo(repl)
+	for p.i < len(s) && strings.IndexByte("gpI0123456789", s[p.i]) >= 0 {
+		switch f := s[p.i]; {
+		case f == 'g':
+			c.global = true
+		case f == 'p':
+			c.print = true
+		case f == 'I':
+			c.re = regexp.MustCompile("(?i)" + c.re.String())
+		default:
+			c.nth = c.nth*10 + int(f-'0')
+		}
+		p.i++
+	}
+	return nil
+}
+
+// text reads the text of a, i and c: GNU's one-line form ("a text",
+// "a\text") and the POSIX form with the text on the next line.
+func (p *sedParser) text(c *sedCmd) {
+	s := p.s
+	p.skip()
+	if p.i < len(s) && s[p.i] == '\\' {
+		p.i++
+		if p.i < len(s) && s[p.i] == '\n' {
+			p.i++
+		}
+	}
+	j := strings.IndexByte(s[p.i:], '\n')
+	if j < 0 {
+		j = len(s) - p.i
+	}
+	c.text = s[p.i : p.i+j]
+	p.i += j
+}
+
+func (p *sedParser) compile(re string) (*regexp.Regexp, error) {
+	if !p.ere {
+		re = breToGo(re)
+	}
+	return regexp.Compile(re)
+}
+
+func (p *sedParser) skip() {
+	for p.i < len(p.s) && (p.s[p.i] == ' ' || p.s[p.i] == '\t') {
+		p.i++
+	}
+}
+
+// delimited reads up to the unescaped delimiter d, keeping other
+// escapes; i ends after the delimiter.
+func (p *sedParser) delimited(d byte) (string, error) {
+	s := p.s
+	var b strings.Builder
+	for ; p.i < len(s); p.i++ {
+		switch {
+		case s[p.i] == '\\' && p.i+1 < len(s) && s[p.i+1] == d:
+			b.WriteByte(d)
+			p.i++
+		case s[p.i] == '\\' && p.i+1 < len(s):
+			b.WriteByte('\\')
+			b.WriteByte(s[p.i+1])
+			p.i++
+		case s[p.i] == d:
+			p.i++
+			return b.String(), nil
+		default:
+			b.WriteByte(s[p.i])
+		}
+	}
+	return "", fmt.Errorf("unterminated %q", string(d))
+}
+
+// addr reads an address ($, a line number, /RE/ or \cREc), or nil.
+func (p *sedParser) addr() (*sedAddr, error) {
+	s := p.s
+	switch {
+	case p.i < len(s) && s[p.i] == '$':
+		p.i++
+		return &sedAddr{last: true}, nil
+	case p.i < len(s) && s[p.i] >= '0' && s[p.i] <= '9':
+		j := p.i
+		for p.i < len(s) && s[p.i] >= '0' && s[p.i] <= '9' {
+			p.i++
+		}
+		n, _ := strconv.Atoi(s[j:p.i])
+		return &sedAddr{line: n}, nil
+	case p.i < len(s) && (s[p.i] == '/' || s[p.i] == '\\' && p.i+1 < len(s)):
+		d := byte('/')
+		if s[p.i] == '\\' {
+			p.i++
+			d = s[p.i]
+		}
+		p.i++
+		re, err := p.delimited(d)
+		if err != nil {
+			return nil, err
+		}
+		c, err := p.compile(re)
+		if err != nil {
+			return nil, err
+		}
+		return &sedAddr{re: c}, nil
+	}
+	return nil, nil
 }
 
 // breToGo converts a POSIX basic regular expression: \( \) \{ \} \+ \?

@@ -165,203 +165,258 @@ func (r *run) tmpfilesSpecifiers(s string) (string, bool) {
 	return b.String(), true
 }
 
+// tmpfilesItem is one line of a tmpfiles.d file, parsed.
+type tmpfilesItem struct {
+	line, typ, path, arg string
+	// plus is the + modifier: replace what is there.
+	plus bool
+	// onCreateOnly (:) adjusts mode and owner only of what the line
+	// creates; masked (~) keeps only the mode bits the file has.
+	onCreateOnly, masked bool
+	mode, uid, gid       *uint32
+}
+
+// tmpfilesLine applies one line as systemd-tmpfiles --create does.
 func (r *run) tmpfilesLine(hc interp.HandlerContext, l string) error {
-	if l == "" || strings.HasPrefix(l, "#") {
+	it, err := r.parseTmpfilesLine(l)
+	if it == nil || err != nil {
+		return err
+	}
+	switch it.typ {
+	case "d", "D", "v", "q", "Q":
+		return r.tmpfilesDir(it)
+	case "e":
+		return r.tmpfilesAdjust(it, it.path, false, 0)
+	case "f", "w":
+		return r.tmpfilesFile(it)
+	case "L":
+		return r.tmpfilesLink(it)
+	case "z", "Z":
+		return r.tmpfilesAdjustTree(it)
+	case "h", "H":
+		if _, err := r.env.Tree.Lookup(it.path, false); err == nil {
+			r.logf("%s %s: systemd-tmpfiles: file attributes %s of %s are not kept in a tree", r.s.Package, r.s.Name, it.arg, it.path)
+		}
 		return nil
+	case "a", "A":
+		if it.typ == "A" {
+			return r.unhandled(fmt.Sprintf("systemd-tmpfiles recursive ACL line %q", l))
+		}
+		e, err := r.env.Tree.Lookup(it.path, false)
+		if err != nil {
+			return nil
+		}
+		return r.applyACL(e, it.arg, it.plus)
+	case "C":
+		return r.tmpfilesCopy(it)
+	}
+	return r.unhandled(fmt.Sprintf("systemd-tmpfiles line %q", l))
+}
+
+// parseTmpfilesLine reads a line's fields; nil for a line --create skips
+// (a comment, boot-only, cleaning or removal).
+func (r *run) parseTmpfilesLine(l string) (*tmpfilesItem, error) {
+	if l == "" || strings.HasPrefix(l, "#") {
+		return nil, nil
 	}
 	f := tmpfilesFields(l)
 	for len(f) < 7 {
 		f = append(f, "-")
 	}
 	typ, mods := f[0][:1], f[0][1:]
-	plus := strings.Contains(mods, "+")
 	if strings.Contains(mods, "!") || strings.Contains(mods, "^") {
-		return nil // boot-only, or from a credential the build has none of
+		return nil, nil // boot-only, or from a credential the build has none of
 	}
 	switch typ {
 	case "x", "X", "r", "R":
-		return nil // cleaning and removal, not --create
+		return nil, nil // cleaning and removal, not --create
 	}
+	it := &tmpfilesItem{line: l, typ: typ, plus: strings.Contains(mods, "+"), arg: f[6]}
 	p, ok := r.tmpfilesSpecifiers(f[1])
 	if !ok {
-		return fmt.Errorf("unknown specifier in %q", f[1])
+		return nil, fmt.Errorf("unknown specifier in %q", f[1])
 	}
-	arg := f[6]
-	if arg == "-" {
-		arg = ""
+	it.path = p
+	if it.arg == "-" {
+		it.arg = ""
 	}
-	onCreateOnly := strings.HasPrefix(f[2], ":")
+	it.onCreateOnly = strings.HasPrefix(f[2], ":")
 	modeS := strings.TrimPrefix(strings.TrimPrefix(f[2], ":"), "~")
-	masked := strings.HasPrefix(strings.TrimPrefix(f[2], ":"), "~")
-	var mode *uint32
+	it.masked = strings.HasPrefix(strings.TrimPrefix(f[2], ":"), "~")
 	if modeS != "-" {
 		m, err := strconv.ParseUint(modeS, 8, 32)
 		if err != nil {
-			return fmt.Errorf("bad mode %q", f[2])
+			return nil, fmt.Errorf("bad mode %q", f[2])
 		}
 		mm := uint32(m)
-		mode = &mm
+		it.mode = &mm
 	}
-	id := func(field, db string) (*uint32, error) {
-		field = strings.TrimPrefix(field, ":")
-		if field == "-" {
-			return nil, nil
-		}
-		v, ok := r.accountID(db, field)
-		if !ok {
-			return nil, fmt.Errorf("unknown user or group %q", field)
-		}
-		return &v, nil
+	var err error
+	if it.uid, err = r.tmpfilesID(f[3], "/etc/passwd"); err != nil {
+		return nil, err
 	}
-	uid, err := id(f[3], "/etc/passwd")
-	if err != nil {
-		return err
+	if it.gid, err = r.tmpfilesID(f[4], "/etc/group"); err != nil {
+		return nil, err
 	}
-	gid, err := id(f[4], "/etc/group")
-	if err != nil {
-		return err
+	return it, nil
+}
+
+// tmpfilesID is a user or group field: nil for "-".
+func (r *run) tmpfilesID(field, db string) (*uint32, error) {
+	field = strings.TrimPrefix(field, ":")
+	if field == "-" {
+		return nil, nil
 	}
+	v, ok := r.accountID(db, field)
+	if !ok {
+		return nil, fmt.Errorf("unknown user or group %q", field)
+	}
+	return &v, nil
+}
+
+// tmpfilesAdjust gives p the line's mode and owner (dflt for a mode the
+// line leaves out, on what it created).
+func (r *run) tmpfilesAdjust(it *tmpfilesItem, p string, created bool, dflt uint32) error {
 	t := r.env.Tree
-	adjust := func(p string, created bool, dflt uint32) error {
-		e, err := t.Lookup(p, false)
-		if err != nil {
-			return nil
-		}
-		if onCreateOnly && !created {
-			return nil
-		}
-		return t.Update(e.Path, func(in *rootfs.Inode) {
-			switch {
-			case mode != nil && masked:
-				// ~: keep only the bits the file has, and x for
-				// directories as given.
-				m := *mode & in.Perm & 0o777
-				if in.Type == rootfs.TypeDir {
-					m |= *mode & 0o111
-				}
-				in.Perm = in.Perm&^0o777 | m | *mode&0o7000
-			case mode != nil:
-				in.Perm = *mode
-			case created:
-				in.Perm = dflt
-			}
-			if uid != nil {
-				in.UID = *uid
-			}
-			if gid != nil {
-				in.GID = *gid
-			}
-		})
+	e, err := t.Lookup(p, false)
+	if err != nil {
+		return nil
 	}
-	exists := func() (*rootfs.Entry, bool) {
-		e, err := t.Lookup(p, false)
-		return e, err == nil
+	if it.onCreateOnly && !created {
+		return nil
 	}
-	switch typ {
-	case "d", "D", "v", "q", "Q":
-		e, ok := exists()
-		if ok && e.Type != rootfs.TypeDir {
-			if e.Type == rootfs.TypeSymlink {
-				if te, err := t.Lookup(p, true); err == nil && te.Type == rootfs.TypeDir {
-					return nil
-				}
+	mode, uid, gid := it.mode, it.uid, it.gid
+	return t.Update(e.Path, func(in *rootfs.Inode) {
+		switch {
+		case mode != nil && it.masked:
+			// ~: keep only the bits the file has, and x for
+			// directories as given.
+			m := *mode & in.Perm & 0o777
+			if in.Type == rootfs.TypeDir {
+				m |= *mode & 0o111
 			}
-			return fmt.Errorf("%s exists and is not a directory", p)
+			in.Perm = in.Perm&^0o777 | m | *mode&0o7000
+		case mode != nil:
+			in.Perm = *mode
+		case created:
+			in.Perm = dflt
 		}
-		if !ok {
-			if err := r.mkdirAll(p); err != nil {
-				return err
-			}
+		if uid != nil {
+			in.UID = *uid
 		}
-		return adjust(p, !ok, 0o755)
-	case "e":
-		return adjust(p, false, 0)
-	case "f", "w":
-		e, ok := exists()
-		if typ == "w" {
-			if !ok || e.Type != rootfs.TypeRegular {
+		if gid != nil {
+			in.GID = *gid
+		}
+	})
+}
+
+// tmpfilesDir is d, D, v, q and Q: a directory (a symlink to one will do).
+func (r *run) tmpfilesDir(it *tmpfilesItem) error {
+	t, p := r.env.Tree, it.path
+	e, err := t.Lookup(p, false)
+	ok := err == nil
+	if ok && e.Type != rootfs.TypeDir {
+		if e.Type == rootfs.TypeSymlink {
+			if te, err := t.Lookup(p, true); err == nil && te.Type == rootfs.TypeDir {
 				return nil
 			}
-			return r.writeFile(p, []byte(arg), e.Perm)
 		}
-		if ok && !plus {
-			return adjust(p, false, 0)
-		}
-		if _, err := t.Lookup(path.Dir(p), true); err != nil {
-			return nil // the parent is missing: tmpfiles does not make it
-		}
-		if err := r.writeFile(p, []byte(arg), 0o644); err != nil {
+		return fmt.Errorf("%s exists and is not a directory", p)
+	}
+	if !ok {
+		if err := r.mkdirAll(p); err != nil {
 			return err
 		}
-		return adjust(p, !ok, 0o644)
-	case "L":
-		if arg == "" {
-			arg = "/usr/share/factory" + p
-		}
-		e, ok := exists()
-		if ok {
-			if e.Type == rootfs.TypeSymlink && e.Target == arg || !plus {
-				return nil
-			}
-			if err := t.Remove(e.Path); err != nil {
-				return err
-			}
-		}
-		if _, err := t.Lookup(path.Dir(p), true); err != nil {
+	}
+	return r.tmpfilesAdjust(it, p, !ok, 0o755)
+}
+
+// tmpfilesFile is f (create, or with + replace) and w (write to what is
+// there).
+func (r *run) tmpfilesFile(it *tmpfilesItem) error {
+	t, p := r.env.Tree, it.path
+	e, err := t.Lookup(p, false)
+	ok := err == nil
+	if it.typ == "w" {
+		if !ok || e.Type != rootfs.TypeRegular {
 			return nil
 		}
-		return r.symlink(arg, p)
-	case "z", "Z":
-		// Adjust what is there; Z also below it.
-		e, ok := exists()
-		if !ok {
+		return r.writeFile(p, []byte(it.arg), e.Perm)
+	}
+	if ok && !it.plus {
+		return r.tmpfilesAdjust(it, p, false, 0)
+	}
+	if _, err := t.Lookup(path.Dir(p), true); err != nil {
+		return nil // the parent is missing: tmpfiles does not make it
+	}
+	if err := r.writeFile(p, []byte(it.arg), 0o644); err != nil {
+		return err
+	}
+	return r.tmpfilesAdjust(it, p, !ok, 0o644)
+}
+
+// tmpfilesLink is L: a symlink, to the factory copy when the line names
+// no target.
+func (r *run) tmpfilesLink(it *tmpfilesItem) error {
+	t, p, arg := r.env.Tree, it.path, it.arg
+	if arg == "" {
+		arg = "/usr/share/factory" + p
+	}
+	if e, err := t.Lookup(p, false); err == nil {
+		if e.Type == rootfs.TypeSymlink && e.Target == arg || !it.plus {
 			return nil
 		}
-		if err := adjust(p, false, 0); err != nil {
+		if err := t.Remove(e.Path); err != nil {
 			return err
 		}
-		if typ == "Z" && e.Type == rootfs.TypeDir {
-			for _, q := range t.Paths() {
-				if strings.HasPrefix(q, e.Path+"/") {
-					if err := adjust(q, false, 0); err != nil {
-						return err
-					}
+	}
+	if _, err := t.Lookup(path.Dir(p), true); err != nil {
+		return nil
+	}
+	return r.symlink(arg, p)
+}
+
+// tmpfilesAdjustTree is z and Z: adjust what is there; Z also below it.
+func (r *run) tmpfilesAdjustTree(it *tmpfilesItem) error {
+	t := r.env.Tree
+	e, err := t.Lookup(it.path, false)
+	if err != nil {
+		return nil
+	}
+	if err := r.tmpfilesAdjust(it, it.path, false, 0); err != nil {
+		return err
+	}
+	if it.typ == "Z" && e.Type == rootfs.TypeDir {
+		for _, q := range t.Paths() {
+			if strings.HasPrefix(q, e.Path+"/") {
+				if err := r.tmpfilesAdjust(it, q, false, 0); err != nil {
+					return err
 				}
 			}
 		}
-		return nil
-	case "h", "H":
-		if _, ok := exists(); ok {
-			r.logf("%s %s: systemd-tmpfiles: file attributes %s of %s are not kept in a tree", r.s.Package, r.s.Name, arg, p)
-		}
-		return nil
-	case "a", "A":
-		if typ == "A" {
-			return r.unhandled(fmt.Sprintf("systemd-tmpfiles recursive ACL line %q", l))
-		}
-		e, ok := exists()
-		if !ok {
-			return nil
-		}
-		return r.applyACL(e, arg, plus)
-	case "C":
-		if _, ok := exists(); ok {
-			return nil
-		}
-		if arg == "" {
-			arg = "/usr/share/factory" + p
-		}
-		src, err := t.Lookup(arg, true)
-		if err != nil {
-			return nil // nothing to copy: tmpfiles logs it and goes on
-		}
-		if src.Type != rootfs.TypeRegular {
-			return r.unhandled(fmt.Sprintf("systemd-tmpfiles copy line %q", l))
-		}
-		if err := r.copyEntry(src, p, true); err != nil {
-			return err
-		}
-		return adjust(p, true, src.Perm)
 	}
-	return r.unhandled(fmt.Sprintf("systemd-tmpfiles line %q", l))
+	return nil
+}
+
+// tmpfilesCopy is C: copy a file (the factory copy by default) where
+// nothing is.
+func (r *run) tmpfilesCopy(it *tmpfilesItem) error {
+	t, p, arg := r.env.Tree, it.path, it.arg
+	if _, err := t.Lookup(p, false); err == nil {
+		return nil
+	}
+	if arg == "" {
+		arg = "/usr/share/factory" + p
+	}
+	src, err := t.Lookup(arg, true)
+	if err != nil {
+		return nil // nothing to copy: tmpfiles logs it and goes on
+	}
+	if src.Type != rootfs.TypeRegular {
+		return r.unhandled(fmt.Sprintf("systemd-tmpfiles copy line %q", it.line))
+	}
+	if err := r.copyEntry(src, p, true); err != nil {
+		return err
+	}
+	return r.tmpfilesAdjust(it, p, true, src.Perm)
 }
