@@ -85,132 +85,170 @@ func dpkgHashBin(p string) uint32 {
 // and --truename on the tree's diversion database, with --rename moving
 // the diverted file as dpkg-divert does.
 func cmdDpkgDivert(r *run, hc interp.HandlerContext, args []string) error {
-	action, pkg, to, rename, quiet := "", "", "", false, false
-	var files []string
-	for i := 1; i < len(args); i++ {
-		switch a := args[i]; {
-		case a == "--add" || a == "--remove" || a == "--list" || a == "--listpackage" || a == "--truename":
-			action = a
-		case (a == "--package" || a == "--divert" || a == "--admindir" || a == "--instdir" || a == "--root") && i+1 < len(args):
-			switch a {
-			case "--package":
-				pkg = args[i+1]
-			case "--divert":
-				to = args[i+1]
-			case "--admindir", "--instdir", "--root":
-				if args[i+1] != "" && args[i+1] != "/" && args[i+1] != "/var/lib/dpkg" {
-					return r.unhandledCommand(args, "another root")
-				}
-			}
-			i++
-		case a == "--local":
-			pkg = ":"
-		case a == "--rename":
-			rename = true
-		case a == "--no-rename":
-			rename = false
-		case a == "--quiet":
-			quiet = true
-		case strings.HasPrefix(a, "-"):
-			return r.unhandled(fmt.Sprintf("dpkg-divert option %s", a))
-		default:
-			files = append(files, a)
-		}
-	}
-	if action == "" {
-		action = "--add"
-	}
-	if action != "--list" && len(files) != 1 {
-		return r.unhandledCommand(args)
+	o, err := parseDivertArgs(r, args)
+	if err != nil {
+		return err
 	}
 	ds, err := r.diversions()
 	if err != nil {
 		return err
 	}
-	find := func(f string) int {
-		for i, d := range ds {
-			if d.from == f {
-				return i
+	switch o.action {
+	case "--list", "--listpackage", "--truename":
+		divertQuery(hc, o, ds)
+		return nil
+	}
+	file := o.files[0]
+	if !strings.HasPrefix(file, "/") {
+		fmt.Fprintf(hc.Stderr, "dpkg-divert: error: filename \"%s\" is not absolute\n", file)
+		return exit(2)
+	}
+	if o.pkg == "" {
+		o.pkg = ":"
+	}
+	if o.action == "--remove" {
+		return r.divertRemove(hc, o, ds)
+	}
+	return r.divertAdd(hc, o, ds)
+}
+
+// divertArgs is a dpkg-divert command line.
+type divertArgs struct {
+	action, pkg, to string
+	rename, quiet   bool
+	files           []string
+}
+
+func parseDivertArgs(r *run, args []string) (*divertArgs, error) {
+	o := &divertArgs{}
+	for i := 1; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "--add" || a == "--remove" || a == "--list" || a == "--listpackage" || a == "--truename":
+			o.action = a
+		case (a == "--package" || a == "--divert" || a == "--admindir" || a == "--instdir" || a == "--root") && i+1 < len(args):
+			switch a {
+			case "--package":
+				o.pkg = args[i+1]
+			case "--divert":
+				o.to = args[i+1]
+			case "--admindir", "--instdir", "--root":
+				if args[i+1] != "" && args[i+1] != "/" && args[i+1] != "/var/lib/dpkg" {
+					return nil, r.unhandledCommand(args, "another root")
+				}
 			}
+			i++
+		case a == "--local":
+			o.pkg = ":"
+		case a == "--rename":
+			o.rename = true
+		case a == "--no-rename":
+			o.rename = false
+		case a == "--quiet":
+			o.quiet = true
+		case strings.HasPrefix(a, "-"):
+			return nil, r.unhandled(fmt.Sprintf("dpkg-divert option %s", a))
+		default:
+			o.files = append(o.files, a)
 		}
-		return -1
 	}
-	say := func(format string, a ...any) {
-		if !quiet {
-			fmt.Fprintf(hc.Stdout, format, a...)
+	if o.action == "" {
+		o.action = "--add"
+	}
+	if o.action != "--list" && len(o.files) != 1 {
+		return nil, r.unhandledCommand(args)
+	}
+	return o, nil
+}
+
+// say prints what dpkg-divert says unless --quiet.
+func (o *divertArgs) say(hc interp.HandlerContext, format string, a ...any) {
+	if !o.quiet {
+		fmt.Fprintf(hc.Stdout, format, a...)
+	}
+}
+
+// findDiversion is the index of the diversion of f, or -1.
+func findDiversion(ds []diversion, f string) int {
+	for i, d := range ds {
+		if d.from == f {
+			return i
 		}
 	}
-	switch action {
+	return -1
+}
+
+// divertQuery answers --list, --listpackage and --truename.
+func divertQuery(hc interp.HandlerContext, o *divertArgs, ds []diversion) {
+	switch o.action {
 	case "--list":
 		for _, d := range ds {
-			if len(files) == 0 || rootfs.Match(files[0], d.from) {
+			if len(o.files) == 0 || rootfs.Match(o.files[0], d.from) {
 				fmt.Fprintln(hc.Stdout, d)
 			}
 		}
-		return nil
 	case "--listpackage":
-		if i := find(files[0]); i >= 0 {
+		if i := findDiversion(ds, o.files[0]); i >= 0 {
 			if ds[i].pkg == ":" {
 				fmt.Fprintln(hc.Stdout, "LOCAL")
 			} else {
 				fmt.Fprintln(hc.Stdout, ds[i].pkg)
 			}
 		}
-		return nil
 	case "--truename":
-		if i := find(files[0]); i >= 0 {
+		if i := findDiversion(ds, o.files[0]); i >= 0 {
 			fmt.Fprintln(hc.Stdout, ds[i].to)
 		} else {
-			fmt.Fprintln(hc.Stdout, files[0])
+			fmt.Fprintln(hc.Stdout, o.files[0])
 		}
+	}
+}
+
+// divertRemove is --remove: the package's diversion of the file goes,
+// and with --rename the diverted file comes back.
+func (r *run) divertRemove(hc interp.HandlerContext, o *divertArgs, ds []diversion) error {
+	file := o.files[0]
+	i := findDiversion(ds, file)
+	if i < 0 {
+		asked := diversion{from: file, to: o.to, pkg: o.pkg}
+		o.say(hc, "No diversion '%s', none removed.\n", asked.describe())
 		return nil
 	}
-	file := files[0]
-	if !strings.HasPrefix(file, "/") {
-		fmt.Fprintf(hc.Stderr, "dpkg-divert: error: filename \"%s\" is not absolute\n", file)
+	d := ds[i]
+	if d.pkg != o.pkg || o.to != "" && d.to != o.to {
+		fmt.Fprintf(hc.Stderr, "dpkg-divert: error: mismatch on package\n  when removing '%s'\n  found '%s'\n", file, d)
 		return exit(2)
 	}
-	if pkg == "" {
-		pkg = ":"
+	if o.rename {
+		if err := r.renameIfThere(d.to, d.from); err != nil {
+			return err
+		}
 	}
-	if action == "--remove" {
-		i := find(file)
-		if i < 0 {
-			asked := diversion{from: file, to: to, pkg: pkg}
-			say("No diversion '%s', none removed.\n", asked.describe())
-			return nil
-		}
-		d := ds[i]
-		if d.pkg != pkg || to != "" && d.to != to {
-			fmt.Fprintf(hc.Stderr, "dpkg-divert: error: mismatch on package\n  when removing '%s'\n  found '%s'\n", file, d)
-			return exit(2)
-		}
-		if rename {
-			if err := r.renameIfThere(d.to, d.from); err != nil {
-				return err
-			}
-		}
-		say("Removing '%s'\n", d)
-		return r.writeDiversions(append(ds[:i:i], ds[i+1:]...))
-	}
+	o.say(hc, "Removing '%s'\n", d)
+	return r.writeDiversions(append(ds[:i:i], ds[i+1:]...))
+}
+
+// divertAdd is --add: a new diversion (the same one again is left), and
+// with --rename the file moves to where it is diverted.
+func (r *run) divertAdd(hc interp.HandlerContext, o *divertArgs, ds []diversion) error {
+	file, to := o.files[0], o.to
 	if to == "" {
 		to = file + ".distrib"
 	}
-	d := diversion{file, to, pkg}
-	if i := find(file); i >= 0 {
+	d := diversion{file, to, o.pkg}
+	if i := findDiversion(ds, file); i >= 0 {
 		if ds[i] == d {
-			say("Leaving '%s'\n", d)
+			o.say(hc, "Leaving '%s'\n", d)
 			return nil
 		}
 		fmt.Fprintf(hc.Stderr, "dpkg-divert: error: '%s' clashes with '%s'\n", d, ds[i])
 		return exit(2)
 	}
-	if rename {
+	if o.rename {
 		if err := r.renameIfThere(file, to); err != nil {
 			return err
 		}
 	}
-	say("Adding '%s'\n", d)
+	o.say(hc, "Adding '%s'\n", d)
 	return r.writeDiversions(append(ds, d))
 }
 

@@ -135,12 +135,61 @@ func cmdLinuxUpdateSymlinks(r *run, hc interp.HandlerContext, args []string) err
 		return nil
 	}
 	dest = strings.TrimRight(dest, "/") + "/"
-	const stem = "vmlinuz"
-	type kimage struct{ version, image, initrd string }
+	initrd := "/boot/initrd.img-" + version
+	if env, ok := hc.Env.Get("INITRD").String(), hc.Env.Get("INITRD").IsSet(); ok && env == "No" {
+		initrd = ""
+	}
+	k := kimage{version, image, initrd}
+	images := placeKernel(r.bootImages(), change, k)
+	images = r.promoteLinked(images, dest+kernelStem+".old")
+	images = r.promoteLinked(images, dest+kernelStem)
+	if change == "install" {
+		images = append(images, k)
+	}
+	if len(images) == 0 {
+		fmt.Fprintln(hc.Stderr, "W: Last kernel image has been removed, so removing the default symlinks")
+		for _, n := range []string{kernelStem + ".old", "initrd.img.old", kernelStem, "initrd.img"} {
+			if err := r.unlinkNonDir(dest + n); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	cur := images[len(images)-1]
+	old := cur
+	if len(images) >= 2 {
+		old = images[len(images)-2]
+	}
+	steps := []struct{ src, link string }{
+		{old.image, dest + kernelStem + ".old"}, {old.initrd, dest + "initrd.img.old"},
+		{cur.image, dest + kernelStem}, {cur.initrd, dest + "initrd.img"},
+	}
+	for _, s := range steps {
+		var err error
+		if s.src == "" {
+			err = r.unlinkNonDir(s.link)
+		} else {
+			err = r.pointKernelLink(hc, s.src, s.link)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// kernelStem is the name of the kernel image links.
+const kernelStem = "vmlinuz"
+
+// kimage is a kernel image in /boot, with its initrd if it has one.
+type kimage struct{ version, image, initrd string }
+
+// bootImages lists the kernel images in /boot, oldest first.
+func (r *run) bootImages() []kimage {
 	var images []kimage
 	if bootDir, err := r.env.Tree.Resolve("/boot", true); err == nil {
 		for _, name := range r.env.Tree.Children(bootDir) {
-			v, ok := strings.CutPrefix(name, stem+"-")
+			v, ok := strings.CutPrefix(name, kernelStem+"-")
 			if !ok {
 				if v, ok = strings.CutPrefix(name, "vmlinux-"); !ok {
 					continue
@@ -157,18 +206,20 @@ func cmdLinuxUpdateSymlinks(r *run, hc interp.HandlerContext, args []string) err
 		}
 	}
 	sort.SliceStable(images, func(i, j int) bool { return kernelVersionCmp(images[i].version, images[j].version) < 0 })
-	initrd := "/boot/initrd.img-" + version
-	if env, ok := hc.Env.Get("INITRD").String(), hc.Env.Get("INITRD").IsSet(); ok && env == "No" {
-		initrd = ""
-	}
+	return images
+}
+
+// placeKernel puts k in its place among images for an upgrade, or takes
+// its version out for an install or a removal.
+func placeKernel(images []kimage, change string, k kimage) []kimage {
 	for i := 0; i <= len(images); i++ {
 		diff := -1
 		if i < len(images) {
-			diff = kernelVersionCmp(version, images[i].version)
+			diff = kernelVersionCmp(k.version, images[i].version)
 		}
 		if diff == 0 {
 			if change == "upgrade" {
-				images[i] = kimage{version, image, initrd}
+				images[i] = k
 			} else {
 				images = append(images[:i], images[i+1:]...)
 			}
@@ -176,84 +227,58 @@ func cmdLinuxUpdateSymlinks(r *run, hc interp.HandlerContext, args []string) err
 		}
 		if diff < 0 {
 			if change == "upgrade" {
-				images = append(images[:i], append([]kimage{{version, image, initrd}}, images[i:]...)...)
+				images = append(images[:i], append([]kimage{k}, images[i:]...)...)
 			}
 			break
 		}
 	}
-	promote := func(link string) {
-		e, err := r.env.Tree.Lookup(link, false)
-		if err != nil || e.Type != rootfs.TypeSymlink {
-			return
-		}
-		target := e.Target
-		if !path.IsAbs(target) {
-			target = path.Join(path.Dir(link), target)
-		}
-		for i, k := range images {
-			if k.image == target {
-				images = append(append(images[:i:i], images[i+1:]...), k)
-				break
-			}
+	return images
+}
+
+// promoteLinked moves the image link points at to the end of images.
+func (r *run) promoteLinked(images []kimage, link string) []kimage {
+	e, err := r.env.Tree.Lookup(link, false)
+	if err != nil || e.Type != rootfs.TypeSymlink {
+		return images
+	}
+	target := e.Target
+	if !path.IsAbs(target) {
+		target = path.Join(path.Dir(link), target)
+	}
+	for i, k := range images {
+		if k.image == target {
+			images = append(append(images[:i:i], images[i+1:]...), k)
+			break
 		}
 	}
-	promote(dest + stem + ".old")
-	promote(dest + stem)
-	if change == "install" {
-		images = append(images, kimage{version, image, initrd})
+	return images
+}
+
+// unlinkNonDir removes what is at p unless it is a directory.
+func (r *run) unlinkNonDir(p string) error {
+	if e, err := r.env.Tree.Lookup(p, false); err == nil && e.Type != rootfs.TypeDir {
+		return r.env.Tree.Remove(p)
 	}
-	unlink := func(p string) error {
-		if e, err := r.env.Tree.Lookup(p, false); err == nil && e.Type != rootfs.TypeDir {
-			return r.env.Tree.Remove(p)
-		}
+	return nil
+}
+
+// pointKernelLink makes link a relative symlink to src, saying so, unless
+// it is one already.
+func (r *run) pointKernelLink(hc interp.HandlerContext, src, link string) error {
+	rel, err := filepath.Rel(path.Dir(link), src)
+	if err != nil {
+		return err
+	}
+	if e, err := r.env.Tree.Lookup(link, false); err == nil && e.Type == rootfs.TypeSymlink && e.Target == rel {
 		return nil
 	}
-	if len(images) == 0 {
-		fmt.Fprintln(hc.Stderr, "W: Last kernel image has been removed, so removing the default symlinks")
-		for _, n := range []string{stem + ".old", "initrd.img.old", stem, "initrd.img"} {
-			if err := unlink(dest + n); err != nil {
-				return err
-			}
-		}
-		return nil
+	if err := r.unlinkNonDir(link); err != nil {
+		return err
 	}
-	cur := images[len(images)-1]
-	old := cur
-	if len(images) >= 2 {
-		old = images[len(images)-2]
+	if err := r.symlink(rel, link); err != nil {
+		return err
 	}
-	update := func(src, link string) error {
-		rel, err := filepath.Rel(path.Dir(link), src)
-		if err != nil {
-			return err
-		}
-		if e, err := r.env.Tree.Lookup(link, false); err == nil && e.Type == rootfs.TypeSymlink && e.Target == rel {
-			return nil
-		}
-		if err := unlink(link); err != nil {
-			return err
-		}
-		if err := r.symlink(rel, link); err != nil {
-			return err
-		}
-		fmt.Fprintf(hc.Stdout, "I: %s is now a symlink to %s\n", link, rel)
-		return nil
-	}
-	steps := []struct{ src, link string }{
-		{old.image, dest + stem + ".old"}, {old.initrd, dest + "initrd.img.old"},
-		{cur.image, dest + stem}, {cur.initrd, dest + "initrd.img"},
-	}
-	for _, s := range steps {
-		var err error
-		if s.src == "" {
-			err = unlink(s.link)
-		} else {
-			err = update(s.src, s.link)
-		}
-		if err != nil {
-			return err
-		}
-	}
+	fmt.Fprintf(hc.Stdout, "I: %s is now a symlink to %s\n", link, rel)
 	return nil
 }
 
