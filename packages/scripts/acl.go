@@ -95,47 +95,9 @@ func (r *run) applyACL(e *rootfs.Entry, spec string, appendTo bool) error {
 	}
 	var haveAccess, haveDefault bool
 	for _, item := range strings.Split(spec, ",") {
-		item = strings.TrimSpace(item)
-		isDefault := false
-		if rest, ok := strings.CutPrefix(item, "d:"); ok {
-			item, isDefault = rest, true
-		} else if rest, ok := strings.CutPrefix(item, "default:"); ok {
-			item, isDefault = rest, true
-		}
-		f := strings.Split(item, ":")
-		if len(f) != 3 {
-			return fmt.Errorf("ACL entry %q", item)
-		}
-		perm, ok := aclPerm(f[2])
-		if !ok {
-			return fmt.Errorf("ACL entry %q", item)
-		}
-		ent := aclEntry{perm: perm, id: aclNoID}
-		switch f[0] {
-		case "u", "user":
-			ent.tag = aclUserObj
-			if f[1] != "" {
-				id, ok := r.accountID("/etc/passwd", f[1])
-				if !ok {
-					return fmt.Errorf("ACL entry %q: no such user", item)
-				}
-				ent.tag, ent.id = aclUser, id
-			}
-		case "g", "group":
-			ent.tag = aclGroupObj
-			if f[1] != "" {
-				id, ok := r.accountID("/etc/group", f[1])
-				if !ok {
-					return fmt.Errorf("ACL entry %q: no such group", item)
-				}
-				ent.tag, ent.id = aclGroup, id
-			}
-		case "m", "mask":
-			ent.tag = aclMask
-		case "o", "other":
-			ent.tag = aclOther
-		default:
-			return fmt.Errorf("ACL entry %q", item)
+		ent, isDefault, err := r.parseACLEntry(strings.TrimSpace(item))
+		if err != nil {
+			return err
 		}
 		list := &access
 		if isDefault {
@@ -146,72 +108,135 @@ func (r *run) applyACL(e *rootfs.Entry, spec string, appendTo bool) error {
 		} else {
 			haveAccess = true
 		}
-		replaced := false
-		for i := range *list {
-			if (*list)[i].tag == ent.tag && (*list)[i].id == ent.id {
-				(*list)[i] = ent
-				replaced = true
-			}
-		}
-		if !replaced {
-			*list = append(*list, ent)
-		}
-	}
-	finish := func(es []aclEntry) []aclEntry {
-		base := aclFromMode(e.Perm)
-		for _, b := range base {
-			found := false
-			for _, x := range es {
-				found = found || x.tag == b.tag
-			}
-			if !found {
-				es = append(es, b)
-			}
-		}
-		var mask uint16
-		named := false
-		out := es[:0]
-		for _, x := range es {
-			if x.tag == aclMask {
-				continue
-			}
-			if x.tag == aclGroupObj || x.tag == aclUser || x.tag == aclGroup {
-				mask |= x.perm
-			}
-			named = named || x.tag == aclUser || x.tag == aclGroup
-			out = append(out, x)
-		}
-		if named {
-			out = append(out, aclEntry{aclMask, mask, aclNoID})
-		}
-		return out
+		*list = setACLEntry(*list, ent)
 	}
 	return r.env.Tree.Update(e.Path, func(in *rootfs.Inode) {
 		if in.Xattrs == nil {
 			in.Xattrs = map[string]string{}
 		}
 		if haveAccess {
-			es := finish(access)
+			es := completeACL(access, e.Perm)
 			in.Xattrs[xattrACLAccess] = encodeACL(es)
-			for _, x := range es {
-				switch x.tag {
-				case aclUserObj:
-					in.Perm = in.Perm&^0o700 | uint32(x.perm)<<6
-				case aclOther:
-					in.Perm = in.Perm&^0o007 | uint32(x.perm)
-				case aclMask:
-					in.Perm = in.Perm&^0o070 | uint32(x.perm)<<3
-				case aclGroupObj:
-					if !hasTag(es, aclMask) {
-						in.Perm = in.Perm&^0o070 | uint32(x.perm)<<3
-					}
-				}
-			}
+			in.Perm = aclModeBits(es, in.Perm)
 		}
 		if haveDefault && in.Type == rootfs.TypeDir {
-			in.Xattrs[xattrACLDefault] = encodeACL(finish(dflt))
+			in.Xattrs[xattrACLDefault] = encodeACL(completeACL(dflt, e.Perm))
 		}
 	})
+}
+
+// parseACLEntry reads one entry of an ACL spec (u:name:rwx, d:g::r-x...),
+// and whether it is a default entry.
+func (r *run) parseACLEntry(item string) (aclEntry, bool, error) {
+	isDefault := false
+	if rest, ok := strings.CutPrefix(item, "d:"); ok {
+		item, isDefault = rest, true
+	} else if rest, ok := strings.CutPrefix(item, "default:"); ok {
+		item, isDefault = rest, true
+	}
+	f := strings.Split(item, ":")
+	if len(f) != 3 {
+		return aclEntry{}, false, fmt.Errorf("ACL entry %q", item)
+	}
+	perm, ok := aclPerm(f[2])
+	if !ok {
+		return aclEntry{}, false, fmt.Errorf("ACL entry %q", item)
+	}
+	ent := aclEntry{perm: perm, id: aclNoID}
+	switch f[0] {
+	case "u", "user":
+		ent.tag = aclUserObj
+		if f[1] != "" {
+			id, ok := r.accountID("/etc/passwd", f[1])
+			if !ok {
+				return aclEntry{}, false, fmt.Errorf("ACL entry %q: no such user", item)
+			}
+			ent.tag, ent.id = aclUser, id
+		}
+	case "g", "group":
+		ent.tag = aclGroupObj
+		if f[1] != "" {
+			id, ok := r.accountID("/etc/group", f[1])
+			if !ok {
+				return aclEntry{}, false, fmt.Errorf("ACL entry %q: no such group", item)
+			}
+			ent.tag, ent.id = aclGroup, id
+		}
+	case "m", "mask":
+		ent.tag = aclMask
+	case "o", "other":
+		ent.tag = aclOther
+	default:
+		return aclEntry{}, false, fmt.Errorf("ACL entry %q", item)
+	}
+	return ent, isDefault, nil
+}
+
+// setACLEntry replaces the entry of list with ent's tag and id, or adds
+// ent.
+func setACLEntry(list []aclEntry, ent aclEntry) []aclEntry {
+	replaced := false
+	for i := range list {
+		if list[i].tag == ent.tag && list[i].id == ent.id {
+			list[i] = ent
+			replaced = true
+		}
+	}
+	if !replaced {
+		list = append(list, ent)
+	}
+	return list
+}
+
+// completeACL adds the owner, group and other entries es lacks (from the
+// file's mode perm) and works the mask out again, as setfacl does.
+func completeACL(es []aclEntry, perm uint32) []aclEntry {
+	for _, b := range aclFromMode(perm) {
+		found := false
+		for _, x := range es {
+			found = found || x.tag == b.tag
+		}
+		if !found {
+			es = append(es, b)
+		}
+	}
+	var mask uint16
+	named := false
+	out := es[:0]
+	for _, x := range es {
+		if x.tag == aclMask {
+			continue
+		}
+		if x.tag == aclGroupObj || x.tag == aclUser || x.tag == aclGroup {
+			mask |= x.perm
+		}
+		named = named || x.tag == aclUser || x.tag == aclGroup
+		out = append(out, x)
+	}
+	if named {
+		out = append(out, aclEntry{aclMask, mask, aclNoID})
+	}
+	return out
+}
+
+// aclModeBits is perm with its rwx bits as the access ACL es says (the
+// group bits are the mask's when there is one).
+func aclModeBits(es []aclEntry, perm uint32) uint32 {
+	for _, x := range es {
+		switch x.tag {
+		case aclUserObj:
+			perm = perm&^0o700 | uint32(x.perm)<<6
+		case aclOther:
+			perm = perm&^0o007 | uint32(x.perm)
+		case aclMask:
+			perm = perm&^0o070 | uint32(x.perm)<<3
+		case aclGroupObj:
+			if !hasTag(es, aclMask) {
+				perm = perm&^0o070 | uint32(x.perm)<<3
+			}
+		}
+	}
+	return perm
 }
 
 func hasTag(es []aclEntry, tag uint16) bool {

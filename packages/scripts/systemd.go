@@ -63,85 +63,106 @@ func cmdDebSystemdHelper(r *run, hc interp.HandlerContext, args []string) error 
 	if action == "purge" {
 		action, purge = "disable", true
 	}
+	query := action == "is-enabled" || action == "was-enabled" || action == "debian-installed"
 	rc := 0
-	if action == "is-enabled" || action == "was-enabled" || action == "debian-installed" {
+	if query {
 		rc = 1
 	}
 	for _, u := range units {
 		sp := r.findUnit(u)
-		switch action {
-		case "was-enabled":
-			ok := true
-			for _, l := range r.dshEntries(u) {
-				if isLink, _, _ := r.linkState(l); !isLink {
-					ok = false
-				}
-			}
-			if !quiet {
-				fmt.Fprintln(hc.Stderr, map[bool]string{true: "enabled", false: "disabled"}[ok])
+		if query {
+			ok, err := r.dshQuery(hc, action, u, sp, quiet)
+			if err != nil {
+				return err
 			}
 			if ok {
 				rc = 0
 			}
-		case "is-enabled":
-			links, err := r.linkClosure(sp, nil)
-			if err != nil {
-				return r.dshError(hc, err)
-			}
-			ok := true
-			for _, l := range links {
-				if isLink, _, _ := r.linkState(l[0]); !isLink {
-					ok = false
-				}
-			}
-			if ok {
-				rc = 0
-			}
-		case "debian-installed":
-			if r.exists(r.dshState(u)) {
-				rc = 0
-			}
-		case "enable":
-			if err := r.dshEnable(u, sp); err != nil {
-				return r.dshError(hc, err)
-			}
-		case "reenable":
-			if err := r.dshRemoveLinks(sp, purge); err != nil {
-				return err
-			}
-			if err := r.makeSystemdLinks(u, sp, true); err != nil {
-				return r.dshError(hc, err)
-			}
-		case "update-state":
-			// The unit's links as its [Install] section says now, recorded
-			// without enabling anything.
-			links, err := r.linkClosure(sp, nil)
-			if err != nil {
-				return r.dshError(hc, err)
-			}
-			var b strings.Builder
-			for _, l := range links {
-				b.WriteString(l[0] + "\n")
-			}
-			if err := r.writeFile(r.dshState(u), []byte(b.String()), 0o644); err != nil {
-				return err
-			}
-		case "disable":
-			if err := r.dshRemoveLinks(sp, purge); err != nil {
-				return err
-			}
-		case "mask":
-			if err := r.dshMask(sp); err != nil {
-				return err
-			}
-		case "unmask":
-			if err := r.dshUnmask(sp); err != nil {
-				return err
-			}
-		default:
-			return r.unhandledCommand(args)
+			continue
+		}
+		if err := r.dshChange(hc, args, action, u, sp, purge); err != nil {
+			return err
 		}
 	}
+	if err := r.dshTidy(action); err != nil {
+		return err
+	}
+	return exit(rc)
+}
+
+// dshQuery answers was-enabled, is-enabled and debian-installed for one
+// unit.
+func (r *run) dshQuery(hc interp.HandlerContext, action, u, sp string, quiet bool) (bool, error) {
+	switch action {
+	case "was-enabled":
+		ok := true
+		for _, l := range r.dshEntries(u) {
+			if isLink, _, _ := r.linkState(l); !isLink {
+				ok = false
+			}
+		}
+		if !quiet {
+			fmt.Fprintln(hc.Stderr, map[bool]string{true: "enabled", false: "disabled"}[ok])
+		}
+		return ok, nil
+	case "is-enabled":
+		links, err := r.linkClosure(sp, nil)
+		if err != nil {
+			return false, r.dshError(hc, err)
+		}
+		ok := true
+		for _, l := range links {
+			if isLink, _, _ := r.linkState(l[0]); !isLink {
+				ok = false
+			}
+		}
+		return ok, nil
+	}
+	// debian-installed
+	return r.exists(r.dshState(u)), nil
+}
+
+// dshChange does enable, reenable, update-state, disable, mask or unmask
+// for one unit.
+func (r *run) dshChange(hc interp.HandlerContext, args []string, action, u, sp string, purge bool) error {
+	switch action {
+	case "enable":
+		if err := r.dshEnable(u, sp); err != nil {
+			return r.dshError(hc, err)
+		}
+	case "reenable":
+		if err := r.dshRemoveLinks(sp, purge); err != nil {
+			return err
+		}
+		if err := r.makeSystemdLinks(u, sp, true); err != nil {
+			return r.dshError(hc, err)
+		}
+	case "update-state":
+		// The unit's links as its [Install] section says now, recorded
+		// without enabling anything.
+		links, err := r.linkClosure(sp, nil)
+		if err != nil {
+			return r.dshError(hc, err)
+		}
+		var b strings.Builder
+		for _, l := range links {
+			b.WriteString(l[0] + "\n")
+		}
+		return r.writeFile(r.dshState(u), []byte(b.String()), 0o644)
+	case "disable":
+		return r.dshRemoveLinks(sp, purge)
+	case "mask":
+		return r.dshMask(sp)
+	case "unmask":
+		return r.dshUnmask(sp)
+	default:
+		return r.unhandledCommand(args)
+	}
+	return nil
+}
+
+// dshTidy removes the directories disable and unmask left empty.
+func (r *run) dshTidy(action string) error {
 	switch action {
 	case "disable":
 		for _, in := range []*dshInstance{dshSystem, dshUser} {
@@ -165,7 +186,7 @@ func cmdDebSystemdHelper(r *run, hc interp.HandlerContext, args []string) error 
 			}
 		}
 	}
-	return exit(rc)
+	return nil
 }
 
 func (r *run) dshError(hc interp.HandlerContext, err error) error {
