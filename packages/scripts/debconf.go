@@ -139,57 +139,77 @@ func cmdDebconf(r *run, hc interp.HandlerContext, args []string) error {
 	db := r.debconf()
 	pkg, _, _ := strings.Cut(r.s.Package, ":")
 	cmd, rest := args[1], args[2:]
-	reply := func(code int, text string) error {
-		fmt.Fprint(hc.Stdout, text)
-		return exit(code)
-	}
 	if cmd == "startup" {
 		return r.debconfStartup(hc, db, pkg)
 	}
 	if cmd == "x_loadtemplatefile" {
-		if len(rest) < 1 {
-			return reply(dcBadParams, "")
-		}
-		b, err := r.readFile(r.treePath(rest[0]))
-		if err != nil {
-			return reply(dcBadParams, "cannot read "+rest[0])
-		}
-		owner := pkg
-		if len(rest) > 1 {
-			owner = rest[1]
-		}
-		if err := db.loadTemplates(b, owner); err != nil {
-			return fmt.Errorf("debconf: %s: %w", rest[0], err)
-		}
-		return reply(dcSuccess, "")
+		return r.debconfLoadTemplateFile(hc, db, pkg, rest)
 	}
 	if len(rest) < 1 {
-		return reply(dcBadParams, "")
+		return dcReply(hc, dcBadParams, "")
 	}
 	if cmd == "register" {
-		if len(rest) != 2 || db.templates[rest[0]] == nil {
-			return reply(dcBadParams, "")
-		}
-		q := db.questions[rest[1]]
-		if q == nil {
-			q = &dcQuestion{flags: map[string]string{}, substs: map[string]string{}, owners: map[string]bool{}}
-			db.questions[rest[1]] = q
-		}
-		q.template = rest[0]
-		q.owners[pkg] = true
-		return reply(dcSuccess, "")
+		return debconfRegister(hc, db, pkg, rest)
 	}
 	name := rest[0]
 	if cmd == "input" {
 		if len(rest) != 2 {
-			return reply(dcBadParams, "")
+			return dcReply(hc, dcBadParams, "")
 		}
 		name = rest[1]
 	}
 	q := db.questions[name]
 	if q == nil {
-		return reply(dcBadParams, fmt.Sprintf("%s doesn't exist", name))
+		return dcReply(hc, dcBadParams, fmt.Sprintf("%s doesn't exist", name))
 	}
+	return r.debconfQuestion(hc, db, pkg, cmd, name, q, rest)
+}
+
+// dcReply is the shim's answer: text on stdout, the code as the status.
+func dcReply(hc interp.HandlerContext, code int, text string) error {
+	fmt.Fprint(hc.Stdout, text)
+	return exit(code)
+}
+
+// debconfLoadTemplateFile is X_LOADTEMPLATEFILE FILE [OWNER].
+func (r *run) debconfLoadTemplateFile(hc interp.HandlerContext, db *debconfDB, pkg string, rest []string) error {
+	if len(rest) < 1 {
+		return dcReply(hc, dcBadParams, "")
+	}
+	b, err := r.readFile(r.treePath(rest[0]))
+	if err != nil {
+		return dcReply(hc, dcBadParams, "cannot read "+rest[0])
+	}
+	owner := pkg
+	if len(rest) > 1 {
+		owner = rest[1]
+	}
+	if err := db.loadTemplates(b, owner); err != nil {
+		return fmt.Errorf("debconf: %s: %w", rest[0], err)
+	}
+	return dcReply(hc, dcSuccess, "")
+}
+
+// debconfRegister is REGISTER TEMPLATE QUESTION.
+func debconfRegister(hc interp.HandlerContext, db *debconfDB, pkg string, rest []string) error {
+	if len(rest) != 2 || db.templates[rest[0]] == nil {
+		return dcReply(hc, dcBadParams, "")
+	}
+	q := db.questions[rest[1]]
+	if q == nil {
+		q = &dcQuestion{flags: map[string]string{}, substs: map[string]string{}, owners: map[string]bool{}}
+		db.questions[rest[1]] = q
+	}
+	q.template = rest[0]
+	q.owners[pkg] = true
+	return dcReply(hc, dcSuccess, "")
+}
+
+// debconfQuestion answers the commands on an existing question q (named
+// name): INPUT, GET, SET, RESET, FGET, FSET, SUBST, METAGET, UNREGISTER
+// and PURGE.
+func (r *run) debconfQuestion(hc interp.HandlerContext, db *debconfDB, pkg, cmd, name string, q *dcQuestion, rest []string) error {
+	reply := func(code int, text string) error { return dcReply(hc, code, text) }
 	t := db.templates[q.template]
 	switch cmd {
 	case "input":

@@ -78,50 +78,85 @@ var publicDirRE = regexp.MustCompile(`^.*?/usr/lib/python(\d(?:.\d+)?)/(site|dis
 // default version, DIR... every .py under DIR. /usr/share/python3/bcep
 // exclusions and -X are unhandled: no package of the node's uses them.
 func cmdPy3compile(r *run, hc interp.HandlerContext, args []string) error {
-	var pkg string
-	var dirs []string
-	optimize, force := false, false
-	for i := 1; i < len(args); i++ {
-		switch a := args[i]; {
-		case a == "-p" || a == "--package":
-			if i+1 >= len(args) {
-				return exit(2)
-			}
-			pkg = args[i+1]
-			i++
-		case strings.HasPrefix(a, "--package="):
-			pkg = strings.TrimPrefix(a, "--package=")
-		case a == "-q" || a == "--quiet" || a == "-v" || a == "--verbose":
-		case a == "-f" || a == "--force":
-			force = true
-		case a == "-O":
-			optimize = true
-		case strings.HasPrefix(a, "-"):
-			return r.unhandled(fmt.Sprintf("py3compile option %s", a))
-		default:
-			dirs = append(dirs, a)
-		}
+	o, err := parsePy3compileArgs(r, args)
+	if err != nil {
+		return err
 	}
 	versions := r.pySupported()
 	if len(versions) == 0 {
 		fmt.Fprintln(hc.Stderr, "E: py3compile: Requested versions are not installed")
 		return exit(3)
 	}
+	files, err := r.py3compileFiles(hc, o)
+	if err != nil {
+		return err
+	}
+	excludes, err := r.pyExcludes(versions)
+	if err != nil {
+		return err
+	}
+	byVersion := r.py3compileJobs(o, files, versions, excludes)
+	for _, v := range versions {
+		if jobs := byVersion[v]; len(jobs) > 0 {
+			if err := r.pyCompile(hc, v, o.optimize, jobs); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// py3compileArgs is a py3compile command line.
+type py3compileArgs struct {
+	pkg             string
+	dirs            []string
+	optimize, force bool
+}
+
+func parsePy3compileArgs(r *run, args []string) (*py3compileArgs, error) {
+	o := &py3compileArgs{}
+	for i := 1; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "-p" || a == "--package":
+			if i+1 >= len(args) {
+				return nil, exit(2)
+			}
+			o.pkg = args[i+1]
+			i++
+		case strings.HasPrefix(a, "--package="):
+			o.pkg = strings.TrimPrefix(a, "--package=")
+		case a == "-q" || a == "--quiet" || a == "-v" || a == "--verbose":
+		case a == "-f" || a == "--force":
+			o.force = true
+		case a == "-O":
+			o.optimize = true
+		case strings.HasPrefix(a, "-"):
+			return nil, r.unhandled(fmt.Sprintf("py3compile option %s", a))
+		default:
+			o.dirs = append(o.dirs, a)
+		}
+	}
+	return o, nil
+}
+
+// py3compileFiles lists the .py files to compile: the package's, or those
+// of the files and directories named.
+func (r *run) py3compileFiles(hc interp.HandlerContext, o *py3compileArgs) ([]string, error) {
 	var files []string
 	switch {
-	case pkg != "":
-		list, ok := r.listOf(pkg)
+	case o.pkg != "":
+		list, ok := r.listOf(o.pkg)
 		if !ok {
-			fmt.Fprintf(hc.Stderr, "Exception: cannot get content of %s\n", pkg)
-			return exit(1)
+			fmt.Fprintf(hc.Stderr, "Exception: cannot get content of %s\n", o.pkg)
+			return nil, exit(1)
 		}
 		for _, l := range lines(list) {
 			if strings.HasSuffix(l, ".py") {
 				files = append(files, l)
 			}
 		}
-	case len(dirs) > 0:
-		for _, d := range dirs {
+	case len(o.dirs) > 0:
+		for _, d := range o.dirs {
 			e, err := r.env.Tree.Lookup(r.treePath(d), true)
 			if err != nil {
 				continue
@@ -138,23 +173,27 @@ func cmdPy3compile(r *run, hc interp.HandlerContext, args []string) error {
 				}
 			}
 		}
-		dirs = nil
 	default:
 		fmt.Fprintln(hc.Stderr, "Usage: py3compile [-V [X.Y][-][A.B]] DIR_OR_FILE [-X REGEXPR]")
-		return exit(1)
+		return nil, exit(1)
 	}
-	excludes, err := r.pyExcludes(versions)
-	if err != nil {
-		return err
-	}
+	return files, nil
+}
+
+// py3compileJobs sorts the files into the versions that compile them:
+// a package's private modules (directories named with -p) for the default
+// version only, its public ones for the versions their directory names,
+// files and directories named alone for every version; a .pyc that is
+// current stays unless -f.
+func (r *run) py3compileJobs(o *py3compileArgs, files, versions []string, excludes []pyExclude) map[string][]pyCompileJob {
 	byVersion := map[string][]pyCompileJob{}
 	add := func(f string, vs []string) {
 		for _, v := range vs {
 			if excluded(excludes, f, v) {
 				continue
 			}
-			pyc := pycPath(f, v, optimize)
-			if !force {
+			pyc := pycPath(f, v, o.optimize)
+			if !o.force {
 				if b, err := r.readFile(pyc); err == nil && len(b) >= 4 && r.pycCurrent(f, b) {
 					continue
 				}
@@ -162,16 +201,17 @@ func cmdPy3compile(r *run, hc interp.HandlerContext, args []string) error {
 			byVersion[v] = append(byVersion[v], pyCompileJob{src: f, pyc: pyc})
 		}
 	}
-	if pkg != "" && len(dirs) > 0 {
+	switch {
+	case o.pkg != "" && len(o.dirs) > 0:
 		// Private modules: the default version only.
-		for _, d := range dirs {
+		for _, d := range o.dirs {
 			for _, f := range files {
 				if strings.HasPrefix(f, d) {
 					add(f, versions[:1])
 				}
 			}
 		}
-	} else if pkg != "" {
+	case o.pkg != "":
 		for _, f := range files {
 			m := publicDirRE.FindStringSubmatch(f)
 			if m == nil {
@@ -184,19 +224,12 @@ func cmdPy3compile(r *run, hc interp.HandlerContext, args []string) error {
 				add(f, []string{m[1]})
 			}
 		}
-	} else {
+	default:
 		for _, f := range files {
 			add(f, versions)
 		}
 	}
-	for _, v := range versions {
-		if jobs := byVersion[v]; len(jobs) > 0 {
-			if err := r.pyCompile(hc, v, optimize, jobs); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return byVersion
 }
 
 func contains(s []string, v string) bool {
