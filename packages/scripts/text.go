@@ -85,93 +85,18 @@ func cmdCat(r *run, hc interp.HandlerContext, args []string) error {
 // cmdGrep is grep, egrep and fgrep: -q -s -v -x -F -E -c -i, patterns as
 // the first operand or with -e.
 func cmdGrep(r *run, hc interp.HandlerContext, args []string) error {
-	ext := path.Base(args[0]) == "egrep"
-	fixed := path.Base(args[0]) == "fgrep"
-	var quiet, silent, invert, whole, count, icase bool
-	var patterns, ops []string
-	havePattern := false
-	for i := 1; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			ops = append(ops, args[i+1:]...)
-			break
-		}
-		if a == "-e" && i+1 < len(args) {
-			patterns = append(patterns, args[i+1])
-			havePattern = true
-			i++
-			continue
-		}
-		if len(a) > 1 && a[0] == '-' && !strings.HasPrefix(a, "--") {
-			for _, c := range a[1:] {
-				switch c {
-				case 'q':
-					quiet = true
-				case 's':
-					silent = true
-				case 'v':
-					invert = true
-				case 'x':
-					whole = true
-				case 'F':
-					fixed = true
-				case 'E':
-					ext = true
-				case 'c':
-					count = true
-				case 'i':
-					icase = true
-				default:
-					return r.unhandled(fmt.Sprintf("grep option -%c", c))
-				}
-			}
-			continue
-		}
-		if strings.HasPrefix(a, "--") {
-			switch a {
-			case "--quiet", "--silent":
-				quiet = true
-			case "--no-messages":
-				silent = true
-			default:
-				return r.unhandled(fmt.Sprintf("grep option %s", a))
-			}
-			continue
-		}
-		if !havePattern {
-			patterns = append(patterns, strings.Split(a, "\n")...)
-			havePattern = true
-			continue
-		}
-		ops = append(ops, a)
+	o, err := parseGrepArgs(r, args)
+	if err != nil {
+		return err
 	}
-	if !havePattern {
+	if !o.havePattern {
 		return exit(2)
 	}
-	var res []*regexp.Regexp
-	for _, p := range patterns {
-		var expr string
-		switch {
-		case fixed:
-			expr = regexp.QuoteMeta(p)
-		case ext:
-			expr = p
-		default:
-			expr = breToGo(p)
-		}
-		if whole {
-			expr = "^(?:" + expr + ")$"
-		}
-		if icase {
-			expr = "(?i)" + expr
-		}
-		re, err := regexp.Compile(expr)
-		if err != nil {
-			return r.unhandled(fmt.Sprintf("grep pattern %q (%v)", p, err))
-		}
-		res = append(res, re)
+	res, err := o.compile(r)
+	if err != nil {
+		return err
 	}
-	in, ok := r.inputs(hc, "grep", ops, silent)
+	in, ok := r.inputs(hc, "grep", o.ops, o.silent)
 	n := 0
 	for _, l := range lines(in) {
 		m := false
@@ -181,27 +106,130 @@ func cmdGrep(r *run, hc interp.HandlerContext, args []string) error {
 				break
 			}
 		}
-		if m == invert {
+		if m == o.invert {
 			continue
 		}
 		n++
-		if quiet {
+		if o.quiet {
 			return nil
 		}
-		if !count {
+		if !o.count {
 			fmt.Fprintln(hc.Stdout, l)
 		}
 	}
-	if count {
+	if o.count {
 		fmt.Fprintln(hc.Stdout, n)
 	}
 	switch {
-	case n > 0 && (ok || quiet):
+	case n > 0 && (ok || o.quiet):
 		return nil
 	case !ok:
 		return exit(2)
 	}
 	return exit(1)
+}
+
+// grepArgs is a grep command line.
+type grepArgs struct {
+	ext, fixed, quiet, silent, invert, whole, count, icase bool
+	patterns, ops                                          []string
+	havePattern                                            bool
+}
+
+func parseGrepArgs(r *run, args []string) (*grepArgs, error) {
+	o := &grepArgs{ext: path.Base(args[0]) == "egrep", fixed: path.Base(args[0]) == "fgrep"}
+	for i := 1; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			o.ops = append(o.ops, args[i+1:]...)
+			break
+		}
+		if a == "-e" && i+1 < len(args) {
+			o.patterns = append(o.patterns, args[i+1])
+			o.havePattern = true
+			i++
+			continue
+		}
+		if len(a) > 1 && a[0] == '-' && !strings.HasPrefix(a, "--") {
+			for _, c := range a[1:] {
+				if err := o.shortFlag(r, c); err != nil {
+					return nil, err
+				}
+			}
+			continue
+		}
+		if strings.HasPrefix(a, "--") {
+			switch a {
+			case "--quiet", "--silent":
+				o.quiet = true
+			case "--no-messages":
+				o.silent = true
+			default:
+				return nil, r.unhandled(fmt.Sprintf("grep option %s", a))
+			}
+			continue
+		}
+		if !o.havePattern {
+			o.patterns = append(o.patterns, strings.Split(a, "\n")...)
+			o.havePattern = true
+			continue
+		}
+		o.ops = append(o.ops, a)
+	}
+	return o, nil
+}
+
+func (o *grepArgs) shortFlag(r *run, c rune) error {
+	switch c {
+	case 'q':
+		o.quiet = true
+	case 's':
+		o.silent = true
+	case 'v':
+		o.invert = true
+	case 'x':
+		o.whole = true
+	case 'F':
+		o.fixed = true
+	case 'E':
+		o.ext = true
+	case 'c':
+		o.count = true
+	case 'i':
+		o.icase = true
+	default:
+		return r.unhandled(fmt.Sprintf("grep option -%c", c))
+	}
+	return nil
+}
+
+// compile makes the patterns Go regular expressions, as -F, -E (or
+// egrep), -x and -i say.
+func (o *grepArgs) compile(r *run) ([]*regexp.Regexp, error) {
+	var res []*regexp.Regexp
+	for _, p := range o.patterns {
+		var expr string
+		switch {
+		case o.fixed:
+			expr = regexp.QuoteMeta(p)
+		case o.ext:
+			expr = p
+		default:
+			expr = breToGo(p)
+		}
+		if o.whole {
+			expr = "^(?:" + expr + ")$"
+		}
+		if o.icase {
+			expr = "(?i)" + expr
+		}
+		re, err := regexp.Compile(expr)
+		if err != nil {
+			return nil, r.unhandled(fmt.Sprintf("grep pattern %q (%v)", p, err))
+		}
+		res = append(res, re)
+	}
+	return res, nil
 }
 
 // trSet expands a tr operand: escapes, ranges and the classes scripts use.
