@@ -222,84 +222,98 @@ func cmdDpkgStatoverride(r *run, hc interp.HandlerContext, args []string) error 
 	}
 	b, _ := r.readFile(statOverridePath)
 	entries := lines(b)
-	find := func(p string) int {
-		for i, l := range entries {
-			if f := strings.SplitN(l, " ", 4); len(f) == 4 && f[3] == p {
-				return i
-			}
-		}
-		return -1
-	}
 	switch action {
 	case "--list":
-		found := false
-		for _, l := range entries {
-			f := strings.SplitN(l, " ", 4)
-			if len(f) != 4 {
-				continue
-			}
-			match := len(ops) == 0
-			for _, g := range ops {
-				if ok, _ := path.Match(g, f[3]); ok {
-					match = true
-				}
-			}
-			if match {
-				fmt.Fprintln(hc.Stdout, l)
-				found = true
-			}
-		}
-		if !found {
-			return exit(1)
-		}
-		return nil
+		return statOverrideList(hc, entries, ops)
 	case "--add":
 		if len(ops) != 4 {
 			return r.unhandledCommand(args)
 		}
-		user, group, modeS, p := ops[0], ops[1], ops[2], ops[3]
-		mode, err := strconv.ParseUint(modeS, 8, 32)
-		if err != nil {
-			fmt.Fprintf(hc.Stderr, "dpkg-statoverride: error: illegal mode '%s'\n", modeS)
-			return exit(2)
-		}
-		uid, ok1 := r.accountID("/etc/passwd", strings.TrimPrefix(user, "#"))
-		gid, ok2 := r.accountID("/etc/group", strings.TrimPrefix(group, "#"))
-		if !ok1 || !ok2 {
-			fmt.Fprintf(hc.Stderr, "dpkg-statoverride: error: user or group of '%s' does not exist\n", p)
-			return exit(2)
-		}
-		// dpkg writes the mode in octal without a leading zero, and the
-		// database in its file name hash table's order.
-		line := fmt.Sprintf("%s %s %o %s", user, group, mode, p)
-		if i := find(p); i >= 0 {
-			if !force {
-				fmt.Fprintf(hc.Stderr, "dpkg-statoverride: error: an override for '%s' already exists; aborting\n", p)
-				return exit(2)
-			}
-			entries[i] = line
-		} else {
-			entries = append(entries, line)
-		}
-		slices.SortStableFunc(entries, func(a, b string) int {
-			pa, pb := strings.SplitN(a, " ", 4), strings.SplitN(b, " ", 4)
-			return cmp.Compare(dpkgHashBin(pa[len(pa)-1]), dpkgHashBin(pb[len(pb)-1]))
-		})
-		if err := r.writeFile(statOverridePath, []byte(strings.Join(entries, "\n")+"\n"), 0o644); err != nil {
-			return err
-		}
-		if update {
-			e, err := r.env.Tree.Lookup(p, true)
-			if err != nil {
-				fmt.Fprintf(hc.Stderr, "dpkg-statoverride: warning: --update given but %s does not exist\n", p)
-				return nil
-			}
-			return r.env.Tree.Update(e.Path, func(in *rootfs.Inode) {
-				in.UID, in.GID = uid, gid
-				in.Perm = in.Perm&^0o7777 | uint32(mode)
-			})
-		}
-		return nil
+		return r.statOverrideAdd(hc, entries, ops, update, force)
 	}
 	return r.unhandledCommand(args)
+}
+
+// statOverrideList prints the overrides of paths matching ops (all, when
+// none); status 1 when there is none.
+func statOverrideList(hc interp.HandlerContext, entries, ops []string) error {
+	found := false
+	for _, l := range entries {
+		f := strings.SplitN(l, " ", 4)
+		if len(f) != 4 {
+			continue
+		}
+		match := len(ops) == 0
+		for _, g := range ops {
+			if ok, _ := path.Match(g, f[3]); ok {
+				match = true
+			}
+		}
+		if match {
+			fmt.Fprintln(hc.Stdout, l)
+			found = true
+		}
+	}
+	if !found {
+		return exit(1)
+	}
+	return nil
+}
+
+// statOverrideAdd is --add USER GROUP MODE PATH, and with --update gives
+// the file that owner and mode.
+func (r *run) statOverrideAdd(hc interp.HandlerContext, entries, ops []string, update, force bool) error {
+	user, group, modeS, p := ops[0], ops[1], ops[2], ops[3]
+	mode, err := strconv.ParseUint(modeS, 8, 32)
+	if err != nil {
+		fmt.Fprintf(hc.Stderr, "dpkg-statoverride: error: illegal mode '%s'\n", modeS)
+		return exit(2)
+	}
+	uid, ok1 := r.accountID("/etc/passwd", strings.TrimPrefix(user, "#"))
+	gid, ok2 := r.accountID("/etc/group", strings.TrimPrefix(group, "#"))
+	if !ok1 || !ok2 {
+		fmt.Fprintf(hc.Stderr, "dpkg-statoverride: error: user or group of '%s' does not exist\n", p)
+		return exit(2)
+	}
+	// dpkg writes the mode in octal without a leading zero, and the
+	// database in its file name hash table's order.
+	line := fmt.Sprintf("%s %s %o %s", user, group, mode, p)
+	if i := statOverrideIndex(entries, p); i >= 0 {
+		if !force {
+			fmt.Fprintf(hc.Stderr, "dpkg-statoverride: error: an override for '%s' already exists; aborting\n", p)
+			return exit(2)
+		}
+		entries[i] = line
+	} else {
+		entries = append(entries, line)
+	}
+	slices.SortStableFunc(entries, func(a, b string) int {
+		pa, pb := strings.SplitN(a, " ", 4), strings.SplitN(b, " ", 4)
+		return cmp.Compare(dpkgHashBin(pa[len(pa)-1]), dpkgHashBin(pb[len(pb)-1]))
+	})
+	if err := r.writeFile(statOverridePath, []byte(strings.Join(entries, "\n")+"\n"), 0o644); err != nil {
+		return err
+	}
+	if !update {
+		return nil
+	}
+	e, err := r.env.Tree.Lookup(p, true)
+	if err != nil {
+		fmt.Fprintf(hc.Stderr, "dpkg-statoverride: warning: --update given but %s does not exist\n", p)
+		return nil
+	}
+	return r.env.Tree.Update(e.Path, func(in *rootfs.Inode) {
+		in.UID, in.GID = uid, gid
+		in.Perm = in.Perm&^0o7777 | uint32(mode)
+	})
+}
+
+// statOverrideIndex is the index of p's override in entries, or -1.
+func statOverrideIndex(entries []string, p string) int {
+	for i, l := range entries {
+		if f := strings.SplitN(l, " ", 4); len(f) == 4 && f[3] == p {
+			return i
+		}
+	}
+	return -1
 }

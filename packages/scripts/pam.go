@@ -86,90 +86,24 @@ func (p pamProfile) lines(uctype string, pos int) string {
 }
 
 func cmdPamAuthUpdate(r *run, hc interp.HandlerContext, args []string) error {
-	force := false
-	enable, disable, remove := map[string]bool{}, map[string]bool{}, map[string]bool{}
-	for i := 1; i < len(args); i++ {
-		switch a := args[i]; a {
-		case "--force":
-			force = true
-		case "--package":
-		case "--root":
-			if i+1 < len(args) && args[i+1] != "" && args[i+1] != "/" {
-				return r.unhandledCommand(args, "another root")
-			}
-			i++
-		case "--enable", "--disable", "--remove":
-			set := map[string]map[string]bool{"--enable": enable, "--disable": disable, "--remove": remove}[a]
-			for i+1 < len(args) && !strings.HasPrefix(args[i+1], "--") {
-				set[args[i+1]] = true
-				i++
-			}
-		default:
-			return r.unhandled(fmt.Sprintf("pam-auth-update option %s", a))
-		}
+	o, err := parsePamAuthUpdateArgs(r, args)
+	if err != nil {
+		return err
 	}
-	profiles := map[string]pamProfile{}
-	for _, name := range r.env.Tree.Children(pamConfigs) {
-		if strings.HasSuffix(name, "~") || len(name) > 1 && strings.HasPrefix(name, "#") && strings.HasSuffix(name, "#") {
-			continue
-		}
-		b, err := r.readFile(pamConfigs + "/" + name)
-		if err != nil {
-			return fmt.Errorf("%s/%s: %w", pamConfigs, name, err)
-		}
-		if p, ok := parsePamProfile(b); ok {
-			profiles[name] = p
-		}
-	}
-	byPriority := func(names []string) {
-		slices.SortFunc(names, func(a, b string) int {
-			if d := profiles[b].priority() - profiles[a].priority(); d != 0 {
-				return d
-			}
-			return strings.Compare(b, a)
-		})
+	profiles, err := r.pamProfiles()
+	if err != nil {
+		return err
 	}
 	var sorted []string
 	for n := range profiles {
-		if !remove[n] {
+		if !o.remove[n] {
 			sorted = append(sorted, n)
 		}
 	}
-	byPriority(sorted)
-
+	pamByPriority(profiles, sorted)
 	mods, unmodified := r.pamSaved()
-	var enabled []string
-	for _, m := range mods {
-		if !remove[m] && profiles[m] != nil {
-			enabled = append(enabled, m)
-		}
-	}
-	seen := map[string]bool{}
-	if b, err := r.readFile(pamSaveDir + "/seen"); err == nil {
-		for _, l := range splitLines(b) {
-			seen[l] = true
-		}
-	}
-	for _, n := range sorted {
-		if enable[n] {
-			enabled = append(enabled, n)
-		}
-	}
-	enabled = slices.DeleteFunc(enabled, func(n string) bool { return disable[n] })
-	for n := range disable {
-		seen[n] = true
-	}
-	if len(enabled) == 0 {
-		seen = map[string]bool{}
-	}
-	for _, n := range sorted {
-		if strings.TrimSpace(profiles[n]["Default"]) == "yes" && !seen[n] {
-			enabled = append(enabled, n)
-		}
-	}
-	byPriority(enabled)
-	enabled = slices.Compact(enabled)
-	if !unmodified && !force {
+	enabled := r.pamEnabled(o, profiles, sorted, mods)
+	if !unmodified && !o.force {
 		fmt.Fprintln(hc.Stderr, "\npam-auth-update: Local modifications to /etc/pam.d/common-*, not updating.\npam-auth-update: Run pam-auth-update --force to override.")
 		return nil
 	}
@@ -186,11 +120,109 @@ func cmdPamAuthUpdate(r *run, hc interp.HandlerContext, args []string) error {
 		return err
 	}
 	for _, typ := range pamTypes {
-		if err := r.pamWrite(typ, profiles, enabled, force); err != nil {
+		if err := r.pamWrite(typ, profiles, enabled, o.force); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// pamAuthUpdateArgs is a pam-auth-update command line.
+type pamAuthUpdateArgs struct {
+	force                   bool
+	enable, disable, remove map[string]bool
+}
+
+func parsePamAuthUpdateArgs(r *run, args []string) (*pamAuthUpdateArgs, error) {
+	o := &pamAuthUpdateArgs{enable: map[string]bool{}, disable: map[string]bool{}, remove: map[string]bool{}}
+	for i := 1; i < len(args); i++ {
+		switch a := args[i]; a {
+		case "--force":
+			o.force = true
+		case "--package":
+		case "--root":
+			if i+1 < len(args) && args[i+1] != "" && args[i+1] != "/" {
+				return nil, r.unhandledCommand(args, "another root")
+			}
+			i++
+		case "--enable", "--disable", "--remove":
+			set := map[string]map[string]bool{"--enable": o.enable, "--disable": o.disable, "--remove": o.remove}[a]
+			for i+1 < len(args) && !strings.HasPrefix(args[i+1], "--") {
+				set[args[i+1]] = true
+				i++
+			}
+		default:
+			return nil, r.unhandled(fmt.Sprintf("pam-auth-update option %s", a))
+		}
+	}
+	return o, nil
+}
+
+// pamProfiles reads the profiles of /usr/share/pam-configs, leaving out
+// editor backups.
+func (r *run) pamProfiles() (map[string]pamProfile, error) {
+	profiles := map[string]pamProfile{}
+	for _, name := range r.env.Tree.Children(pamConfigs) {
+		if strings.HasSuffix(name, "~") || len(name) > 1 && strings.HasPrefix(name, "#") && strings.HasSuffix(name, "#") {
+			continue
+		}
+		b, err := r.readFile(pamConfigs + "/" + name)
+		if err != nil {
+			return nil, fmt.Errorf("%s/%s: %w", pamConfigs, name, err)
+		}
+		if p, ok := parsePamProfile(b); ok {
+			profiles[name] = p
+		}
+	}
+	return profiles, nil
+}
+
+// pamByPriority sorts names by their profiles' priority, highest first,
+// then by name, last first.
+func pamByPriority(profiles map[string]pamProfile, names []string) {
+	slices.SortFunc(names, func(a, b string) int {
+		if d := profiles[b].priority() - profiles[a].priority(); d != 0 {
+			return d
+		}
+		return strings.Compare(b, a)
+	})
+}
+
+// pamEnabled works out the profiles to enable, as pam-auth-update does:
+// those enabled before (mods) and those asked for, less those disabled,
+// plus each default one not seen before.
+func (r *run) pamEnabled(o *pamAuthUpdateArgs, profiles map[string]pamProfile, sorted, mods []string) []string {
+	var enabled []string
+	for _, m := range mods {
+		if !o.remove[m] && profiles[m] != nil {
+			enabled = append(enabled, m)
+		}
+	}
+	seen := map[string]bool{}
+	if b, err := r.readFile(pamSaveDir + "/seen"); err == nil {
+		for _, l := range splitLines(b) {
+			seen[l] = true
+		}
+	}
+	for _, n := range sorted {
+		if o.enable[n] {
+			enabled = append(enabled, n)
+		}
+	}
+	enabled = slices.DeleteFunc(enabled, func(n string) bool { return o.disable[n] })
+	for n := range o.disable {
+		seen[n] = true
+	}
+	if len(enabled) == 0 {
+		seen = map[string]bool{}
+	}
+	for _, n := range sorted {
+		if strings.TrimSpace(profiles[n]["Default"]) == "yes" && !seen[n] {
+			enabled = append(enabled, n)
+		}
+	}
+	pamByPriority(profiles, enabled)
+	return slices.Compact(enabled)
 }
 
 // pamSaved returns the modules the saved state says are enabled, and
