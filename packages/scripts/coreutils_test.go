@@ -2,6 +2,7 @@ package scripts
 
 import (
 	"context"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -76,7 +77,7 @@ func TestCoreutilsMatchHost(t *testing.T) {
 func hostRun(t *testing.T, files map[string]string, script string) string {
 	t.Helper()
 	dir := t.TempDir()
-	for _, name := range sortedKeys(files) {
+	for _, name := range slices.Sorted(maps.Keys(files)) {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, []byte(files[name]), 0o755); err != nil {
 			t.Fatal(err)
@@ -104,7 +105,7 @@ func treeRun(t *testing.T, files map[string]string, script string) string {
 	t.Helper()
 	tr := newTree(t)
 	file(t, tr, "/usr/bin/awk", "")
-	for _, name := range sortedKeys(files) {
+	for _, name := range slices.Sorted(maps.Keys(files)) {
 		file(t, tr, "/w/"+name, files[name])
 	}
 	body := "#!/bin/sh\ncd /w\n" + script
@@ -116,13 +117,4 @@ func treeRun(t *testing.T, files map[string]string, script string) string {
 		t.Fatal(err)
 	}
 	return string(b)
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -28,11 +29,9 @@ var passwd = map[string]string{
 	"/etc/group":  "root:x:0:\ndaemon:x:1:\nadm:x:4:\n",
 }
 
+// with is files and the path, content pairs of more.
 func with(files map[string]string, more ...string) map[string]string {
-	out := map[string]string{}
-	for k, v := range files {
-		out[k] = v
-	}
+	out := maps.Clone(files)
 	for i := 0; i+1 < len(more); i += 2 {
 		out[more[i]] = more[i+1]
 	}
@@ -203,12 +202,7 @@ func TestHandlers(t *testing.T) {
 func runHandlerCase(t *testing.T, c handlerCase) (string, []string) {
 	t.Helper()
 	tr := newTree(t)
-	paths := make([]string, 0, len(c.files))
-	for p := range c.files {
-		paths = append(paths, p)
-	}
-	slices.Sort(paths)
-	for _, p := range paths {
+	for _, p := range slices.Sorted(maps.Keys(c.files)) {
 		file(t, tr, p, c.files[p])
 	}
 	e := env(tr)
