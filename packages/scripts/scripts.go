@@ -458,6 +458,12 @@ func (r *run) open(ctx context.Context, name string, flag int, perm os.FileMode)
 		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
 	}
 	p := r.treePath(name)
+	if !path.IsAbs(name) {
+		// A redirection is opened before its command is called, so the
+		// directory is the interpreter's now (after a cd), not the one
+		// the last command was called in.
+		p = path.Join(r.imagePath(interp.HandlerCtx(ctx).Dir), name)
+	}
 	if p == "/dev/null" {
 		return devNull{}, nil
 	}

@@ -555,8 +555,30 @@ func cmdDirname(r *run, hc interp.HandlerContext, args []string) error {
 	if len(args) < 2 {
 		return exit(1)
 	}
-	fmt.Fprintln(hc.Stdout, path.Dir(args[1]))
+	for _, a := range args[1:] {
+		fmt.Fprintln(hc.Stdout, dirname(a))
+	}
 	return nil
+}
+
+// dirname is POSIX's: trailing slashes go before the last component does,
+// and nothing is cleaned (path.Dir says a/b for a/b/ and / for /a/../b).
+func dirname(s string) string {
+	t := strings.TrimRight(s, "/")
+	if t == "" {
+		if s == "" {
+			return "."
+		}
+		return "/"
+	}
+	i := strings.LastIndex(t, "/")
+	if i < 0 {
+		return "."
+	}
+	if t = strings.TrimRight(t[:i], "/"); t == "" {
+		return "/"
+	}
+	return t
 }
 
 // cmdExpr is expr STRING : REGEXP, the one form the scripts use: the
