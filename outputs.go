@@ -402,13 +402,17 @@ func factAnnotations(facts []formats.Fact) map[string]string {
 	return a
 }
 
-// secureBootOf loads the Secure Boot key and certificate a raw output
+// secureBootOf loads the Secure Boot key and certificate a booting output
 // names (relative to the recipe) into its spec, checking that they belong
 // together: the spec keeps the key in memory for the writer and names it
 // by its certificate's fingerprint, so no cache key or record holds it.
 func secureBootOf(rec *recipes.Recipe, out *recipes.Output, spec *formats.Spec) error {
-	rs, ok := spec.Options.(*formats.RawSpec)
-	if !ok || out.Boot == nil || out.Boot.SecureBoot == nil || rs.Boot == nil {
+	b, ok := spec.Options.(formats.Booter)
+	if !ok || out.Boot == nil || out.Boot.SecureBoot == nil {
+		return nil
+	}
+	boot := b.BootOptions()
+	if boot == nil {
 		return nil
 	}
 	field := out.Field + ".boot.secureBoot"
@@ -434,7 +438,7 @@ func secureBootOf(rec *recipes.Recipe, out *recipes.Output, spec *formats.Spec) 
 	if err != nil {
 		return &UsageError{Msg: fmt.Sprintf("%s.%v", field, err)}
 	}
-	rs.Boot.SecureBoot = sb
+	boot.SecureBoot = sb
 	return nil
 }
 

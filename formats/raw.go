@@ -36,6 +36,9 @@ type RawSpec struct {
 	Grow bool
 }
 
+// BootOptions implements Booter.
+func (s *RawSpec) BootOptions() *BootSpec { return s.Boot }
+
 // PartitionSpec is one GPT partition of a raw disk as the recipe asks for it.
 type PartitionSpec struct {
 	Name       string
