@@ -96,149 +96,205 @@ func viewOf(tree *rootfs.Sealed, rec *recipes.Recipe, ep time.Time, att *attesta
 	return v, nil
 }
 
+// outputJob is what writing a build's outputs needs.
+type outputJob struct {
+	rec   *recipes.Recipe
+	o     *Options
+	work  string         // where each output gets scratch space
+	tree  *rootfs.Sealed // nil when every output is to come from the cache
+	view  *sealedView
+	ep    time.Time
+	att   *attestation
+	bc    *buildCache
+	plans []*outputPlan
+}
+
+// staged is what the outputs written so far into the staging directory
+// add up to.
+type staged struct {
+	dir      string
+	manifest bytes.Buffer              // each output's section of the manifest
+	mainFile map[string]string         // by output name
+	factsOf  map[string][]formats.Fact // by main file
+	addsOf   map[string][]string       // manifest lines of what each output added
+	known    map[string]string         // sums of every file, by name
+	files    []string
+	// An output's files are hashed while the next output is written: on a
+	// machine with a second core the hash of a disk costs no time.
+	hashing []*pendingSums
+}
+
+// waitHashing waits until no output is being hashed.
+func (st *staged) waitHashing() {
+	for _, h := range st.hashing {
+		<-h.done
+	}
+}
+
 // writeOutputs writes every output into a staging directory inside the
 // output directory and moves the files to their final names only when all of
 // them, the manifest and the sums are complete. An output the cache holds is
-// taken from it; tree is nil when every output is, and then a cached output
+// taken from it; j.tree is nil when every output is, and then a cached output
 // that cannot be restored is errNotRestored.
-func writeOutputs(ctx context.Context, rec *recipes.Recipe, o *Options, work string, tree *rootfs.Sealed, view *sealedView, ep time.Time, att *attestation, bc *buildCache, plans []*outputPlan) (names []string, err error) {
-	log := o.log()
-	if err := os.MkdirAll(o.OutputDir, 0o755); err != nil {
+func writeOutputs(ctx context.Context, j *outputJob) ([]string, error) {
+	if err := os.MkdirAll(j.o.OutputDir, 0o755); err != nil {
 		return nil, fmt.Errorf("output dir: %w", err)
 	}
-	staging, err := os.MkdirTemp(o.OutputDir, ".stamp-staging-")
+	staging, err := os.MkdirTemp(j.o.OutputDir, ".stamp-staging-")
 	if err != nil {
 		return nil, fmt.Errorf("output dir: %w", err)
 	}
 	defer os.RemoveAll(staging)
-
-	// The manifest is its header, the tree's section (megabytes for a real
-	// tree, never copied) and each output's section, in that order.
-	manifestHead := fmt.Sprintf("# stamp manifest v1: %s\n# tree %s\n", rec.Name, view.digest)
-	var manifest bytes.Buffer
-	mainFile := map[string]string{}
-	factsOf := map[string][]formats.Fact{} // by main file
-	addsOf := map[string][]string{}        // manifest lines of what each output added
-	known := map[string]string{}           // sums of every file, by name
-	var files []string
-	// An output's files are hashed while the next output is written: on a
-	// machine with a second core the hash of a disk costs no time.
-	var hashing []*pendingSums
-	defer func() {
-		for _, h := range hashing {
-			<-h.done
-		}
-	}()
-	for _, p := range plans {
-		out := p.out
-		start := time.Now()
-		var res *formats.Result
-		if p.hit != nil {
-			if res, err = bc.restoreOutput(ctx, p.hit, staging); err != nil {
-				if tree == nil {
-					return nil, fmt.Errorf("%s: %w: %v", out.Field, errNotRestored, err)
-				}
-				log.WithError(err).Warnf("cache: cannot restore output %s; writing it", out.Name)
-				res = nil
-			} else {
-				log.Infof("%s from the cache in %s", res.Files[0], time.Since(start).Round(time.Millisecond))
-			}
-		}
-		if res == nil {
-			if tree == nil {
-				return nil, fmt.Errorf("%s: %w: not in the cache", out.Field, errNotRestored)
-			}
-			if res, err = writeOutput(ctx, rec, o, work, tree, ep, p, staging, mainFile, addsOf); err != nil {
-				return nil, err
-			}
-			log.Infof("wrote %s in %s", res.Files[0], time.Since(start).Round(time.Millisecond))
-			hashing = append(hashing, hashOutput(staging, p, res))
-		} else {
-			for name, h := range res.Sums {
-				known[name] = h
-			}
-		}
-		addsOf[out.Name] = res.Adds
-		for _, w := range res.Warnings {
-			log.Warnf("%s: %s", out.Name, w)
-		}
-		mainFile[out.Name] = res.Files[0]
-		files = append(files, res.Files...)
-		fmt.Fprintf(&manifest, "## output %s %s\n", out.Name, res.Files[0])
-		for _, f := range res.Facts {
-			fmt.Fprintf(&manifest, "# fact %s %s\n", f.Key, f.Value)
-		}
-		factsOf[res.Files[0]] = res.Facts
-		for _, a := range res.Adds {
-			manifest.WriteString(a + "\n")
+	st := &staged{dir: staging, mainFile: map[string]string{}, factsOf: map[string][]formats.Fact{},
+		addsOf: map[string][]string{}, known: map[string]string{}}
+	defer st.waitHashing()
+	for _, p := range j.plans {
+		if err := j.stageOutput(ctx, st, p); err != nil {
+			return nil, err
 		}
 	}
-	for _, h := range hashing {
+	if err := j.collectSums(ctx, st); err != nil {
+		return nil, err
+	}
+	all, err := j.writeRecords(st)
+	if err != nil {
+		return nil, err
+	}
+	return all, publish(ctx, staging, j.o.OutputDir, all)
+}
+
+// stageOutput restores p's output from the cache or writes it, into
+// staging, and adds it to the manifest.
+func (j *outputJob) stageOutput(ctx context.Context, st *staged, p *outputPlan) error {
+	out, log := p.out, j.o.log()
+	start := time.Now()
+	var res *formats.Result
+	var err error
+	if p.hit != nil {
+		if res, err = j.bc.restoreOutput(ctx, p.hit, st.dir); err != nil {
+			if j.tree == nil {
+				return fmt.Errorf("%s: %w: %v", out.Field, errNotRestored, err)
+			}
+			log.WithError(err).Warnf("cache: cannot restore output %s; writing it", out.Name)
+			res = nil
+		} else {
+			log.Infof("%s from the cache in %s", res.Files[0], time.Since(start).Round(time.Millisecond))
+		}
+	}
+	if res == nil {
+		if j.tree == nil {
+			return fmt.Errorf("%s: %w: not in the cache", out.Field, errNotRestored)
+		}
+		if res, err = j.writeOutput(ctx, p, st); err != nil {
+			return err
+		}
+		log.Infof("wrote %s in %s", res.Files[0], time.Since(start).Round(time.Millisecond))
+		st.hashing = append(st.hashing, hashOutput(st.dir, p, res))
+	} else {
+		for name, h := range res.Sums {
+			st.known[name] = h
+		}
+	}
+	st.addsOf[out.Name] = res.Adds
+	for _, w := range res.Warnings {
+		log.Warnf("%s: %s", out.Name, w)
+	}
+	st.mainFile[out.Name] = res.Files[0]
+	st.files = append(st.files, res.Files...)
+	fmt.Fprintf(&st.manifest, "## output %s %s\n", out.Name, res.Files[0])
+	for _, f := range res.Facts {
+		fmt.Fprintf(&st.manifest, "# fact %s %s\n", f.Key, f.Value)
+	}
+	st.factsOf[res.Files[0]] = res.Facts
+	for _, a := range res.Adds {
+		st.manifest.WriteString(a + "\n")
+	}
+	return nil
+}
+
+// collectSums waits for the hashing of every written output, and files
+// each in the build cache.
+func (j *outputJob) collectSums(ctx context.Context, st *staged) error {
+	for _, h := range st.hashing {
 		<-h.done
 		if h.err != nil {
-			return nil, h.err
+			return h.err
 		}
 		h.res.Sums = h.sums
-		bc.fileOutput(ctx, h.plan.subject(rec), h.plan.parts, staging, h.res, h.sums)
+		j.bc.fileOutput(ctx, h.plan.subject(j.rec), h.plan.parts, st.dir, h.res, h.sums)
 		for name, sum := range h.sums {
-			known[name] = sum
+			st.known[name] = sum
 		}
 	}
-	sort.Strings(files)
+	return nil
+}
+
+// writeRecords writes the manifest, the SBOM, provenance.json and
+// SHA256SUMS beside the outputs, and returns the names of every file staged.
+func (j *outputJob) writeRecords(st *staged) ([]string, error) {
+	sort.Strings(st.files)
 	var sums bytes.Buffer
 	var subjects []attest.Sum
-	sumFiles, err := sumNames(staging, files)
+	sumFiles, err := sumNames(st.dir, st.files)
 	if err != nil {
 		return nil, err
 	}
 	for _, name := range sumFiles {
-		h, ok := known[name]
+		h, ok := st.known[name]
 		if !ok {
 			return nil, fmt.Errorf("output file %s has no sum", name)
 		}
 		fmt.Fprintf(&sums, "%s  %s\n", h, name)
-		subjects = append(subjects, attest.Sum{Name: name, SHA256: h, Annotations: factAnnotations(factsOf[name])})
+		subjects = append(subjects, attest.Sum{Name: name, SHA256: h, Annotations: factAnnotations(st.factsOf[name])})
 	}
-	sbom := view.sbom
-	manifestSum, err := writeJoined(filepath.Join(staging, ManifestFile), []byte(manifestHead), view.manifestTree, manifest.Bytes())
+	// The manifest is its header, the tree's section (megabytes for a real
+	// tree, never copied) and each output's section, in that order.
+	manifestHead := fmt.Sprintf("# stamp manifest v1: %s\n# tree %s\n", j.rec.Name, j.view.digest)
+	sbom := j.view.sbom
+	manifestSum, err := writeJoined(filepath.Join(st.dir, ManifestFile), []byte(manifestHead), j.view.manifestTree, st.manifest.Bytes())
 	if err != nil {
 		return nil, err
 	}
 	byproducts := []attest.Sum{{Name: ManifestFile, SHA256: manifestSum}, {Name: SBOMFile, SHA256: bytesSHA256(sbom)}}
-	prov, err := provenanceJSON(rec, ep, att.recipeDigest, view.digest, att.deps, subjects, byproducts)
+	prov, err := provenanceJSON(j.rec, j.ep, j.att.recipeDigest, j.view.digest, j.att.deps, subjects, byproducts)
 	if err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(staging, SBOMFile), sbom, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(st.dir, SBOMFile), sbom, 0o644); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(staging, ProvenanceFile), prov, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(st.dir, ProvenanceFile), prov, 0o644); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(staging, SumsFile), sums.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(st.dir, SumsFile), sums.Bytes(), 0o644); err != nil {
 		return nil, err
 	}
 	// SHA256SUMS comes last, so its presence says the rest is in place.
-	all := append(append([]string{}, files...), ManifestFile, SBOMFile, ProvenanceFile, SumsFile)
+	return append(append([]string{}, st.files...), ManifestFile, SBOMFile, ProvenanceFile, SumsFile), nil
+}
+
+// publish moves the staged files named by all into the output directory,
+// in order.
+func publish(ctx context.Context, staging, outDir string, all []string) error {
 	for _, name := range all {
 		// Modes are set explicitly so the umask of whoever builds does not show.
 		if err := chmodOutput(filepath.Join(staging, name)); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return err
 	}
 	for _, name := range all {
-		if err := renameOutput(staging, name, filepath.Join(o.OutputDir, name)); err != nil {
-			return nil, fmt.Errorf("moving %s into place: %w", name, err)
+		if err := renameOutput(staging, name, filepath.Join(outDir, name)); err != nil {
+			return fmt.Errorf("moving %s into place: %w", name, err)
 		}
 	}
-	return all, nil
+	return nil
 }
 
 // writeOutput writes one output from the tree into staging.
-func writeOutput(ctx context.Context, rec *recipes.Recipe, o *Options, work string, tree *rootfs.Sealed, ep time.Time, p *outputPlan, staging string, mainFile map[string]string, addsOf map[string][]string) (*formats.Result, error) {
+func (j *outputJob) writeOutput(ctx context.Context, p *outputPlan, st *staged) (*formats.Result, error) {
 	out := p.out
 	f, err := formats.Lookup(out.Format)
 	if err != nil {
@@ -246,18 +302,19 @@ func writeOutput(ctx context.Context, rec *recipes.Recipe, o *Options, work stri
 	}
 	// Each output has scratch space of its own in the work directory, for
 	// its own view of the tree, gone once it is written.
-	scratch, err := os.MkdirTemp(work, "output-")
+	scratch, err := os.MkdirTemp(j.work, "output-")
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", out.Field, err)
 	}
 	defer os.RemoveAll(scratch)
-	src := &formats.Source{Tree: tree, Epoch: ep, Name: rec.Name, Arch: rec.Arch, Seed: seed(rec),
-		WorkDir: scratch, Log: o.log().WithField("output", out.Name), Progress: o.Progress}
+	rec := j.rec
+	src := &formats.Source{Tree: j.tree, Epoch: j.ep, Name: rec.Name, Arch: rec.Arch, Seed: seed(rec),
+		WorkDir: scratch, Log: j.o.log().WithField("output", out.Name), Progress: j.o.Progress}
 	if out.From != "" {
-		src.From = filepath.Join(staging, mainFile[out.From])
-		src.FromAdds = addsOf[out.From]
+		src.From = filepath.Join(st.dir, st.mainFile[out.From])
+		src.FromAdds = st.addsOf[out.From]
 	}
-	res, err := f.Write(ctx, src, p.spec, staging, p.base)
+	res, err := f.Write(ctx, src, p.spec, st.dir, p.base)
 	if err != nil {
 		return nil, fmt.Errorf("%s (%s): %w", out.Field, out.Format, err)
 	}
@@ -345,13 +402,17 @@ func factAnnotations(facts []formats.Fact) map[string]string {
 	return a
 }
 
-// secureBootOf loads the Secure Boot key and certificate a raw output
+// secureBootOf loads the Secure Boot key and certificate a booting output
 // names (relative to the recipe) into its spec, checking that they belong
 // together: the spec keeps the key in memory for the writer and names it
 // by its certificate's fingerprint, so no cache key or record holds it.
 func secureBootOf(rec *recipes.Recipe, out *recipes.Output, spec *formats.Spec) error {
-	rs, ok := spec.Options.(*formats.RawSpec)
-	if !ok || out.Boot == nil || out.Boot.SecureBoot == nil || rs.Boot == nil {
+	b, ok := spec.Options.(formats.Booter)
+	if !ok || out.Boot == nil || out.Boot.SecureBoot == nil {
+		return nil
+	}
+	boot := b.BootOptions()
+	if boot == nil {
 		return nil
 	}
 	field := out.Field + ".boot.secureBoot"
@@ -377,7 +438,7 @@ func secureBootOf(rec *recipes.Recipe, out *recipes.Output, spec *formats.Spec) 
 	if err != nil {
 		return &UsageError{Msg: fmt.Sprintf("%s.%v", field, err)}
 	}
-	rs.Boot.SecureBoot = sb
+	boot.SecureBoot = sb
 	return nil
 }
 

@@ -229,7 +229,7 @@ func Build(ctx context.Context, rec *recipes.Recipe, o Options) (*Result, error)
 	if err != nil {
 		return nil, err
 	}
-	outs, err := writeOutputs(ctx, rec, &o, work, sealed, view, ep, att, bc, plans)
+	outs, err := writeOutputs(ctx, &outputJob{rec: rec, o: &o, work: work, tree: sealed, view: view, ep: ep, att: att, bc: bc, plans: plans})
 	if err != nil {
 		return nil, err
 	}
@@ -342,7 +342,7 @@ func buildFromCache(ctx context.Context, rec *recipes.Recipe, o *Options, bc *bu
 		}
 	}
 	log.Infof("cache: tree %s and all %d outputs are in the cache (key %s); no phase runs", view.digest, len(plans), r.Key)
-	outs, err := writeOutputs(ctx, rec, o, "", nil, view, ep, att, bc, plans)
+	outs, err := writeOutputs(ctx, &outputJob{rec: rec, o: o, view: view, ep: ep, att: att, bc: bc, plans: plans})
 	if errors.Is(err, errNotRestored) {
 		log.WithError(err).Warn("cache: building the tree")
 		return nil, nil

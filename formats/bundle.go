@@ -3,8 +3,13 @@ package formats
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"sort"
 
 	"github.com/stamp-dev/stamp/rootfs"
 )
@@ -35,4 +40,48 @@ func sha256Sums(files []string, sums map[string]string) []byte {
 		fmt.Fprintf(&b, "%s  %s\n", sums[f], f)
 	}
 	return b.Bytes()
+}
+
+// bundleWriter writes a bundle's files into dir, each hashed as it is
+// written.
+type bundleWriter struct {
+	dir   string
+	files []string          // written so far, by name in the bundle
+	sums  map[string]string // hex sha256, by name in the bundle
+}
+
+func newBundleWriter(dir string) *bundleWriter {
+	return &bundleWriter{dir: dir, sums: map[string]string{}}
+}
+
+// put writes the file name (slash-separated, under dir) with what fill
+// writes.
+func (bw *bundleWriter) put(name string, fill func(w io.Writer) error) error {
+	h := sha256.New()
+	err := writeFile(filepath.Join(bw.dir, filepath.FromSlash(name)), func(f *os.File) error {
+		return fill(io.MultiWriter(f, h))
+	})
+	if err != nil {
+		return err
+	}
+	bw.sums[name] = hex.EncodeToString(h.Sum(nil))
+	bw.files = append(bw.files, name)
+	return nil
+}
+
+// putString writes the file name holding s.
+func (bw *bundleWriter) putString(name, s string) error {
+	return bw.put(name, func(w io.Writer) error { _, err := io.WriteString(w, s); return err })
+}
+
+// putSums writes the SHA256SUMS file name of the files written so far,
+// and returns its content; files is sorted after, the sums file among them.
+func (bw *bundleWriter) putSums(name string) ([]byte, error) {
+	sort.Strings(bw.files)
+	sumText := sha256Sums(bw.files, bw.sums)
+	if err := bw.put(name, func(w io.Writer) error { _, err := w.Write(sumText); return err }); err != nil {
+		return nil, err
+	}
+	sort.Strings(bw.files)
+	return sumText, nil
 }

@@ -72,6 +72,14 @@ type HostReader interface {
 	HostFiles() []string
 }
 
+// Booter is a format's options whose image boots by a boot section of the
+// recipe's. The conductor loads the Secure Boot key the recipe names into
+// the section's SecureBoot, so that no format reads the recipe's files.
+type Booter interface {
+	// BootOptions is the boot section, nil when the image boots nothing.
+	BootOptions() *BootSpec
+}
+
 // Result says what a format wrote.
 type Result struct {
 	// Files are the names written in the output directory; the first is the

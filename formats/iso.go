@@ -103,28 +103,9 @@ func writeISO(ctx context.Context, src *Source, spec *Spec, so *ISOSpec, out str
 		}
 		bundle = tmp
 	}
-	kernel, err := hostFATFile("/vmlinuz", filepath.Join(bundle, LiveKernel), 1)
+	files, err := isoESPFiles(src, treeFATFile("/EFI/BOOT/"+arch.bootFile, src.Tree, loader), bundle, cmdline)
 	if err != nil {
 		return nil, err
-	}
-	// systemd-boot hands the kernel its initrds back to back, where the
-	// kernel's unpacker looks for an uncompressed archive only at a
-	// multiple of 4 bytes (it skips zeros to get there): the initramfs is
-	// padded to one, so the root archive after it starts on one.
-	initrd, err := hostFATFile("/initrd.img", filepath.Join(bundle, LiveInitrd), 4)
-	if err != nil {
-		return nil, err
-	}
-	root, err := rootArchiveFile(filepath.Join(bundle, LiveRoot), src)
-	if err != nil {
-		return nil, err
-	}
-	entry := fmt.Sprintf("title %s (live)\nlinux /vmlinuz\ninitrd /initrd.img\ninitrd %s\noptions %s\n", src.Name, isoRoot, cmdline)
-	files := []espFile{
-		treeFATFile("/EFI/BOOT/"+arch.bootFile, src.Tree, loader),
-		bytesFATFile(loaderConf, []byte("default live.conf\ntimeout 0\nconsole-mode keep\n")),
-		bytesFATFile(isoEntry, []byte(entry)),
-		kernel, initrd, root,
 	}
 	var fatFiles []fat.File
 	for _, f := range files {
@@ -141,27 +122,10 @@ func writeISO(ctx context.Context, src *Source, spec *Spec, so *ISOSpec, out str
 	boot := []iso9660.BootEntry{{Platform: iso9660.EFI, File: ISOEFIImage}}
 	var bootImg, core []byte
 	if so.BIOS {
-		words, err := grubWords(cmdline)
-		if err != nil {
+		var eltorito []byte
+		if eltorito, bootImg, core, err = isoGRUB(ctx, src, cmdline); err != nil {
 			return nil, err
 		}
-		// On a CD GRUB's root is the CD: the EFI image is a file of its
-		// ISO 9660 directory, read as a loop device. On a disk its root is
-		// the ESP, which the GPT names.
-		cd := fmt.Sprintf("loopback esp /%s\nlinux (esp)/vmlinuz %s\ninitrd (esp)/initrd.img (esp)%s\nboot\n", ISOEFIImage, words, isoRoot)
-		eltorito, _, _, err := grubImage(ctx, src, "i386-pc-eltorito", "/", cd, []string{"biosdisk", "iso9660", "loopback", "fat", "linux"})
-		if err != nil {
-			return nil, err
-		}
-		hd := fmt.Sprintf("linux /vmlinuz %s\ninitrd /initrd.img %s\nboot\n", words, isoRoot)
-		c, b, from, err := grubImage(ctx, src, "i386-pc", "(,gpt1)/", hd, grubBIOSModules)
-		if err != nil {
-			return nil, err
-		}
-		if core, err = diskCore(c, from); err != nil {
-			return nil, err
-		}
-		bootImg = b
 		isoFiles = append(isoFiles, iso9660.File{Name: ISOBIOSImage, Size: int64(len(eltorito)), Data: eltorito})
 		boot = append([]iso9660.BootEntry{{Platform: iso9660.BIOS, File: ISOBIOSImage, LoadSectors: 4, InfoTable: true}}, boot...)
 	}
@@ -192,27 +156,91 @@ func writeISO(ctx context.Context, src *Source, spec *Spec, so *ISOSpec, out str
 			Start: at, Size: int64(len(core))})
 	}
 	err = writeFile(out, func(f *os.File) error {
-		if err := f.Truncate(l.Size); err != nil {
-			return err
-		}
-		if _, err := iso9660.Write(ctx, f, isoFiles, opts); err != nil {
-			return err
-		}
-		if err := disk.WriteGPT(f, l.Size, disk.DiskGUID(src.Seed+"/"+seed), parts); err != nil {
-			return err
-		}
-		if mbr != nil {
-			if _, err := f.WriteAt(mbr, 0); err != nil {
-				return err
-			}
-		}
-		return nil
+		return writeHybrid(ctx, f, l.Size, isoFiles, opts, disk.DiskGUID(src.Seed+"/"+seed), parts, mbr)
 	})
 	if err != nil {
 		return nil, err
 	}
-	// What the image holds beside the tree (in its root image) is its
-	// structure: comments, as a live bundle's files are.
+	return isoAdds(files), nil
+}
+
+// isoESPFiles are the files of an iso's EFI system image: the loader, its
+// configuration, and the live bundle's kernel, initramfs and root image.
+func isoESPFiles(src *Source, loader espFile, bundle, cmdline string) ([]espFile, error) {
+	kernel, err := hostFATFile("/vmlinuz", filepath.Join(bundle, LiveKernel), 1)
+	if err != nil {
+		return nil, err
+	}
+	// systemd-boot hands the kernel its initrds back to back, where the
+	// kernel's unpacker looks for an uncompressed archive only at a
+	// multiple of 4 bytes (it skips zeros to get there): the initramfs is
+	// padded to one, so the root archive after it starts on one.
+	initrd, err := hostFATFile("/initrd.img", filepath.Join(bundle, LiveInitrd), 4)
+	if err != nil {
+		return nil, err
+	}
+	root, err := rootArchiveFile(filepath.Join(bundle, LiveRoot), src)
+	if err != nil {
+		return nil, err
+	}
+	entry := fmt.Sprintf("title %s (live)\nlinux /vmlinuz\ninitrd /initrd.img\ninitrd %s\noptions %s\n", src.Name, isoRoot, cmdline)
+	return []espFile{
+		loader,
+		bytesFATFile(loaderConf, []byte("default live.conf\ntimeout 0\nconsole-mode keep\n")),
+		bytesFATFile(isoEntry, []byte(entry)),
+		kernel, initrd, root,
+	}, nil
+}
+
+// isoGRUB makes GRUB's images for booting the iso by BIOS: the El Torito
+// image a CD boots, and the boot sector and core image a disk boots.
+func isoGRUB(ctx context.Context, src *Source, cmdline string) (eltorito, bootImg, core []byte, err error) {
+	words, err := grubWords(cmdline)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	// On a CD GRUB's root is the CD: the EFI image is a file of its
+	// ISO 9660 directory, read as a loop device. On a disk its root is
+	// the ESP, which the GPT names.
+	cd := fmt.Sprintf("loopback esp /%s\nlinux (esp)/vmlinuz %s\ninitrd (esp)/initrd.img (esp)%s\nboot\n", ISOEFIImage, words, isoRoot)
+	eltorito, _, _, err = grubImage(ctx, src, "i386-pc-eltorito", "/", cd, []string{"biosdisk", "iso9660", "loopback", "fat", "linux"})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	hd := fmt.Sprintf("linux /vmlinuz %s\ninitrd /initrd.img %s\nboot\n", words, isoRoot)
+	c, b, from, err := grubImage(ctx, src, "i386-pc", "(,gpt1)/", hd, grubBIOSModules)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if core, err = diskCore(c, from); err != nil {
+		return nil, nil, nil, err
+	}
+	return eltorito, b, core, nil
+}
+
+// writeHybrid writes into f an ISO 9660 image of size bytes that is a
+// GPT disk as well, with mbr (if any) as its first sector.
+func writeHybrid(ctx context.Context, f *os.File, size int64, files []iso9660.File, opts iso9660.Options, diskGUID [16]byte, parts []disk.Partition, mbr []byte) error {
+	if err := f.Truncate(size); err != nil {
+		return err
+	}
+	if _, err := iso9660.Write(ctx, f, files, opts); err != nil {
+		return err
+	}
+	if err := disk.WriteGPT(f, size, diskGUID, parts); err != nil {
+		return err
+	}
+	if mbr != nil {
+		if _, err := f.WriteAt(mbr, 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// isoAdds is what the image holds beside the tree (in its root image): its
+// structure, as comments, as a live bundle's files are.
+func isoAdds(files []espFile) []string {
 	var adds []string
 	for _, f := range files {
 		what := fmt.Sprintf("sha256:%s %d bytes", f.digest, f.Size)
@@ -221,7 +249,7 @@ func writeISO(ctx context.Context, src *Source, spec *Spec, so *ISOSpec, out str
 		}
 		adds = append(adds, fmt.Sprintf("# iso file %s:%s %s", ISOEFIImage, f.Path, what))
 	}
-	return adds, nil
+	return adds
 }
 
 // hostFATFile is a host file for the EFI system image, padded with zeros

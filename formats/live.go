@@ -118,17 +118,7 @@ func writeLive(ctx context.Context, src *Source, spec *Spec, so *LiveSpec, dir s
 		return nil, err
 	}
 	b := &liveBundle{}
-	sums := map[string]string{}
-	put := func(name string, fill func(w io.Writer) error) error {
-		h := sha256.New()
-		err := writeFile(filepath.Join(dir, name), func(f *os.File) error { return fill(io.MultiWriter(f, h)) })
-		if err != nil {
-			return err
-		}
-		sums[name] = hex.EncodeToString(h.Sum(nil))
-		b.files = append(b.files, name)
-		return nil
-	}
+	bw := newBundleWriter(dir)
 
 	// The root image: the erofs output's, linked (or copied) in, else one
 	// written here with the codec's default.
@@ -138,8 +128,8 @@ func writeLive(ctx context.Context, src *Source, spec *Spec, so *LiveSpec, dir s
 		if err != nil {
 			return nil, fmt.Errorf("from: %w", err)
 		}
-		sums[LiveRoot] = sum
-		b.files = append(b.files, LiveRoot)
+		bw.sums[LiveRoot] = sum
+		bw.files = append(bw.files, LiveRoot)
 	} else {
 		err := writeFile(rootPath, func(f *os.File) error {
 			_, err := erofs.Write(ctx, t, f, erofs.Options{UUID: disk.ErofsUUID(src.Seed, spec.Name), Epoch: src.Epoch, Log: src.Log})
@@ -152,11 +142,11 @@ func writeLive(ctx context.Context, src *Source, spec *Spec, so *LiveSpec, dir s
 		if err != nil {
 			return nil, err
 		}
-		sums[LiveRoot] = sum
-		b.files = append(b.files, LiveRoot)
+		bw.sums[LiveRoot] = sum
+		bw.files = append(bw.files, LiveRoot)
 	}
 
-	err = put(LiveKernel, func(w io.Writer) error { return writeKernel(ctx, w, t, kpath, img) })
+	err = bw.put(LiveKernel, func(w io.Writer) error { return writeKernel(ctx, w, t, kpath, img) })
 	if err != nil {
 		return nil, err
 	}
@@ -164,22 +154,21 @@ func writeLive(ctx context.Context, src *Source, spec *Spec, so *LiveSpec, dir s
 	if alg == "" {
 		alg = compress.Zstd
 	}
-	err = put(LiveInitrd, func(w io.Writer) error {
-		return initrd.write(ctx, w, LiveInitramfsOptions{Compression: alg, RootSHA256: sums[LiveRoot], MTime: src.Epoch})
+	err = bw.put(LiveInitrd, func(w io.Writer) error {
+		return initrd.write(ctx, w, LiveInitramfsOptions{Compression: alg, RootSHA256: bw.sums[LiveRoot], MTime: src.Epoch})
 	})
 	if err != nil {
 		return nil, err
 	}
-	script := liveScript(src.Name, sums[LiveRoot], cmdline)
-	if err := put(LiveScript, func(w io.Writer) error { _, err := io.WriteString(w, script); return err }); err != nil {
+	script := liveScript(src.Name, bw.sums[LiveRoot], cmdline)
+	if err := bw.putString(LiveScript, script); err != nil {
 		return nil, err
 	}
-	sort.Strings(b.files)
-	sumText := sha256Sums(b.files, sums)
-	if err := put(LiveSums, func(w io.Writer) error { _, err := w.Write(sumText); return err }); err != nil {
+	sumText, err := bw.putSums(LiveSums)
+	if err != nil {
 		return nil, err
 	}
-	sort.Strings(b.files)
+	b.files = bw.files
 	b.adds = append(b.adds, manifestFileLine(LiveScript, 0o644, src.Epoch, []byte(script)),
 		manifestFileLine(LiveSums, 0o644, src.Epoch, sumText))
 	if img != nil {

@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
@@ -144,26 +143,13 @@ func WritePXE(ctx context.Context, t *rootfs.Sealed, dir string, o PXEOptions) (
 		return nil, fmt.Errorf("pxe: %w", err)
 	}
 	b := &PXEBundle{}
-	sums := map[string]string{}
-	put := func(name string, fill func(w io.Writer) error) error {
-		h := sha256.New()
-		err := writeFile(filepath.Join(dir, filepath.FromSlash(name)), func(f *os.File) error {
-			return fill(io.MultiWriter(f, h))
-		})
-		if err != nil {
-			return fmt.Errorf("pxe: %w", err)
-		}
-		sums[name] = hex.EncodeToString(h.Sum(nil))
-		b.Files = append(b.Files, name)
-		return nil
-	}
-
-	err = put(PXEKernel, func(w io.Writer) error { return writeKernel(ctx, w, t, kpath, img) })
+	bw := newBundleWriter(dir)
+	err = bw.put(PXEKernel, func(w io.Writer) error { return writeKernel(ctx, w, t, kpath, img) })
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pxe: %w", err)
 	}
 	extra := []CpioFile{{Path: "/init", Perm: 0o755, Content: init}}
-	err = put(PXEInitrd, func(w io.Writer) error {
+	err = bw.put(PXEInitrd, func(w io.Writer) error {
 		if o.FromCpio == "" {
 			alg := o.Compression
 			if alg == "" {
@@ -174,29 +160,20 @@ func WritePXE(ctx context.Context, t *rootfs.Sealed, dir string, o PXEOptions) (
 		return appendLive(ctx, w, o.FromCpio, extra, o.MTime, &b.Adds)
 	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pxe: %w", err)
 	}
-	name := o.Name
-	if name == "" {
-		name = "the image"
-	}
-	script := fmt.Sprintf("#!ipxe\n# stamp live boot of %s: the kernel and initramfs beside this script\nkernel %s initrd=%s %s\ninitrd %s\nboot\n",
-		name, PXEKernel, PXEInitrd, cmdline, PXEInitrd)
-	cfg := fmt.Sprintf("# stamp live boot of %s\nDEFAULT stamp\nPROMPT 0\nTIMEOUT 0\nLABEL stamp\n\tKERNEL %s\n\tINITRD %s\n\tAPPEND %s\n",
-		name, PXEKernel, PXEInitrd, cmdline)
-	generated := []struct{ name, content string }{{PXEScript, script}, {PXELinuxCfg, cfg}}
+	generated := pxeConfigs(o.Name, cmdline)
 	for _, g := range generated {
-		if err := put(g.name, func(w io.Writer) error { _, err := io.WriteString(w, g.content); return err }); err != nil {
-			return nil, err
+		if err := bw.putString(g.name, g.content); err != nil {
+			return nil, fmt.Errorf("pxe: %w", err)
 		}
 	}
-	sort.Strings(b.Files)
-	sumText := sha256Sums(b.Files, sums)
-	if err := put(PXESums, func(w io.Writer) error { _, err := w.Write(sumText); return err }); err != nil {
-		return nil, err
+	sumText, err := bw.putSums(PXESums)
+	if err != nil {
+		return nil, fmt.Errorf("pxe: %w", err)
 	}
-	sort.Strings(b.Files)
-	for _, g := range append(generated, struct{ name, content string }{PXESums, string(sumText)}) {
+	b.Files = bw.files
+	for _, g := range append(generated, bundleText{PXESums, string(sumText)}) {
 		b.Adds = append(b.Adds, manifestFileLine(g.name, 0o644, o.MTime, []byte(g.content)))
 	}
 	if img != nil {
@@ -209,6 +186,22 @@ func WritePXE(ctx context.Context, t *rootfs.Sealed, dir string, o PXEOptions) (
 		}
 	}
 	return b, nil
+}
+
+// bundleText is a file a bundle writer makes up, by its name in the bundle.
+type bundleText struct{ name, content string }
+
+// pxeConfigs are the bundle's iPXE script and PXELINUX config, which boot
+// the image called name (the recipe's) with cmdline.
+func pxeConfigs(name, cmdline string) []bundleText {
+	if name == "" {
+		name = "the image"
+	}
+	script := fmt.Sprintf("#!ipxe\n# stamp live boot of %s: the kernel and initramfs beside this script\nkernel %s initrd=%s %s\ninitrd %s\nboot\n",
+		name, PXEKernel, PXEInitrd, cmdline, PXEInitrd)
+	cfg := fmt.Sprintf("# stamp live boot of %s\nDEFAULT stamp\nPROMPT 0\nTIMEOUT 0\nLABEL stamp\n\tKERNEL %s\n\tINITRD %s\n\tAPPEND %s\n",
+		name, PXEKernel, PXEInitrd, cmdline)
+	return []bundleText{{PXEScript, script}, {PXELinuxCfg, cfg}}
 }
 
 // manifestFileLine is the manifest line of a file a format adds.

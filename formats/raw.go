@@ -36,6 +36,9 @@ type RawSpec struct {
 	Grow bool
 }
 
+// BootOptions implements Booter.
+func (s *RawSpec) BootOptions() *BootSpec { return s.Boot }
+
 // PartitionSpec is one GPT partition of a raw disk as the recipe asks for it.
 type PartitionSpec struct {
 	Name       string
@@ -160,126 +163,19 @@ func planDisk(ctx context.Context, src *Source, spec *RawSpec) (_ *diskPlan, err
 			p.close()
 		}
 	}()
-	diskSize, free := spec.Size, spec.FreeSpace
-	if diskSize < 0 {
-		return nil, fmt.Errorf("size: %d bytes is less than nothing", diskSize)
+	if err := checkDiskSizes(spec); err != nil {
+		return nil, err
 	}
-	if free < 0 {
-		return nil, fmt.Errorf("freeSpace: %d bytes is less than nothing", free)
+	loader, err := loaderOf(spec.Boot)
+	if err != nil {
+		return nil, err
 	}
-	if len(spec.Partitions) == 0 {
-		return nil, errors.New("partitions: a raw disk needs at least a root partition")
+	root, err := p.planPartitions(src, spec)
+	if err != nil {
+		return nil, err
 	}
-	loader := "none"
-	if spec.Boot != nil {
-		switch {
-		case spec.Boot.Loader == "systemd-boot" || spec.Boot.Loader == "shim" || spec.Boot.Loader == "uki" || spec.Boot.Loader == "none":
-			loader = spec.Boot.Loader
-		case spec.Boot.Loader == "":
-			loader = "systemd-boot"
-		default:
-			return nil, fmt.Errorf("boot.loader: %q is not supported; use systemd-boot, shim, uki or none", spec.Boot.Loader)
-		}
-		if loader != "uki" && spec.Boot.SecureBoot != nil {
-			return nil, fmt.Errorf("boot.secureBoot: signing with your own key is for loader uki, not %s", loader)
-		}
-		if loader != "uki" && spec.Boot.SystemdBoot != nil {
-			return nil, fmt.Errorf("boot.systemdBoot: applies to loader uki, not %s", loader)
-		}
-	}
-	var root, esp *plannedPart
-	for i, ps := range spec.Partitions {
-		pp := &plannedPart{field: fmt.Sprintf("partitions[%d]", i), spec: ps}
-		typ, err := disk.TypeGUID(ps.Type, src.Arch)
-		if err != nil {
-			return nil, fmt.Errorf("%s.type: %w", pp.field, err)
-		}
-		if n := len([]rune(ps.Name)); n == 0 || n > 36 {
-			return nil, fmt.Errorf("%s.name: %q must be 1 to 36 characters, as a GPT partition name", pp.field, ps.Name)
-		}
-		pp.gpt = disk.Partition{Name: ps.Name, Type: typ, GUID: disk.PartitionGUID(src.Seed, ps.Name)}
-		switch ps.Type {
-		case "root":
-			if root != nil {
-				return nil, fmt.Errorf("%s.type: a second root partition (the first is %s)", pp.field, root.field)
-			}
-			root = pp
-			pp.gpt.Attributes |= gptGrowFS
-			if ps.Filesystem != "ext4" {
-				return nil, fmt.Errorf("%s.filesystem: the root partition holds ext4, not %q", pp.field, ps.Filesystem)
-			}
-		case "esp":
-			if esp == nil {
-				esp = pp
-			}
-		case "usr", "usr-verity":
-			other := &p.usr
-			if ps.Type == "usr-verity" {
-				other = &p.usrVerity
-			}
-			if *other != nil {
-				return nil, fmt.Errorf("%s.type: a second %s partition (the first is %s)", pp.field, ps.Type, (*other).field)
-			}
-			*other = pp
-			// The Discoverable Partitions Specification's read-only flag.
-			pp.gpt.Attributes |= disk.AttrReadOnly
-			switch {
-			case ps.Type == "usr" && ps.Filesystem != "ext4":
-				return nil, fmt.Errorf("%s.filesystem: the usr partition holds ext4, not %q", pp.field, ps.Filesystem)
-			case ps.Type == "usr-verity" && ps.Filesystem != "none":
-				return nil, fmt.Errorf("%s.filesystem: the usr-verity partition holds a hash tree, not %q", pp.field, ps.Filesystem)
-			}
-			pp.hash = ps.Type == "usr-verity"
-		}
-		switch ps.Filesystem {
-		case "vfat":
-			pp.vfat = &fat.Options{VolumeID: disk.VolumeID(src.Seed, ps.Name), Label: ps.Label, Epoch: src.Epoch}
-		case "ext4":
-			pp.ext4 = &ext4.Options{UUID: disk.FilesystemUUID(src.Seed, ps.Name), HashSeed: disk.HashSeed(src.Seed, ps.Name),
-				Label: ps.Label, Epoch: src.Epoch, Log: src.Log, FreeSpace: free}
-			pp.tree = src.Tree
-			if ps.Type == "usr" {
-				// The usr partition holds /usr, made read-only: no room
-				// is kept for writes that never come.
-				pp.ext4.FreeSpace = -1
-			}
-			if pp != root && ps.Type != "usr" {
-				// Only the root holds the tree; another ext4 partition starts empty.
-				t, done, err := emptyTree(src.WorkDir, src.Epoch)
-				if err != nil {
-					return nil, fmt.Errorf("%s: %w", pp.field, err)
-				}
-				p.cleanup = append(p.cleanup, done)
-				pp.tree = t.View()
-			}
-			if len(ps.Label) > 16 {
-				return nil, fmt.Errorf("%s.label: an ext4 label holds at most 16 bytes", pp.field)
-			}
-		case "swap":
-			pp.swap = true
-			if len(ps.Label) > 15 {
-				return nil, fmt.Errorf("%s.label: a swap label holds at most 15 bytes", pp.field)
-			}
-		case "none":
-		default:
-			return nil, fmt.Errorf("%s.filesystem: unknown filesystem %q (vfat, ext4, swap or none)", pp.field, ps.Filesystem)
-		}
-		p.parts = append(p.parts, pp)
-	}
-	if root == nil {
-		return nil, errors.New("partitions: a raw disk needs a partition of type root")
-	}
-	p.esp = esp
-	if p.usrVerity != nil && p.usr == nil {
-		return nil, fmt.Errorf("%s.type: a usr-verity partition hashes a partition of type usr, and there is none", p.usrVerity.field)
-	}
-	if p.usr != nil && loader != "uki" {
-		return nil, fmt.Errorf("%s.type: /usr on a partition of its own is booted by loader uki, whose initramfs mounts it; not by %s", p.usr.field, loader)
-	}
-	if p.usr != nil {
-		if err := checkUsrLayout(src.Tree, p.usr.field); err != nil {
-			return nil, err
-		}
+	if err := p.checkUsr(src, loader); err != nil {
+		return nil, err
 	}
 	var view *rootfs.Tree
 	if spec.Grow {
@@ -294,46 +190,10 @@ func planDisk(ctx context.Context, src *Source, spec *RawSpec) (_ *diskPlan, err
 			return nil, err
 		}
 	}
-	if loader != "none" {
-		if esp == nil || esp.vfat == nil {
-			return nil, fmt.Errorf("boot.loader: %s needs a partition of type esp with filesystem vfat", loader)
-		}
-		cmdline := ""
-		if spec.Boot != nil {
-			cmdline = spec.Boot.Cmdline
-		}
-		var files []espFile
-		switch loader {
-		case "shim":
-			files, err = shimESPFiles(ctx, src, disk.FormatUUID(root.gpt.GUID), cmdline)
-		case "uki":
-			usrOption := ""
-			if p.usr != nil && p.usrVerity == nil {
-				usrOption = "mount.usr=PARTUUID=" + disk.FormatUUID(p.usr.gpt.GUID)
-			}
-			if spec.Boot.BIOS {
-				return nil, errors.New("boot.bios: BIOS boot needs loader systemd-boot or shim: a UKI boots from UEFI alone")
-			}
-			files, p.uki, err = ukiESPFiles(ctx, src, spec.Boot, disk.FormatUUID(root.gpt.GUID), usrOption, p.usrVerity != nil, p.usr != nil)
-		default:
-			files, err = espFiles(ctx, src, disk.FormatUUID(root.gpt.GUID), cmdline)
-		}
-		if err != nil {
-			return nil, err
-		}
-		for _, f := range files {
-			esp.files = append(esp.files, f.File)
-			esp.digests = append(esp.digests, f.digest)
-		}
-		if spec.Boot != nil && spec.Boot.BIOS {
-			if p.bios, err = planBIOS(ctx, src, p.parts, esp, kernelOptions(disk.FormatUUID(root.gpt.GUID), cmdline)); err != nil {
-				return nil, err
-			}
-		}
-	} else if spec.Boot != nil && spec.Boot.BIOS {
-		return nil, errors.New("boot.bios: BIOS boot needs loader systemd-boot or shim: GRUB boots BIOS machines from the kernel and initramfs they put on the ESP")
+	if err := p.planBoot(ctx, spec.Boot, loader, root); err != nil {
+		return nil, err
 	}
-	if err := p.sizePartitions(diskSize); err != nil {
+	if err := p.sizePartitions(spec.Size); err != nil {
 		return nil, err
 	}
 	if p.bios != nil {
@@ -342,6 +202,218 @@ func planDisk(ctx context.Context, src *Source, spec *RawSpec) (_ *diskPlan, err
 		}
 	}
 	return p, nil
+}
+
+func checkDiskSizes(spec *RawSpec) error {
+	if spec.Size < 0 {
+		return fmt.Errorf("size: %d bytes is less than nothing", spec.Size)
+	}
+	if spec.FreeSpace < 0 {
+		return fmt.Errorf("freeSpace: %d bytes is less than nothing", spec.FreeSpace)
+	}
+	if len(spec.Partitions) == 0 {
+		return errors.New("partitions: a raw disk needs at least a root partition")
+	}
+	return nil
+}
+
+// loaderOf is the boot loader a disk gets: none without a boot section,
+// systemd-boot when the section names none.
+func loaderOf(boot *BootSpec) (string, error) {
+	if boot == nil {
+		return "none", nil
+	}
+	loader := ""
+	switch {
+	case boot.Loader == "systemd-boot" || boot.Loader == "shim" || boot.Loader == "uki" || boot.Loader == "none":
+		loader = boot.Loader
+	case boot.Loader == "":
+		loader = "systemd-boot"
+	default:
+		return "", fmt.Errorf("boot.loader: %q is not supported; use systemd-boot, shim, uki or none", boot.Loader)
+	}
+	if loader != "uki" && boot.SecureBoot != nil {
+		return "", fmt.Errorf("boot.secureBoot: signing with your own key is for loader uki, not %s", loader)
+	}
+	if loader != "uki" && boot.SystemdBoot != nil {
+		return "", fmt.Errorf("boot.systemdBoot: applies to loader uki, not %s", loader)
+	}
+	return loader, nil
+}
+
+// planPartitions plans every partition of spec in order, and returns the
+// root one. The first partition of type esp is the one the loader goes on.
+func (p *diskPlan) planPartitions(src *Source, spec *RawSpec) (*plannedPart, error) {
+	var root *plannedPart
+	for i, ps := range spec.Partitions {
+		pp := &plannedPart{field: fmt.Sprintf("partitions[%d]", i), spec: ps}
+		typ, err := disk.TypeGUID(ps.Type, src.Arch)
+		if err != nil {
+			return nil, fmt.Errorf("%s.type: %w", pp.field, err)
+		}
+		if n := len([]rune(ps.Name)); n == 0 || n > 36 {
+			return nil, fmt.Errorf("%s.name: %q must be 1 to 36 characters, as a GPT partition name", pp.field, ps.Name)
+		}
+		pp.gpt = disk.Partition{Name: ps.Name, Type: typ, GUID: disk.PartitionGUID(src.Seed, ps.Name)}
+		if err := p.assignRole(pp, &root); err != nil {
+			return nil, err
+		}
+		if err := p.planFilesystem(src, pp, root, spec.FreeSpace); err != nil {
+			return nil, err
+		}
+		p.parts = append(p.parts, pp)
+	}
+	if root == nil {
+		return nil, errors.New("partitions: a raw disk needs a partition of type root")
+	}
+	return root, nil
+}
+
+// assignRole records pp as the disk's root, esp, usr or usr-verity
+// partition by its type, and checks the filesystem that role holds.
+func (p *diskPlan) assignRole(pp *plannedPart, root **plannedPart) error {
+	ps := pp.spec
+	switch ps.Type {
+	case "root":
+		if *root != nil {
+			return fmt.Errorf("%s.type: a second root partition (the first is %s)", pp.field, (*root).field)
+		}
+		*root = pp
+		pp.gpt.Attributes |= gptGrowFS
+		if ps.Filesystem != "ext4" {
+			return fmt.Errorf("%s.filesystem: the root partition holds ext4, not %q", pp.field, ps.Filesystem)
+		}
+	case "esp":
+		if p.esp == nil {
+			p.esp = pp
+		}
+	case "usr", "usr-verity":
+		other := &p.usr
+		if ps.Type == "usr-verity" {
+			other = &p.usrVerity
+		}
+		if *other != nil {
+			return fmt.Errorf("%s.type: a second %s partition (the first is %s)", pp.field, ps.Type, (*other).field)
+		}
+		*other = pp
+		// The Discoverable Partitions Specification's read-only flag.
+		pp.gpt.Attributes |= disk.AttrReadOnly
+		switch {
+		case ps.Type == "usr" && ps.Filesystem != "ext4":
+			return fmt.Errorf("%s.filesystem: the usr partition holds ext4, not %q", pp.field, ps.Filesystem)
+		case ps.Type == "usr-verity" && ps.Filesystem != "none":
+			return fmt.Errorf("%s.filesystem: the usr-verity partition holds a hash tree, not %q", pp.field, ps.Filesystem)
+		}
+		pp.hash = ps.Type == "usr-verity"
+	}
+	return nil
+}
+
+// planFilesystem sets up the filesystem pp holds. root is the root
+// partition if one has been seen by now.
+func (p *diskPlan) planFilesystem(src *Source, pp, root *plannedPart, free int64) error {
+	ps := pp.spec
+	switch ps.Filesystem {
+	case "vfat":
+		pp.vfat = &fat.Options{VolumeID: disk.VolumeID(src.Seed, ps.Name), Label: ps.Label, Epoch: src.Epoch}
+	case "ext4":
+		pp.ext4 = &ext4.Options{UUID: disk.FilesystemUUID(src.Seed, ps.Name), HashSeed: disk.HashSeed(src.Seed, ps.Name),
+			Label: ps.Label, Epoch: src.Epoch, Log: src.Log, FreeSpace: free}
+		pp.tree = src.Tree
+		if ps.Type == "usr" {
+			// The usr partition holds /usr, made read-only: no room
+			// is kept for writes that never come.
+			pp.ext4.FreeSpace = -1
+		}
+		if pp != root && ps.Type != "usr" {
+			// Only the root holds the tree; another ext4 partition starts empty.
+			t, done, err := emptyTree(src.WorkDir, src.Epoch)
+			if err != nil {
+				return fmt.Errorf("%s: %w", pp.field, err)
+			}
+			p.cleanup = append(p.cleanup, done)
+			pp.tree = t.View()
+		}
+		if len(ps.Label) > 16 {
+			return fmt.Errorf("%s.label: an ext4 label holds at most 16 bytes", pp.field)
+		}
+	case "swap":
+		pp.swap = true
+		if len(ps.Label) > 15 {
+			return fmt.Errorf("%s.label: a swap label holds at most 15 bytes", pp.field)
+		}
+	case "none":
+	default:
+		return fmt.Errorf("%s.filesystem: unknown filesystem %q (vfat, ext4, swap or none)", pp.field, ps.Filesystem)
+	}
+	return nil
+}
+
+// checkUsr checks that a /usr partition of its own has what it needs: a
+// partition to hash, a loader that mounts it, and a tree laid out for it.
+func (p *diskPlan) checkUsr(src *Source, loader string) error {
+	if p.usrVerity != nil && p.usr == nil {
+		return fmt.Errorf("%s.type: a usr-verity partition hashes a partition of type usr, and there is none", p.usrVerity.field)
+	}
+	if p.usr != nil && loader != "uki" {
+		return fmt.Errorf("%s.type: /usr on a partition of its own is booted by loader uki, whose initramfs mounts it; not by %s", p.usr.field, loader)
+	}
+	if p.usr != nil {
+		if err := checkUsrLayout(src.Tree, p.usr.field); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// planBoot puts loader's files on the ESP and, when boot asks for it,
+// plans the BIOS boot too.
+func (p *diskPlan) planBoot(ctx context.Context, boot *BootSpec, loader string, root *plannedPart) error {
+	if loader == "none" {
+		if boot != nil && boot.BIOS {
+			return errors.New("boot.bios: BIOS boot needs loader systemd-boot or shim: GRUB boots BIOS machines from the kernel and initramfs they put on the ESP")
+		}
+		return nil
+	}
+	esp, src := p.esp, p.src
+	if esp == nil || esp.vfat == nil {
+		return fmt.Errorf("boot.loader: %s needs a partition of type esp with filesystem vfat", loader)
+	}
+	cmdline := ""
+	if boot != nil {
+		cmdline = boot.Cmdline
+	}
+	rootUUID := disk.FormatUUID(root.gpt.GUID)
+	var files []espFile
+	var err error
+	switch loader {
+	case "shim":
+		files, err = shimESPFiles(ctx, src, rootUUID, cmdline)
+	case "uki":
+		usrOption := ""
+		if p.usr != nil && p.usrVerity == nil {
+			usrOption = "mount.usr=PARTUUID=" + disk.FormatUUID(p.usr.gpt.GUID)
+		}
+		if boot.BIOS {
+			return errors.New("boot.bios: BIOS boot needs loader systemd-boot or shim: a UKI boots from UEFI alone")
+		}
+		files, p.uki, err = ukiESPFiles(ctx, src, boot, rootUUID, usrOption, p.usrVerity != nil, p.usr != nil)
+	default:
+		files, err = espFiles(ctx, src, rootUUID, cmdline)
+	}
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		esp.files = append(esp.files, f.File)
+		esp.digests = append(esp.digests, f.digest)
+	}
+	if boot != nil && boot.BIOS {
+		if p.bios, err = planBIOS(ctx, src, p.parts, esp, kernelOptions(rootUUID, cmdline)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // sizePartitions gives every partition its size and start, and the disk its

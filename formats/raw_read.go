@@ -159,104 +159,166 @@ func readDisk(ctx context.Context, r io.ReaderAt, size int64, im *Image) error {
 		Region{Name: "GPT header", Offset: disk.SectorSize, Size: disk.SectorSize},
 		Region{Name: "GPT partition entries", Offset: 2 * disk.SectorSize, Size: 128 * 128},
 		Region{Name: "backup GPT", Offset: disk.LastUsable(size), Size: size - disk.LastUsable(size)})
-	root, usr := -1, -1
-	var rootTree, usrTree *rootfs.Sealed
-	kinds := make([]string, len(parts))
-	for i, p := range parts {
-		kinds[i] = fsKind(r, p.Start)
-		if (p.Type == disk.TypeUsrAMD64 || p.Type == disk.TypeUsrARM64) && kinds[i] == "ext4" {
-			usr = i
-		}
-		im.Partitions = append(im.Partitions, Partition{Index: i + 1, Name: p.Name, Type: p.Type,
-			GUID: strings.ToLower(disk.FormatUUID(p.GUID)), Start: p.Start, Size: p.Size, Filesystem: kinds[i]})
-		im.Regions = append(im.Regions, Region{Name: fmt.Sprintf("partition %d (%s)", i+1, p.Name), Offset: p.Start, Size: p.Size})
-		isRoot := p.Type == disk.TypeRootAMD64 || p.Type == disk.TypeRootARM64
-		if kinds[i] == "ext4" && (root < 0 || isRoot) {
-			root = i
-		}
-	}
-	for i, p := range parts {
+	d := classifyParts(r, size, parts, im)
+	for i := range parts {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		sub := io.NewSectionReader(r, p.Start, p.Size)
-		fsys := Filesystem{Partition: i + 1, Type: kinds[i], Size: p.Size}
-		var entries []*rootfs.Entry
-		switch kinds[i] {
-		case "ext4":
-			sb, err := ext4.ReadSuper(sub)
-			if err != nil {
-				return fmt.Errorf("partition %d (%s): %w", i+1, p.Name, err)
-			}
-			fsys.UUID, fsys.Label = sb.UUID, sb.Label
-			for _, f := range sb.Facts {
-				fsys.Facts = append(fsys.Facts, Fact(f))
-			}
-			im.Regions = appendRegions(im.Regions, sb.Regions(p.Start, fmt.Sprintf("partition %d ", i+1)))
-			tree, data, err := ext4.Read(ctx, r, size, p.Start, p.Size, sb)
-			if err != nil {
-				return fmt.Errorf("partition %d (%s): ext4: %w", i+1, p.Name, err)
-			}
-			im.Regions = appendRegions(im.Regions, data)
-			switch i {
-			case root:
-				rootTree = tree
-			case usr:
-				usrTree = tree
-			}
-			entries = tree.Entries()
-		case "vfat":
-			ffs, err := fat.Open(sub, p.Size)
-			if err != nil {
-				return fmt.Errorf("partition %d (%s): %w", i+1, p.Name, err)
-			}
-			g := ffs.Geometry()
-			fsys.UUID, fsys.Label = fmt.Sprintf("%04X-%04X", ffs.VolumeID>>16, ffs.VolumeID&0xffff), ffs.Label
-			fsys.Facts = []Fact{{"type", fmt.Sprint(g.Type)}, {"clusters", fmt.Sprint(g.Clusters)},
-				{"sectors-per-cluster", fmt.Sprint(g.SectorsPerCluster)}, {"volume-id", fsys.UUID}, {"label", ffs.Label}}
-			fsys.Facts = append(fsys.Facts, secureBootFacts(ffs)...)
-			fsys.Facts = append(fsys.Facts, ukiFacts(ffs)...)
-			if entries, err = readFAT(ctx, ffs); err != nil {
-				return fmt.Errorf("partition %d (%s): %w", i+1, p.Name, err)
-			}
-		}
-		// A file system's own root directory is not one of its entries, as
-		// fsck counts them.
-		fsys.Files = len(entries)
-		if len(entries) > 0 && entries[0].Path == "/" {
-			fsys.Files--
-		}
-		if kinds[i] == "verity" {
-			fsys.Facts = verityFacts(sub)
-		}
-		im.Filesystems = append(im.Filesystems, fsys)
-		if i == root || (i == usr && root >= 0) {
-			continue
-		}
-		for _, e := range entries {
-			if e.Path == "/" {
-				continue
-			}
-			im.Extra = append(im.Extra, &rootfs.Entry{Path: partName(p, i) + ":" + e.Path, Inode: e.Inode, Origin: e.Origin})
+		if err := d.readPartition(ctx, im, i); err != nil {
+			return err
 		}
 	}
-	if root < 0 {
+	if d.root < 0 {
 		return errors.New("no ext4 root partition")
 	}
-	// A /usr partition is the tree's /usr: its entries join the root's,
-	// which holds /usr empty, where it is mounted.
+	name, err := d.joinUsr(im)
+	if err != nil {
+		return err
+	}
+	if d.usr >= 0 {
+		d.checkUsrVerity(ctx, im)
+	}
+	if err := d.splitRootTree(im, name); err != nil {
+		return err
+	}
+	im.Complete = true
+	sort.Slice(im.Extra, func(a, b int) bool { return im.Extra[a].Path < im.Extra[b].Path })
+	sort.SliceStable(im.Regions, func(a, b int) bool { return im.Regions[a].Offset < im.Regions[b].Offset })
+	return nil
+}
+
+// diskParts is a disk's partitions as readDisk reads them: the file system
+// each holds, and which hold the root tree and /usr.
+type diskParts struct {
+	r        io.ReaderAt
+	size     int64
+	parts    []disk.Partition
+	kinds    []string // each partition's file system, as fsKind says
+	root     int      // the root tree's partition, or -1
+	usr      int      // /usr's partition, or -1
+	rootTree *rootfs.Sealed
+	usrTree  *rootfs.Sealed
+}
+
+// classifyParts finds each partition's file system, lists the partitions
+// in im, and picks the root and /usr partitions: the root is the partition
+// of a root type holding ext4, or else the first ext4.
+func classifyParts(r io.ReaderAt, size int64, parts []disk.Partition, im *Image) *diskParts {
+	d := &diskParts{r: r, size: size, parts: parts, kinds: make([]string, len(parts)), root: -1, usr: -1}
+	for i, p := range parts {
+		d.kinds[i] = fsKind(r, p.Start)
+		if (p.Type == disk.TypeUsrAMD64 || p.Type == disk.TypeUsrARM64) && d.kinds[i] == "ext4" {
+			d.usr = i
+		}
+		im.Partitions = append(im.Partitions, Partition{Index: i + 1, Name: p.Name, Type: p.Type,
+			GUID: strings.ToLower(disk.FormatUUID(p.GUID)), Start: p.Start, Size: p.Size, Filesystem: d.kinds[i]})
+		im.Regions = append(im.Regions, Region{Name: fmt.Sprintf("partition %d (%s)", i+1, p.Name), Offset: p.Start, Size: p.Size})
+		isRoot := p.Type == disk.TypeRootAMD64 || p.Type == disk.TypeRootARM64
+		if d.kinds[i] == "ext4" && (d.root < 0 || isRoot) {
+			d.root = i
+		}
+	}
+	return d
+}
+
+// readPartition reads partition i's file system into im: its facts, and
+// its entries as Extra unless it holds the root tree or /usr.
+func (d *diskParts) readPartition(ctx context.Context, im *Image, i int) error {
+	p := d.parts[i]
+	sub := io.NewSectionReader(d.r, p.Start, p.Size)
+	fsys := Filesystem{Partition: i + 1, Type: d.kinds[i], Size: p.Size}
+	var entries []*rootfs.Entry
+	var err error
+	switch d.kinds[i] {
+	case "ext4":
+		entries, err = d.readExt4(ctx, im, i, sub, &fsys)
+	case "vfat":
+		entries, err = readVFAT(ctx, sub, p.Size, &fsys)
+	}
+	if err != nil {
+		return fmt.Errorf("partition %d (%s): %w", i+1, p.Name, err)
+	}
+	// A file system's own root directory is not one of its entries, as
+	// fsck counts them.
+	fsys.Files = len(entries)
+	if len(entries) > 0 && entries[0].Path == "/" {
+		fsys.Files--
+	}
+	if d.kinds[i] == "verity" {
+		fsys.Facts = verityFacts(sub)
+	}
+	im.Filesystems = append(im.Filesystems, fsys)
+	if i == d.root || (i == d.usr && d.root >= 0) {
+		return nil
+	}
+	for _, e := range entries {
+		if e.Path == "/" {
+			continue
+		}
+		im.Extra = append(im.Extra, &rootfs.Entry{Path: partName(p, i) + ":" + e.Path, Inode: e.Inode, Origin: e.Origin})
+	}
+	return nil
+}
+
+// readExt4 reads the ext4 file system of partition i, keeping its tree if
+// it is the root's or /usr's.
+func (d *diskParts) readExt4(ctx context.Context, im *Image, i int, sub *io.SectionReader, fsys *Filesystem) ([]*rootfs.Entry, error) {
+	p := d.parts[i]
+	sb, err := ext4.ReadSuper(sub)
+	if err != nil {
+		return nil, err
+	}
+	fsys.UUID, fsys.Label = sb.UUID, sb.Label
+	for _, f := range sb.Facts {
+		fsys.Facts = append(fsys.Facts, Fact(f))
+	}
+	im.Regions = appendRegions(im.Regions, sb.Regions(p.Start, fmt.Sprintf("partition %d ", i+1)))
+	tree, data, err := ext4.Read(ctx, d.r, d.size, p.Start, p.Size, sb)
+	if err != nil {
+		return nil, fmt.Errorf("ext4: %w", err)
+	}
+	im.Regions = appendRegions(im.Regions, data)
+	switch i {
+	case d.root:
+		d.rootTree = tree
+	case d.usr:
+		d.usrTree = tree
+	}
+	return tree.Entries(), nil
+}
+
+// readVFAT reads a FAT file system of size bytes in sub.
+func readVFAT(ctx context.Context, sub io.ReaderAt, size int64, fsys *Filesystem) ([]*rootfs.Entry, error) {
+	ffs, err := fat.Open(sub, size)
+	if err != nil {
+		return nil, err
+	}
+	g := ffs.Geometry()
+	fsys.UUID, fsys.Label = fmt.Sprintf("%04X-%04X", ffs.VolumeID>>16, ffs.VolumeID&0xffff), ffs.Label
+	fsys.Facts = []Fact{{"type", fmt.Sprint(g.Type)}, {"clusters", fmt.Sprint(g.Clusters)},
+		{"sectors-per-cluster", fmt.Sprint(g.SectorsPerCluster)}, {"volume-id", fsys.UUID}, {"label", ffs.Label}}
+	fsys.Facts = append(fsys.Facts, secureBootFacts(ffs)...)
+	fsys.Facts = append(fsys.Facts, ukiFacts(ffs)...)
+	return readFAT(ctx, ffs)
+}
+
+// joinUsr makes a /usr partition's entries join the root's, which holds
+// /usr empty, where it is mounted; it reads the stamp record, and returns
+// how Extra names a path of the merged tree.
+func (d *diskParts) joinUsr(im *Image) (func(string) string, error) {
+	parts, root, usr := d.parts, d.root, d.usr
 	name := func(p string) string { return partName(parts[root], root) + ":" + p }
-	recordPart, recordTree := parts[root], rootTree
+	recordPart, recordTree := parts[root], d.rootTree
 	if usr >= 0 {
-		merged, lf, err := mergeUsr(rootTree, usrTree)
+		merged, lf, err := mergeUsr(d.rootTree, d.usrTree)
 		if err != nil {
-			return fmt.Errorf("partition %d (%s): %w", usr+1, parts[usr].Name, err)
+			return nil, fmt.Errorf("partition %d (%s): %w", usr+1, parts[usr].Name, err)
 		}
 		usrName := partName(parts[usr], usr)
 		if lf != nil {
 			im.Extra = append(im.Extra, &rootfs.Entry{Path: usrName + ":/lost+found", Inode: lf.Inode, Origin: lf.Origin})
 		}
-		rootTree = merged
+		d.rootTree = merged
 		name = func(p string) string {
 			if rest, ok := strings.CutPrefix(p, "/usr"); ok && (rest == "" || rest[0] == '/') {
 				return usrName + ":" + cmp.Or(rest, "/")
@@ -264,48 +326,53 @@ func readDisk(ctx context.Context, r io.ReaderAt, size int64, im *Image) error {
 			return partName(parts[root], root) + ":" + p
 		}
 		if strings.HasPrefix(rootfs.RecordPath, "/usr/") {
-			recordPart, recordTree = parts[usr], usrTree
+			recordPart, recordTree = parts[usr], d.usrTree
 		}
 	}
-	im.Record = recordOf(r, size, recordPart, recordTree)
-	if usr >= 0 {
-		for i, p := range parts {
-			if kinds[i] == "verity" && (p.Type == disk.TypeUsrVerityAMD64 || p.Type == disk.TypeUsrVerityARM64) {
-				var cmdline string
-				for _, fsys := range im.Filesystems {
-					for _, f := range fsys.Facts {
-						if f.Key == "uki.cmdline" {
-							cmdline = f.Value
-						}
+	im.Record = recordOf(d.r, d.size, recordPart, recordTree)
+	return name, nil
+}
+
+// checkUsrVerity checks /usr against each usr-verity partition, with the
+// root hash a UKI's command line names.
+func (d *diskParts) checkUsrVerity(ctx context.Context, im *Image) {
+	for i, p := range d.parts {
+		if d.kinds[i] == "verity" && (p.Type == disk.TypeUsrVerityAMD64 || p.Type == disk.TypeUsrVerityARM64) {
+			var cmdline string
+			for _, fsys := range im.Filesystems {
+				for _, f := range fsys.Facts {
+					if f.Key == "uki.cmdline" {
+						cmdline = f.Value
 					}
 				}
-				u := parts[usr]
-				im.Facts = append(im.Facts, checkVerity(ctx, io.NewSectionReader(r, u.Start, u.Size), u.Size,
-					io.NewSectionReader(r, p.Start, p.Size), p.Size, cmdline))
 			}
+			u := d.parts[d.usr]
+			im.Facts = append(im.Facts, checkVerity(ctx, io.NewSectionReader(d.r, u.Start, u.Size), u.Size,
+				io.NewSectionReader(d.r, p.Start, p.Size), p.Size, cmdline))
 		}
 	}
-	// What the root file system holds beyond the record is the output's
-	// own (lost+found, a repart drop-in). Without a stamp record,
-	// lost+found is taken for the file system's unless the record names
-	// it.
-	tree, extra := rootTree.Entries(), []*rootfs.Entry(nil)
+}
+
+// splitRootTree sets im.Tree. What the root file system holds beyond the
+// record is the output's own (lost+found, a repart drop-in), and goes to
+// Extra. Without a stamp record, lost+found is taken for the file system's
+// unless the record names it.
+func (d *diskParts) splitRootTree(im *Image, name func(string) string) error {
+	tree, extra := d.rootTree.Entries(), []*rootfs.Entry(nil)
 	if _, ok := treePaths(im.Record); ok {
 		tree, extra = splitRecordedBy(tree, im.Record, name)
-	} else if lf := rootTree.Get("/lost+found"); lf != nil && !recordPaths(im.Record)["/lost+found"] {
+	} else if lf := d.rootTree.Get("/lost+found"); lf != nil && !recordPaths(im.Record)["/lost+found"] {
 		tree = removeEntry(tree, lf)
 		extra = []*rootfs.Entry{{Path: name("/lost+found"), Inode: lf.Inode, Origin: lf.Origin}}
 	}
-	im.Tree = rootTree
+	im.Tree = d.rootTree
 	if len(extra) > 0 {
 		im.Extra = append(im.Extra, extra...)
+		var err error
 		if im.Tree, err = rootfs.SealedOf(tree); err != nil {
-			return fmt.Errorf("partition %d (%s): %w", root+1, parts[root].Name, err)
+			return fmt.Errorf("partition %d (%s): %w", d.root+1, d.parts[d.root].Name, err)
 		}
 	}
-	im.Complete = true
-	sort.Slice(im.Extra, func(a, b int) bool { return im.Extra[a].Path < im.Extra[b].Path })
-	sort.SliceStable(im.Regions, func(a, b int) bool { return im.Regions[a].Offset < im.Regions[b].Offset })
 	return nil
 }
 

@@ -84,55 +84,21 @@ type ukiPlan struct {
 // is verified, and its root hash is added by build.
 func ukiESPFiles(ctx context.Context, src *Source, boot *BootSpec, rootPartUUID, usrOption string, verityUsr, usrPart bool) ([]espFile, *ukiPlan, error) {
 	t := src.Tree
-	stubPath, ok := uki.StubPaths[src.Arch]
-	if !ok {
-		return nil, nil, fmt.Errorf("boot.loader: uki on architecture %q: stamp knows no systemd-stub for it (amd64 or arm64)", src.Arch)
-	}
-	se, err := treeFile(t, stubPath)
-	if err != nil {
-		return nil, nil, fmt.Errorf("boot.loader: uki needs the systemd-stub %s in the tree (Debian's systemd-boot-efi package): %w", stubPath, err)
-	}
-	stubBytes, err := readTreeFile(t, se, 16<<20)
+	stub, err := ukiStub(src)
 	if err != nil {
 		return nil, nil, err
-	}
-	stub, err := uki.ParseStub(stubBytes)
-	if err != nil {
-		return nil, nil, fmt.Errorf("boot.loader: uki: %s: %w", stubPath, err)
-	}
-	if stub.Arch != src.Arch {
-		return nil, nil, fmt.Errorf("boot.loader: uki: %s is a stub for %s, not %s", stubPath, stub.Arch, src.Arch)
 	}
 	osrel, err := osRelease(t)
 	if err != nil {
 		return nil, nil, fmt.Errorf("boot.loader: uki: %w", err)
 	}
-	kpath, ver, err := KernelOf(t)
+	linux, ver, err := ukiKernel(t, src.Arch)
 	if err != nil {
-		return nil, nil, fmt.Errorf("boot.loader: uki needs a kernel in /boot: %w", err)
+		return nil, nil, err
 	}
-	img, err := kernelImage(t, kpath, src.Arch)
+	initrd, err := ukiInitrd(ctx, t, ver, verityUsr, usrPart)
 	if err != nil {
-		return nil, nil, fmt.Errorf("boot.loader: %w", err)
-	}
-	ke := t.Get(kpath)
-	linux := pe.Content{Size: ke.Size, Open: func() (io.ReadCloser, error) { return t.Open(ke.Path) }}
-	if img != nil {
-		linux = pe.Bytes(img)
-	}
-	var initrd []byte
-	if ie, err := treeFile(t, "/boot/initrd.img-"+ver); err == nil && !usrPart {
-		if initrd, err = readTreeFile(t, ie, 1<<30); err != nil {
-			return nil, nil, err
-		}
-	} else {
-		// stamp's initramfs: the tree's cannot mount /usr from a partition
-		// of its own, let alone verify it.
-		var b bytes.Buffer
-		if err := WriteBootInitramfs(ctx, t, &b, BootInitramfsOptions{KernelVersion: ver, UsrVerity: verityUsr}); err != nil {
-			return nil, nil, fmt.Errorf("boot.loader: uki: making the initramfs: %w", err)
-		}
-		initrd = b.Bytes()
+		return nil, nil, err
 	}
 	cmdline := kernelOptions(rootPartUUID, boot.Cmdline)
 	if usrOption != "" {
@@ -154,34 +120,12 @@ func ukiESPFiles(ctx context.Context, src *Source, boot *BootSpec, rootPartUUID,
 	u.size = int64(len(u.built))
 
 	arch := efiArch[src.Arch]
-	menu := boot.SystemdBoot == nil || *boot.SystemdBoot
 	var files []espFile
-	if menu {
+	if boot.SystemdBoot == nil || *boot.SystemdBoot {
 		u.path = espLinux + "/" + src.Name + ".efi"
-		sdboot := "/usr/lib/systemd/boot/efi/" + arch.systemdBoot
-		be, err := treeFile(t, sdboot)
-		if err != nil {
-			return nil, nil, fmt.Errorf("boot.loader: uki boots from systemd-boot, which needs %s in the tree (Debian's systemd-boot-efi package), or set boot.systemdBoot false: %w", sdboot, err)
+		if files, err = u.menuFiles(src); err != nil {
+			return nil, nil, err
 		}
-		bootFile := treeFATFile("/EFI/BOOT/"+arch.bootFile, t, be)
-		if u.signer != nil {
-			b, err := readTreeFile(t, be, 16<<20)
-			if err != nil {
-				return nil, nil, err
-			}
-			if b, err = signPE(b, u.signer); err != nil {
-				return nil, nil, fmt.Errorf("boot.secureBoot: signing %s: %w", sdboot, err)
-			}
-			bootFile = bytesFATFile("/EFI/BOOT/"+arch.bootFile, b)
-		}
-		conf := fmt.Sprintf("default %s.efi\ntimeout 0\nconsole-mode keep\n", src.Name)
-		if u.signer != nil {
-			// On a machine in setup mode, systemd-boot enrols the keys of
-			// /loader/keys/auto and resets; from then on the firmware
-			// enforces Secure Boot with them.
-			conf += "secure-boot-enroll force\n"
-		}
-		files = append(files, bootFile, bytesFATFile(loaderConf, []byte(conf)))
 	} else {
 		u.path = "/EFI/BOOT/" + arch.bootFile
 	}
@@ -198,6 +142,92 @@ func ukiESPFiles(ctx context.Context, src *Source, boot *BootSpec, rootPartUUID,
 	u.index = len(files)
 	files = append(files, espFile{File: fatFileOf(u.path, u.size, func() []byte { return u.built })})
 	return files, u, nil
+}
+
+// ukiStub is the tree's systemd-stub for the source's architecture.
+func ukiStub(src *Source) (*uki.Stub, error) {
+	stubPath, ok := uki.StubPaths[src.Arch]
+	if !ok {
+		return nil, fmt.Errorf("boot.loader: uki on architecture %q: stamp knows no systemd-stub for it (amd64 or arm64)", src.Arch)
+	}
+	se, err := treeFile(src.Tree, stubPath)
+	if err != nil {
+		return nil, fmt.Errorf("boot.loader: uki needs the systemd-stub %s in the tree (Debian's systemd-boot-efi package): %w", stubPath, err)
+	}
+	stubBytes, err := readTreeFile(src.Tree, se, 16<<20)
+	if err != nil {
+		return nil, err
+	}
+	stub, err := uki.ParseStub(stubBytes)
+	if err != nil {
+		return nil, fmt.Errorf("boot.loader: uki: %s: %w", stubPath, err)
+	}
+	if stub.Arch != src.Arch {
+		return nil, fmt.Errorf("boot.loader: uki: %s is a stub for %s, not %s", stubPath, stub.Arch, src.Arch)
+	}
+	return stub, nil
+}
+
+// ukiKernel is the tree's kernel as a UKI's .linux section, and its version.
+func ukiKernel(t *rootfs.Sealed, arch string) (pe.Content, string, error) {
+	kpath, ver, err := KernelOf(t)
+	if err != nil {
+		return pe.Content{}, "", fmt.Errorf("boot.loader: uki needs a kernel in /boot: %w", err)
+	}
+	img, err := kernelImage(t, kpath, arch)
+	if err != nil {
+		return pe.Content{}, "", fmt.Errorf("boot.loader: %w", err)
+	}
+	ke := t.Get(kpath)
+	linux := pe.Content{Size: ke.Size, Open: func() (io.ReadCloser, error) { return t.Open(ke.Path) }}
+	if img != nil {
+		linux = pe.Bytes(img)
+	}
+	return linux, ver, nil
+}
+
+// ukiInitrd is the tree's initramfs for kernel ver, or stamp's when /usr
+// is a partition of its own or the tree has none: the tree's cannot mount
+// /usr from a partition of its own, let alone verify it.
+func ukiInitrd(ctx context.Context, t *rootfs.Sealed, ver string, verityUsr, usrPart bool) ([]byte, error) {
+	if ie, err := treeFile(t, "/boot/initrd.img-"+ver); err == nil && !usrPart {
+		return readTreeFile(t, ie, 1<<30)
+	}
+	var b bytes.Buffer
+	if err := WriteBootInitramfs(ctx, t, &b, BootInitramfsOptions{KernelVersion: ver, UsrVerity: verityUsr}); err != nil {
+		return nil, fmt.Errorf("boot.loader: uki: making the initramfs: %w", err)
+	}
+	return b.Bytes(), nil
+}
+
+// menuFiles are systemd-boot and its configuration, which starts the UKI
+// at once; signed, and set to enrol the keys, when the UKI is signed.
+func (u *ukiPlan) menuFiles(src *Source) ([]espFile, error) {
+	t, arch := src.Tree, efiArch[src.Arch]
+	sdboot := "/usr/lib/systemd/boot/efi/" + arch.systemdBoot
+	be, err := treeFile(t, sdboot)
+	if err != nil {
+		return nil, fmt.Errorf("boot.loader: uki boots from systemd-boot, which needs %s in the tree (Debian's systemd-boot-efi package), or set boot.systemdBoot false: %w", sdboot, err)
+	}
+	bootFile := treeFATFile("/EFI/BOOT/"+arch.bootFile, t, be)
+	if u.signer != nil {
+		b, err := readTreeFile(t, be, 16<<20)
+		if err != nil {
+			return nil, err
+		}
+		if b, err = signPE(b, u.signer); err != nil {
+			return nil, fmt.Errorf("boot.secureBoot: signing %s: %w", sdboot, err)
+		}
+		bootFile = bytesFATFile("/EFI/BOOT/"+arch.bootFile, b)
+	}
+	conf := fmt.Sprintf("default %s.efi\ntimeout 0\nconsole-mode keep\n", src.Name)
+	if u.signer != nil {
+		// On a machine in setup mode, systemd-boot enrols the keys of
+		// /loader/keys/auto and resets; from then on the firmware
+		// enforces Secure Boot with them.
+		conf += "secure-boot-enroll force\n"
+	}
+	return []espFile{bootFile, bytesFATFile(loaderConf, []byte(conf))}, nil
 }
 
 // build assembles the UKI with /usr's root hash (hex) on its command line

@@ -170,65 +170,113 @@ func (l *Debs) apply(ctx context.Context, env *Env) error {
 			return fmt.Errorf("exclude %q: not an absolute glob", pat)
 		}
 	}
-	var ch *sandbox.Sandbox
-	if l.Chroot {
-		ch = &sandbox.Sandbox{Tree: env.Tree, Epoch: env.Epoch, DenyServices: true,
-			Logf: func(format string, args ...any) { env.Log.Debugf(env.Label+": "+format, args...) }}
-		// A bootstrap's tree is empty until its Essential set is
-		// extracted, below.
-		if l.Variant == "" {
-			if err := ch.Available(); err != nil {
-				return fmt.Errorf("scripts: chroot: %w", err)
-			}
-		}
-	}
-	available, err := l.load(ctx, env)
+	ch, err := l.chroot(env)
 	if err != nil {
 		return err
+	}
+	status, install, err := l.resolveInstall(ctx, env)
+	if err != nil {
+		return err
+	}
+	pkgs, err := fetchDebs(ctx, env, status, install)
+	if err != nil {
+		return err
+	}
+	se := l.scriptEnv(env)
+	later := l.deferCommands(env, se)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var deferred []string
+	if ch == nil {
+		if pkgs, deferred, err = l.installOffline(ctx, env, se, status, pkgs); err != nil {
+			return err
+		}
+		if err := l.finishOffline(env, status, pkgs); err != nil {
+			return err
+		}
+	} else if err := l.chrootInstall(ctx, env, ch, se, status, pkgs); err != nil {
+		return err
+	}
+	if len(deferred) > 0 || len(*later) > 0 {
+		if err := l.firstBootUnit(ctx, env, deferred, *later); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// chroot is the sandbox maintainer scripts run in, or nil when the layer
+// runs them offline.
+func (l *Debs) chroot(env *Env) (*sandbox.Sandbox, error) {
+	if !l.Chroot {
+		return nil, nil
+	}
+	ch := &sandbox.Sandbox{Tree: env.Tree, Epoch: env.Epoch, DenyServices: true,
+		Logf: func(format string, args ...any) { env.Log.Debugf(env.Label+": "+format, args...) }}
+	// A bootstrap's tree is empty until its Essential set is
+	// extracted, below.
+	if l.Variant == "" {
+		if err := ch.Available(); err != nil {
+			return nil, fmt.Errorf("scripts: chroot: %w", err)
+		}
+	}
+	return ch, nil
+}
+
+// resolveInstall reads the indexes and the tree's dpkg status, and works
+// out the packages to install, checked against stamp.lock's pins.
+func (l *Debs) resolveInstall(ctx context.Context, env *Env) (*dpkg.Status, []*repo.Package, error) {
+	available, err := l.load(ctx, env)
+	if err != nil {
+		return nil, nil, err
 	}
 	requests, err := l.requests(available)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if l.Variant != "" {
 		if err := mergedUsr(env); err != nil {
-			return err
+			return nil, nil, err
 		}
 	}
 	status, err := readStatus(env.Tree)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	installed, err := status.Installed(env.Arch)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	res, err := resolve.Resolve(available, installed, requests, resolve.Options{Arch: env.Arch, Recommends: l.Recommends})
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	env.Log.Infof("%s: installing %d packages: %s", env.Label, len(res.Install), strings.Join(res.Names(), " "))
 	if l.Pinned != nil {
 		for _, p := range res.Install {
 			if want, ok := l.Pinned(p.URL()); ok && want != "sha256:"+p.SHA256 {
-				return fmt.Errorf("%s %s: stamp.lock pins %s at %s, the repository's index says sha256:%s (run stamp lock to accept it)",
+				return nil, nil, fmt.Errorf("%s %s: stamp.lock pins %s at %s, the repository's index says sha256:%s (run stamp lock to accept it)",
 					p.Name, p.Version, p.URL(), want, p.SHA256)
 			}
 		}
 	}
+	return status, res.Install, nil
+}
 
-	// Every .deb is fetched and verified before the tree changes.
-	pkgs := make([]*debPackage, len(res.Install))
+// fetchDebs fetches and verifies every .deb before the tree changes, and
+// notes the version each replaces.
+func fetchDebs(ctx context.Context, env *Env, status *dpkg.Status, install []*repo.Package) ([]*debPackage, error) {
+	pkgs := make([]*debPackage, len(install))
 	var total int64
-	for _, p := range res.Install {
+	for _, p := range install {
 		total += p.Size
 	}
 	add, done := env.progress("fetch packages", total)
-	for i, p := range res.Install {
+	defer done()
+	for i, p := range install {
 		d, err := repo.FetchDeb(ctx, env.Cache, p)
 		if err != nil {
-			done()
-			return err
+			return nil, err
 		}
 		add(p.Size)
 		pkgs[i] = &debPackage{pkg: p, digest: d}
@@ -236,105 +284,100 @@ func (l *Debs) apply(ctx context.Context, env *Env) error {
 			pkgs[i].old, pkgs[i].oldArch, pkgs[i].oldMA = cur.Get("Version"), cur.Get("Architecture"), cur.Get("Multi-Arch")
 		}
 	}
-	done()
+	return pkgs, nil
+}
 
-	se := l.scriptEnv(env)
-	var later [][]string
-	if l.DeferScripts || len(l.Skip) > 0 {
-		se.Defer = func(pkg string, argv []string) bool {
-			if slices.Contains(l.Skip, path.Base(argv[0])) {
-				env.Log.Infof("%s: %s runs %q; skipped, as the recipe asks", env.Label, pkg, strings.Join(argv, " "))
-				return true
-			}
-			// Only commands whose work nothing later in the build
-			// depends on: an initramfs is made at first boot as well as
-			// here, and stamp's own boot outputs bring theirs.
-			if !l.DeferScripts || !deferrable[path.Base(argv[0])] {
-				return false
-			}
-			env.Log.Warnf("%s: %s runs %q; deferred to first boot", env.Label, pkg, strings.Join(argv, " "))
-			for _, c := range later {
-				if slices.Equal(c, argv) {
-					return true
-				}
-			}
-			later = append(later, argv)
+// deferCommands makes se skip the commands the recipe skips and, with
+// DeferScripts, put off the deferrable ones; it returns where the put-off
+// commands collect, each once.
+func (l *Debs) deferCommands(env *Env, se *scripts.Env) *[][]string {
+	later := new([][]string)
+	if !l.DeferScripts && len(l.Skip) == 0 {
+		return later
+	}
+	se.Defer = func(pkg string, argv []string) bool {
+		if slices.Contains(l.Skip, path.Base(argv[0])) {
+			env.Log.Infof("%s: %s runs %q; skipped, as the recipe asks", env.Label, pkg, strings.Join(argv, " "))
 			return true
 		}
+		// Only commands whose work nothing later in the build
+		// depends on: an initramfs is made at first boot as well as
+		// here, and stamp's own boot outputs bring theirs.
+		if !l.DeferScripts || !deferrable[path.Base(argv[0])] {
+			return false
+		}
+		env.Log.Warnf("%s: %s runs %q; deferred to first boot", env.Label, pkg, strings.Join(argv, " "))
+		for _, c := range *later {
+			if slices.Equal(c, argv) {
+				return true
+			}
+		}
+		*later = append(*later, argv)
+		return true
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var deferred []string
-	if ch == nil {
-		// Offline, every package is unpacked and configured when apt and
-		// dpkg would do it (packages/order): the order is in the bytes,
-		// from the ids adduser and systemd-sysusers pick to the order of
-		// dpkg's trigger interests. Decoding data.tar (xz, mostly) is the
-		// slow part and runs ahead in parallel, in unpack order; the tree
-		// changes in order only.
-		calls, known, err := l.plan(env, status, pkgs)
+	return later
+}
+
+// installOffline unpacks and configures every package when apt and dpkg
+// would (packages/order): the order is in the bytes, from the ids adduser
+// and systemd-sysusers pick to the order of dpkg's trigger interests.
+// Decoding data.tar (xz, mostly) is the slow part and runs ahead in
+// parallel, in unpack order; the tree changes in order only. It returns
+// the packages unpacked and those whose scripts were deferred.
+func (l *Debs) installOffline(ctx context.Context, env *Env, se *scripts.Env, status *dpkg.Status, pkgs []*debPackage) ([]*debPackage, []string, error) {
+	calls, known, err := l.plan(env, status, pkgs)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, c := range calls {
+		env.Log.Debugf("%s: planned: dpkg %s", env.Label, c)
+	}
+	byName := map[string]*debPackage{}
+	for _, p := range pkgs {
+		byName[p.pkg.Name] = p
+	}
+	var ordered []*debPackage
+	for _, rp := range order.UnpackOrder(calls) {
+		ordered = append(ordered, byName[rp.Name])
+	}
+	ready, release := l.decodeAhead(ctx, env, ordered)
+	next := 0
+	r := &debsRunner{ctx: ctx, l: l, env: env, se: se, byName: byName}
+	r.next = func(p *debPackage) (decoded, error) {
+		if next >= len(ordered) || ordered[next] != p {
+			return decoded{}, fmt.Errorf("%s: unpacked out of the planned order", p.pkg.Name)
+		}
+		d := <-ready[next]
+		next++
+		release()
+		return d, d.err
+	}
+	d := order.NewDpkg(known, r)
+	for _, c := range calls {
+		if err := d.Run(c); err != nil {
+			return nil, nil, fmt.Errorf("dpkg %s: %w", c, err)
+		}
+	}
+	return r.unpacked, r.deferred, nil
+}
+
+// finishOffline does what dpkg does after an offline install: it records
+// trigger interests, runs the triggers and writes the status file.
+func (l *Debs) finishOffline(env *Env, status *dpkg.Status, pkgs []*debPackage) error {
+	if err := recordInterests(env, pkgs); err != nil {
+		return err
+	}
+	if err := l.processTriggers(env, pkgs); err != nil {
+		return err
+	}
+	for _, p := range pkgs {
+		para, err := statusEntry(env.Tree, p)
 		if err != nil {
 			return err
 		}
-		for _, c := range calls {
-			env.Log.Debugf("%s: planned: dpkg %s", env.Label, c)
-		}
-		byName := map[string]*debPackage{}
-		for _, p := range pkgs {
-			byName[p.pkg.Name] = p
-		}
-		var ordered []*debPackage
-		for _, rp := range order.UnpackOrder(calls) {
-			ordered = append(ordered, byName[rp.Name])
-		}
-		ready, release := l.decodeAhead(ctx, env, ordered)
-		next := 0
-		r := &debsRunner{ctx: ctx, l: l, env: env, se: se, byName: byName}
-		r.next = func(p *debPackage) (decoded, error) {
-			if next >= len(ordered) || ordered[next] != p {
-				return decoded{}, fmt.Errorf("%s: unpacked out of the planned order", p.pkg.Name)
-			}
-			d := <-ready[next]
-			next++
-			release()
-			return d, d.err
-		}
-		d := order.NewDpkg(known, r)
-		for _, c := range calls {
-			if err := d.Run(c); err != nil {
-				return fmt.Errorf("dpkg %s: %w", c, err)
-			}
-		}
-		pkgs, deferred = r.unpacked, r.deferred
-	} else if err := l.chrootInstall(ctx, env, ch, se, status, pkgs); err != nil {
-		return err
+		status.Put(para)
 	}
-	if ch == nil {
-		if err := recordInterests(env, pkgs); err != nil {
-			return err
-		}
-		if err := l.processTriggers(env, pkgs); err != nil {
-			return err
-		}
-	}
-	if ch == nil {
-		for _, p := range pkgs {
-			para, err := statusEntry(env.Tree, p)
-			if err != nil {
-				return err
-			}
-			status.Put(para)
-		}
-		if err := writeTreeFile(env, dpkg.StatusPath, status.Bytes(), 0o644, env.Origin("", "dpkg status")); err != nil {
-			return err
-		}
-	}
-	if len(deferred) > 0 || len(later) > 0 {
-		if err := l.firstBootUnit(ctx, env, deferred, later); err != nil {
-			return err
-		}
-	}
-	return nil
+	return writeTreeFile(env, dpkg.StatusPath, status.Bytes(), 0o644, env.Origin("", "dpkg status"))
 }
 
 // load reads every suite's indexes, verified.

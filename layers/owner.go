@@ -71,10 +71,6 @@ func lookupAccount(t *rootfs.Tree, db, name string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	for i := range d.lines {
-		if rec := d.record(i); rec != nil && rec[0] == name {
-			return rec, nil
-		}
-	}
-	return nil, nil
+	_, rec := d.find(name)
+	return rec, nil
 }

@@ -11,14 +11,15 @@ import (
 	"strings"
 
 	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/rootfs/accountdb"
 )
 
 // The account databases, as shadow-utils names them.
 const (
-	passwdPath      = "/etc/passwd"
-	groupPath       = "/etc/group"
-	shadowPath      = "/etc/shadow"
-	gshadowPath     = "/etc/gshadow"
+	passwdPath      = accountdb.Passwd
+	groupPath       = accountdb.Group
+	shadowPath      = accountdb.Shadow
+	gshadowPath     = accountdb.Gshadow
 	loginDefsPath   = "/etc/login.defs"
 	useraddDefsPath = "/etc/default/useradd"
 )
@@ -75,11 +76,7 @@ func loadDB(t *rootfs.Tree, p string) (*dbFile, error) {
 // record splits line i into its fields, or returns nil for comments, blank
 // lines and NIS compat entries ("+", "-"), which are kept but never matched.
 func (d *dbFile) record(i int) []string {
-	l := d.lines[i]
-	if l == "" || l[0] == '#' || l[0] == '+' || l[0] == '-' || !strings.Contains(l, ":") {
-		return nil
-	}
-	return strings.Split(l, ":")
+	return accountdb.Fields(d.lines[i])
 }
 
 // find returns the index and fields of the record named name, or -1.

@@ -248,46 +248,9 @@ func extractOne(t *Tree, tr *tar.Reader, hdr *tar.Header, o *ExtractOptions, cre
 	case tar.TypeXGlobalHeader, 'V':
 		return nil
 	}
-	p, err := MemberPath(hdr.Name)
-	if err != nil {
+	p, origin, done, err := placeMember(t, hdr, o, created)
+	if done || err != nil {
 		return err
-	}
-	if o.Map != nil {
-		var ok bool
-		if p, ok = o.Map(p); !ok {
-			return nil
-		}
-	}
-	origin := o.Origin
-	origin.Member = strings.TrimPrefix(hdr.Name, "./")
-	if s := o.Snapshot; s != nil {
-		if p == "/" {
-			return nil // containerd ignores the member for the root
-		}
-		dir, base := path.Split(p)
-		rdir, err := t.ResolveIn(s.Dir, dir, true)
-		if err != nil {
-			return err
-		}
-		if s.Overlay {
-			if err := s.mkparent(t, rdir, Origin{Layer: origin.Layer, Input: origin.Input}); err != nil {
-				return err
-			}
-			if done, err := overlayWhiteout(t, rdir, base, hdr, origin); done || err != nil {
-				return err
-			}
-		} else if done, err := whiteout(t, rdir, base, created, true); done || err != nil {
-			return err
-		}
-		p = join(rdir, base)
-	} else if dir, base := path.Split(p); created != nil && strings.HasPrefix(base, whiteoutPrefix) {
-		rdir, err := t.Resolve(dir, true)
-		if err != nil {
-			return err
-		}
-		if done, err := whiteout(t, rdir, base, created, false); done || err != nil {
-			return err
-		}
 	}
 	if hdr.Uid < 0 || hdr.Gid < 0 || hdr.Uid > 1<<32-1 || hdr.Gid > 1<<32-1 {
 		return fmt.Errorf("owner %d:%d out of range", hdr.Uid, hdr.Gid)
@@ -338,74 +301,11 @@ func extractOne(t *Tree, tr *tar.Reader, hdr *tar.Header, o *ExtractOptions, cre
 	case tar.TypeFifo:
 		h.Type = TypeFifo
 	case tar.TypeLink:
-		target, err := MemberPath(hdr.Linkname)
-		if err != nil {
-			return fmt.Errorf("hard link target %q: %w", hdr.Linkname, err)
-		}
-		if o.Map != nil {
-			var ok bool
-			if target, ok = o.Map(target); !ok {
-				return fmt.Errorf("hard link target %q is not extracted", hdr.Linkname)
-			}
-		}
-		if s := o.Snapshot; s != nil {
-			// As containerd: the target's directory resolves inside the
-			// snapshot, its last component is not followed.
-			dir, base := path.Split(target)
-			rdir, err := t.ResolveIn(s.Dir, dir, true)
-			if err != nil {
-				return fmt.Errorf("hard link target %q: %w", hdr.Linkname, err)
-			}
-			target = join(rdir, base)
-		}
-		e, err := t.Link(p, target, h.Origin)
-		if err != nil {
-			return fmt.Errorf("hard link to %q: %w", hdr.Linkname, err)
-		}
-		if o.Snapshot != nil {
-			// containerd's applier sets the link member's owner, mode,
-			// mtime and xattrs on the file, and so on every link to it.
-			err := t.Update(e.Path, func(in *Inode) {
-				in.UID, in.GID, in.Perm, in.MTime = h.UID, h.GID, h.Perm, h.MTime
-				if len(h.Xattrs) > 0 {
-					x := make(map[string]string, len(in.Xattrs)+len(h.Xattrs))
-					for k, v := range in.Xattrs {
-						x[k] = v
-					}
-					for k, v := range h.Xattrs {
-						x[k] = v
-					}
-					in.Xattrs = x
-				}
-			})
-			if err != nil {
-				return err
-			}
-		}
-		if created != nil {
-			created[e.Path] = true
-		}
-		return nil
+		return extractLink(t, hdr, o, p, h, created)
 	default:
 		return fmt.Errorf("unsupported tar entry type %q", hdr.Typeflag)
 	}
-	var e *Entry
-	if h.Type == TypeRegular && o.archive != nil && contiguous(hdr) {
-		// archive/tar reads nothing ahead: the entry's data starts where
-		// the archive has been read to.
-		aw := o.archive
-		off := aw.n
-		if e, err = t.createRef(p, h, content, aw.a, off, hdr.Size); err != nil {
-			return err
-		}
-		if aw.n != off+hdr.Size {
-			return fmt.Errorf("content at %d..%d of the archive, but %d bytes were read", off, off+hdr.Size, aw.n-off)
-		}
-	} else if h.Type == TypeRegular && t.writes != nil && hdr.Size >= 0 && hdr.Size <= asyncMax {
-		e, err = t.createQueued(p, h, content, hdr.Size, hdr.Name)
-	} else {
-		e, err = t.Create(p, h, content)
-	}
+	e, err := createMember(t, hdr, o, p, h, content)
 	if err != nil {
 		return err
 	}
@@ -416,6 +316,131 @@ func extractOne(t *Tree, tr *tar.Reader, hdr *tar.Header, o *ExtractOptions, cre
 		created[e.Path] = true
 	}
 	return nil
+}
+
+// placeMember is where in t the member hdr goes, and its origin; done is
+// true when the member is handled already: left out by o.Map, the root in a
+// snapshot, or a whiteout.
+func placeMember(t *Tree, hdr *tar.Header, o *ExtractOptions, created map[string]bool) (p string, origin Origin, done bool, err error) {
+	p, err = MemberPath(hdr.Name)
+	if err != nil {
+		return "", origin, false, err
+	}
+	if o.Map != nil {
+		var ok bool
+		if p, ok = o.Map(p); !ok {
+			return "", origin, true, nil
+		}
+	}
+	origin = o.Origin
+	origin.Member = strings.TrimPrefix(hdr.Name, "./")
+	if s := o.Snapshot; s != nil {
+		if p == "/" {
+			return "", origin, true, nil // containerd ignores the member for the root
+		}
+		dir, base := path.Split(p)
+		rdir, err := t.ResolveIn(s.Dir, dir, true)
+		if err != nil {
+			return "", origin, false, err
+		}
+		if s.Overlay {
+			if err := s.mkparent(t, rdir, Origin{Layer: origin.Layer, Input: origin.Input}); err != nil {
+				return "", origin, false, err
+			}
+			if done, err := overlayWhiteout(t, rdir, base, hdr, origin); done || err != nil {
+				return "", origin, true, err
+			}
+		} else if done, err := whiteout(t, rdir, base, created, true); done || err != nil {
+			return "", origin, true, err
+		}
+		return join(rdir, base), origin, false, nil
+	}
+	if dir, base := path.Split(p); created != nil && strings.HasPrefix(base, whiteoutPrefix) {
+		rdir, err := t.Resolve(dir, true)
+		if err != nil {
+			return "", origin, false, err
+		}
+		if done, err := whiteout(t, rdir, base, created, false); done || err != nil {
+			return "", origin, true, err
+		}
+	}
+	return p, origin, false, nil
+}
+
+// extractLink makes p a hard link to the member's link target.
+func extractLink(t *Tree, hdr *tar.Header, o *ExtractOptions, p string, h Header, created map[string]bool) error {
+	target, err := MemberPath(hdr.Linkname)
+	if err != nil {
+		return fmt.Errorf("hard link target %q: %w", hdr.Linkname, err)
+	}
+	if o.Map != nil {
+		var ok bool
+		if target, ok = o.Map(target); !ok {
+			return fmt.Errorf("hard link target %q is not extracted", hdr.Linkname)
+		}
+	}
+	if s := o.Snapshot; s != nil {
+		// As containerd: the target's directory resolves inside the
+		// snapshot, its last component is not followed.
+		dir, base := path.Split(target)
+		rdir, err := t.ResolveIn(s.Dir, dir, true)
+		if err != nil {
+			return fmt.Errorf("hard link target %q: %w", hdr.Linkname, err)
+		}
+		target = join(rdir, base)
+	}
+	e, err := t.Link(p, target, h.Origin)
+	if err != nil {
+		return fmt.Errorf("hard link to %q: %w", hdr.Linkname, err)
+	}
+	if o.Snapshot != nil {
+		// containerd's applier sets the link member's owner, mode,
+		// mtime and xattrs on the file, and so on every link to it.
+		err := t.Update(e.Path, func(in *Inode) {
+			in.UID, in.GID, in.Perm, in.MTime = h.UID, h.GID, h.Perm, h.MTime
+			if len(h.Xattrs) > 0 {
+				x := make(map[string]string, len(in.Xattrs)+len(h.Xattrs))
+				for k, v := range in.Xattrs {
+					x[k] = v
+				}
+				for k, v := range h.Xattrs {
+					x[k] = v
+				}
+				in.Xattrs = x
+			}
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if created != nil {
+		created[e.Path] = true
+	}
+	return nil
+}
+
+// createMember creates p with content: a regular file's data is referred
+// to in the archive where it lies whole, queued for a writer when it is
+// small, and copied otherwise.
+func createMember(t *Tree, hdr *tar.Header, o *ExtractOptions, p string, h Header, content io.Reader) (*Entry, error) {
+	if h.Type == TypeRegular && o.archive != nil && contiguous(hdr) {
+		// archive/tar reads nothing ahead: the entry's data starts where
+		// the archive has been read to.
+		aw := o.archive
+		off := aw.n
+		e, err := t.createRef(p, h, content, aw.a, off, hdr.Size)
+		if err != nil {
+			return nil, err
+		}
+		if aw.n != off+hdr.Size {
+			return nil, fmt.Errorf("content at %d..%d of the archive, but %d bytes were read", off, off+hdr.Size, aw.n-off)
+		}
+		return e, nil
+	}
+	if h.Type == TypeRegular && t.writes != nil && hdr.Size >= 0 && hdr.Size <= asyncMax {
+		return t.createQueued(p, h, content, hdr.Size, hdr.Name)
+	}
+	return t.Create(p, h, content)
 }
 
 // contiguous reports whether a regular member's content is its data as it

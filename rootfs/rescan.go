@@ -64,14 +64,12 @@ func (t *Tree) rescan(ctx context.Context, origin Origin, owners *diskOwners) (*
 		// and their absence would read as removals.
 		return nil, errors.New("rescan of a tree that was not materialized before a host process ran on it")
 	}
-	ch := &Changes{}
-	seen := map[string]bool{}
-	byIno := map[uint64]*Entry{}
+	s := &rescanner{t: t, origin: origin, owners: owners, ch: &Changes{},
+		seen: map[string]bool{}, byIno: map[uint64]*Entry{}, done: map[*Inode]bool{}}
 	for _, p := range t.Paths() {
 		e := t.entries[p]
-		byIno[e.disk.ino] = e
+		s.byIno[e.disk.ino] = e
 	}
-	done := map[*Inode]bool{}
 	err := t.WalkDir(t.dir, func(hp string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -79,114 +77,144 @@ func (t *Tree) rescan(ctx context.Context, origin Origin, owners *diskOwners) (*
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		r, err := filepath.Rel(t.dir, hp)
-		if err != nil {
-			return err
-		}
-		p := "/"
-		if r != "." {
-			p = "/" + filepath.ToSlash(r)
-		}
-		fi, err := os.Lstat(hp)
-		if err != nil {
-			return err
-		}
-		if fi.IsDir() {
-			// Keep directories enterable and readable even if a hook chmodded them.
-			if fi.Mode().Perm()&0o700 != 0o700 {
-				if err := os.Chmod(hp, fi.Mode().Perm()|0o700); err != nil {
-					return err
-				}
-			}
-		}
-		seen[p] = true
-		st := stateOf(fi)
-		e := t.entries[p]
-		typ := TypeOf(fi.Mode())
-		if e != nil && !sameType(e, typ, fi) {
-			if err := t.forget(p); err != nil {
-				return err
-			}
-			ch.Removed = append(ch.Removed, p)
-			e = nil
-		}
-		if e == nil {
-			if old := byIno[st.ino]; old != nil && old.Type != TypeDir && old.disk.ino == st.ino && stillThere(t, old) {
-				old.nlink++
-				t.add(&Entry{Path: p, Inode: old.Inode, Origin: origin})
-				ch.Added = append(ch.Added, p)
-				return nil
-			}
-			in, err := t.inodeFromDisk(hp, fi, typ, owners)
-			if err != nil {
-				return fmt.Errorf("%s: %w", p, err)
-			}
-			in.nlink = 1
-			ne := &Entry{Path: p, Inode: in, Origin: origin}
-			t.add(ne)
-			ch.Added = append(ch.Added, p)
-			if err := t.syncDisk(p, in); err != nil {
-				return err
-			}
-			if typ != TypeDir {
-				// A later name for the same new inode is a hard link to it.
-				byIno[in.disk.ino] = ne
-			}
-			return nil
-		}
-		if done[e.Inode] || (st.ctime == e.disk.ctime && st.ino == e.disk.ino) {
-			return nil
-		}
-		done[e.Inode] = true
-		changed := false
-		if mode := st.mode & 07777; mode != e.disk.mode&07777 {
-			e.Perm, changed = mode, true
-		}
-		if owners != nil && (st.uid != e.disk.uid || st.gid != e.disk.gid) {
-			e.UID, e.GID = owners.image(st.uid, st.gid)
-			changed = true
-		}
-		switch typ {
-		case TypeRegular:
-			if e.Type == TypeRegular {
-				digest, size, err := hashio.File(hp, true)
-				if err != nil {
-					return fmt.Errorf("%s: %w", p, err)
-				}
-				if size != e.Size || digest != e.Digest {
-					e.Size, e.Digest = size, digest
-					e.MTime, changed = fi.ModTime(), true
-				}
-			}
-		case TypeSymlink:
-			target, err := os.Readlink(hp)
-			if err != nil {
-				return err
-			}
-			if target != e.Target {
-				e.Target, e.MTime, changed = target, fi.ModTime(), true
-			}
-		}
-		// A directory's ctime moves whenever an entry is added under it; that
-		// is not a change to the directory itself.
-		if changed {
-			e.Origin = origin
-			ch.Modified = append(ch.Modified, p)
-		}
-		return t.syncDisk(p, e.Inode)
+		return s.visit(hp)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("rescanning tree: %w", err)
 	}
 	for _, p := range append([]string(nil), t.Paths()...) {
-		if !seen[p] && t.entries[p] != nil {
-			ch.Removed = append(ch.Removed, p)
+		if !s.seen[p] && t.entries[p] != nil {
+			s.ch.Removed = append(s.ch.Removed, p)
 			if err := t.forget(p); err != nil {
 				return nil, err
 			}
 		}
 	}
-	return ch, nil
+	return s.ch, nil
+}
+
+// rescanner is one rescan's walk of the directory.
+type rescanner struct {
+	t      *Tree
+	origin Origin
+	owners *diskOwners
+	ch     *Changes
+	seen   map[string]bool   // every path found on disk
+	byIno  map[uint64]*Entry // by disk inode, to find hard links
+	done   map[*Inode]bool   // inodes checked already, under another name
+}
+
+// visit brings the entry at host path hp up to date with the disk.
+func (s *rescanner) visit(hp string) error {
+	t := s.t
+	r, err := filepath.Rel(t.dir, hp)
+	if err != nil {
+		return err
+	}
+	p := "/"
+	if r != "." {
+		p = "/" + filepath.ToSlash(r)
+	}
+	fi, err := os.Lstat(hp)
+	if err != nil {
+		return err
+	}
+	if fi.IsDir() {
+		// Keep directories enterable and readable even if a hook chmodded them.
+		if fi.Mode().Perm()&0o700 != 0o700 {
+			if err := os.Chmod(hp, fi.Mode().Perm()|0o700); err != nil {
+				return err
+			}
+		}
+	}
+	s.seen[p] = true
+	st := stateOf(fi)
+	e := t.entries[p]
+	typ := TypeOf(fi.Mode())
+	if e != nil && !sameType(e, typ, fi) {
+		if err := t.forget(p); err != nil {
+			return err
+		}
+		s.ch.Removed = append(s.ch.Removed, p)
+		e = nil
+	}
+	if e == nil {
+		return s.addNew(p, hp, fi, st, typ)
+	}
+	if s.done[e.Inode] || (st.ctime == e.disk.ctime && st.ino == e.disk.ino) {
+		return nil
+	}
+	s.done[e.Inode] = true
+	return s.update(e, p, hp, fi, st, typ)
+}
+
+// addNew adds the entry found at p: a hard link to a known inode, or a new
+// inode read from the disk.
+func (s *rescanner) addNew(p, hp string, fi os.FileInfo, st diskState, typ Type) error {
+	t := s.t
+	if old := s.byIno[st.ino]; old != nil && old.Type != TypeDir && old.disk.ino == st.ino && stillThere(t, old) {
+		old.nlink++
+		t.add(&Entry{Path: p, Inode: old.Inode, Origin: s.origin})
+		s.ch.Added = append(s.ch.Added, p)
+		return nil
+	}
+	in, err := t.inodeFromDisk(hp, fi, typ, s.owners)
+	if err != nil {
+		return fmt.Errorf("%s: %w", p, err)
+	}
+	in.nlink = 1
+	ne := &Entry{Path: p, Inode: in, Origin: s.origin}
+	t.add(ne)
+	s.ch.Added = append(s.ch.Added, p)
+	if err := t.syncDisk(p, in); err != nil {
+		return err
+	}
+	if typ != TypeDir {
+		// A later name for the same new inode is a hard link to it.
+		s.byIno[in.disk.ino] = ne
+	}
+	return nil
+}
+
+// update takes into e, at p, what changed on disk: its mode, its owner (when the
+// process's chowns were real), a file's content, a symlink's target.
+func (s *rescanner) update(e *Entry, p, hp string, fi os.FileInfo, st diskState, typ Type) error {
+	changed := false
+	if mode := st.mode & 07777; mode != e.disk.mode&07777 {
+		e.Perm, changed = mode, true
+	}
+	if s.owners != nil && (st.uid != e.disk.uid || st.gid != e.disk.gid) {
+		e.UID, e.GID = s.owners.image(st.uid, st.gid)
+		changed = true
+	}
+	switch typ {
+	case TypeRegular:
+		if e.Type == TypeRegular {
+			digest, size, err := hashio.File(hp, true)
+			if err != nil {
+				return fmt.Errorf("%s: %w", p, err)
+			}
+			if size != e.Size || digest != e.Digest {
+				e.Size, e.Digest = size, digest
+				e.MTime, changed = fi.ModTime(), true
+			}
+		}
+	case TypeSymlink:
+		target, err := os.Readlink(hp)
+		if err != nil {
+			return err
+		}
+		if target != e.Target {
+			e.Target, e.MTime, changed = target, fi.ModTime(), true
+		}
+	}
+	// A directory's ctime moves whenever an entry is added under it; that
+	// is not a change to the directory itself.
+	if changed {
+		e.Origin = s.origin
+		s.ch.Modified = append(s.ch.Modified, p)
+	}
+	return s.t.syncDisk(p, e.Inode)
 }
 
 // stillThere reports whether an entry's own path still holds its inode on disk.

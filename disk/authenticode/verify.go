@@ -59,8 +59,32 @@ func parseSignedData(der []byte) (*Signature, error) {
 		!ci.ReadASN1(&sd, cbasn1.Tag(0).ContextSpecific().Constructed()) || !sd.ReadASN1(&sd, cbasn1.SEQUENCE) {
 		return nil, errMalformed
 	}
+	s, err := readIndirectData(&sd)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.readCertificates(&sd); err != nil {
+		return nil, err
+	}
+	if sd.PeekASN1Tag(cbasn1.Tag(1).ContextSpecific().Constructed()) && !sd.SkipASN1(cbasn1.Tag(1).ContextSpecific().Constructed()) {
+		return nil, errMalformed
+	}
+	var signers cryptobyte.String
+	if !sd.ReadASN1(&signers, cbasn1.SET) {
+		return nil, errMalformed
+	}
+	if err := s.readSigner(signers); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// readIndirectData reads the signed data's version, digest algorithms and
+// content, which must be an SpcIndirectDataContent, into a Signature with
+// its content and the image digest it holds.
+func readIndirectData(sd *cryptobyte.String) (*Signature, error) {
 	var version int64
-	var algs, content, contentType, certs, signers cryptobyte.String
+	var algs, content, contentType cryptobyte.String
 	var ctype asn1.ObjectIdentifier
 	if !sd.ReadASN1Integer(&version) || !sd.ReadASN1(&algs, cbasn1.SET) || !sd.ReadASN1(&content, cbasn1.SEQUENCE) ||
 		!content.ReadASN1ObjectIdentifier(&ctype) {
@@ -80,48 +104,79 @@ func parseSignedData(der []byte) (*Signature, error) {
 		return nil, errMalformed
 	}
 	s.Digest = append([]byte(nil), digest...)
-	if sd.PeekASN1Tag(cbasn1.Tag(0).ContextSpecific().Constructed()) {
-		if !sd.ReadASN1(&certs, cbasn1.Tag(0).ContextSpecific().Constructed()) {
-			return nil, errMalformed
+	return s, nil
+}
+
+// readCertificates reads the signed data's optional certificates.
+func (s *Signature) readCertificates(sd *cryptobyte.String) error {
+	if !sd.PeekASN1Tag(cbasn1.Tag(0).ContextSpecific().Constructed()) {
+		return nil
+	}
+	var certs cryptobyte.String
+	if !sd.ReadASN1(&certs, cbasn1.Tag(0).ContextSpecific().Constructed()) {
+		return errMalformed
+	}
+	for !certs.Empty() {
+		var c cryptobyte.String
+		if !certs.ReadASN1Element(&c, cbasn1.SEQUENCE) {
+			return errMalformed
 		}
-		for !certs.Empty() {
-			var c cryptobyte.String
-			if !certs.ReadASN1Element(&c, cbasn1.SEQUENCE) {
-				return nil, errMalformed
-			}
-			cert, err := x509.ParseCertificate(c)
-			if err != nil {
-				return nil, err
-			}
-			s.Certificates = append(s.Certificates, cert)
+		cert, err := x509.ParseCertificate(c)
+		if err != nil {
+			return err
 		}
+		s.Certificates = append(s.Certificates, cert)
 	}
-	if sd.PeekASN1Tag(cbasn1.Tag(1).ContextSpecific().Constructed()) && !sd.SkipASN1(cbasn1.Tag(1).ContextSpecific().Constructed()) {
-		return nil, errMalformed
-	}
-	if !sd.ReadASN1(&signers, cbasn1.SET) {
-		return nil, errMalformed
-	}
+	return nil
+}
+
+// readSigner reads the one SignerInfo of signers: its authenticated
+// attributes, its signature, and which certificate is the signer's.
+func (s *Signature) readSigner(signers cryptobyte.String) error {
 	var si, issuerSerial, issuer, attrs, sig cryptobyte.String
 	var siVersion int64
 	serial := new(big.Int)
 	var digestAlg, sigAlg asn1.ObjectIdentifier
 	var alg cryptobyte.String
 	if !signers.ReadASN1(&si, cbasn1.SEQUENCE) || !signers.Empty() {
-		return nil, errors.New("the signature does not have exactly one signer")
+		return errors.New("the signature does not have exactly one signer")
 	}
 	if !si.ReadASN1Integer(&siVersion) || !si.ReadASN1(&issuerSerial, cbasn1.SEQUENCE) ||
 		!issuerSerial.ReadASN1Element(&issuer, cbasn1.SEQUENCE) || !issuerSerial.ReadASN1Integer(serial) ||
 		!si.ReadASN1(&alg, cbasn1.SEQUENCE) || !alg.ReadASN1ObjectIdentifier(&digestAlg) {
-		return nil, errMalformed
+		return errMalformed
 	}
 	if !digestAlg.Equal(oidSHA256) {
-		return nil, fmt.Errorf("the signer's digest algorithm is %v, not SHA-256", digestAlg)
+		return fmt.Errorf("the signer's digest algorithm is %v, not SHA-256", digestAlg)
 	}
 	var attrsTag cbasn1.Tag
 	if !si.PeekASN1Tag(cbasn1.Tag(0).ContextSpecific().Constructed()) || !si.ReadAnyASN1(&attrs, &attrsTag) {
-		return nil, errors.New("the signer has no authenticated attributes")
+		return errors.New("the signer has no authenticated attributes")
 	}
+	if err := s.readAttributes(attrs); err != nil {
+		return err
+	}
+	if !si.ReadASN1(&alg, cbasn1.SEQUENCE) || !alg.ReadASN1ObjectIdentifier(&sigAlg) || !si.ReadASN1(&sig, cbasn1.OCTET_STRING) {
+		return errMalformed
+	}
+	if !sigAlg.Equal(oidRSAEncryption) {
+		return fmt.Errorf("the signature algorithm is %v, not RSA", sigAlg)
+	}
+	s.signature = append([]byte(nil), sig...)
+	for _, c := range s.Certificates {
+		if bytes.Equal(c.RawIssuer, issuer) && c.SerialNumber.Cmp(serial) == 0 {
+			s.Signer = c
+		}
+	}
+	if s.Signer == nil {
+		return errors.New("the signature does not carry its signer's certificate")
+	}
+	return nil
+}
+
+// readAttributes keeps the signer's authenticated attributes as the
+// signature covers them, and the message digest among them.
+func (s *Signature) readAttributes(attrs cryptobyte.String) error {
 	// The signature covers the attributes as a SET OF, not under their
 	// [0] tag.
 	var set cryptobyte.Builder
@@ -131,32 +186,17 @@ func parseSignedData(der []byte) (*Signature, error) {
 		var a, vals cryptobyte.String
 		var oid asn1.ObjectIdentifier
 		if !rest.ReadASN1(&a, cbasn1.SEQUENCE) || !a.ReadASN1ObjectIdentifier(&oid) || !a.ReadASN1(&vals, cbasn1.SET) {
-			return nil, errMalformed
+			return errMalformed
 		}
 		if oid.Equal(oidMessageDigest) {
 			var md cryptobyte.String
 			if !vals.ReadASN1(&md, cbasn1.OCTET_STRING) {
-				return nil, errMalformed
+				return errMalformed
 			}
 			s.md = append([]byte(nil), md...)
 		}
 	}
-	if !si.ReadASN1(&alg, cbasn1.SEQUENCE) || !alg.ReadASN1ObjectIdentifier(&sigAlg) || !si.ReadASN1(&sig, cbasn1.OCTET_STRING) {
-		return nil, errMalformed
-	}
-	if !sigAlg.Equal(oidRSAEncryption) {
-		return nil, fmt.Errorf("the signature algorithm is %v, not RSA", sigAlg)
-	}
-	s.signature = append([]byte(nil), sig...)
-	for _, c := range s.Certificates {
-		if bytes.Equal(c.RawIssuer, issuer) && c.SerialNumber.Cmp(serial) == 0 {
-			s.Signer = c
-		}
-	}
-	if s.Signer == nil {
-		return nil, errors.New("the signature does not carry its signer's certificate")
-	}
-	return s, nil
+	return nil
 }
 
 // Verify checks the signature itself: that the message digest attribute is

@@ -40,23 +40,8 @@ func (w *writer) writeMetadata() error {
 		if nUsed == 0 {
 			d.flags |= bgInodeUninit
 		}
-
-		// Inode table: only the blocks that hold used inodes.
-		tb := table[:ceilDiv(uint64(nUsed)*inodeSize, blockSize)*blockSize]
-		clear(tb)
-		for k := uint32(0); k < nUsed; k++ {
-			ino := first + k
-			b := tb[k*inodeSize : (k+1)*inodeSize]
-			n := inodes[ino]
-			if n != nil && n.typ == rootfs.TypeDir {
-				d.usedDirs++
-			}
-			w.encodeInode(b, ino, w.inodeFields(ino, n))
-		}
-		if len(tb) > 0 {
-			if err := w.out.write(lay.it[gi], tb); err != nil {
-				return err
-			}
+		if err := w.writeInodeTable(gi, d, inodes, nUsed, table); err != nil {
+			return err
 		}
 
 		// Inode bitmap, with the bits past the group's inodes set.
@@ -67,24 +52,7 @@ func (w *writer) writeMetadata() error {
 		if err := w.writeIfNonZero(lay.ib[gi], bitmap[:]); err != nil {
 			return err
 		}
-
-		// Block bitmap, with the bits past the group's blocks set.
-		clear(bitmap[:])
-		start, nblk := g.groupStart(gi), g.groupBlocks(gi)
-		var inUse uint64
-		for ri < len(used) && used[ri].end() <= start {
-			ri++
-		}
-		for k := ri; k < len(used) && used[k].start < start+nblk; k++ {
-			s := max(used[k].start, start)
-			e := min(used[k].end(), start+nblk)
-			setBits(bitmap[:], s-start, e-start)
-			inUse += e - s
-		}
-		setBits(bitmap[:], nblk, blockSize*8)
-		d.freeBlocks = uint32(nblk - inUse)
-		d.bbCsum = crc32c(w.fsSeed, bitmap[:g.bpg/8])
-		if err := w.writeIfNonZero(lay.bb[gi], bitmap[:]); err != nil {
+		if err := w.writeBlockBitmap(gi, d, used, &ri, bitmap[:]); err != nil {
 			return err
 		}
 		si.freeBlocks += uint64(d.freeBlocks)
@@ -94,12 +62,63 @@ func (w *writer) writeMetadata() error {
 	if err := w.writeResizeBlocks(); err != nil {
 		return err
 	}
+	return w.writeSuperblocks(descs, &si)
+}
 
+// writeInodeTable writes the blocks of group gi's inode table that hold
+// its nUsed used inodes, using table as its buffer. inodes holds the node
+// of every inode number, nil for none.
+func (w *writer) writeInodeTable(gi uint32, d *groupDesc, inodes []*node, nUsed uint32, table []byte) error {
+	first := gi*w.g.ipg + 1
+	tb := table[:ceilDiv(uint64(nUsed)*inodeSize, blockSize)*blockSize]
+	clear(tb)
+	for k := uint32(0); k < nUsed; k++ {
+		ino := first + k
+		b := tb[k*inodeSize : (k+1)*inodeSize]
+		n := inodes[ino]
+		if n != nil && n.typ == rootfs.TypeDir {
+			d.usedDirs++
+		}
+		w.encodeInode(b, ino, w.inodeFields(ino, n))
+	}
+	if len(tb) > 0 {
+		return w.out.write(w.lay.it[gi], tb)
+	}
+	return nil
+}
+
+// writeBlockBitmap writes group gi's block bitmap, from the merged used
+// ranges, with the bits past the group's blocks set. *ri is the first
+// range that may reach into the group, and moves on as groups do.
+func (w *writer) writeBlockBitmap(gi uint32, d *groupDesc, used []rng, ri *int, bitmap []byte) error {
+	g := w.g
+	clear(bitmap)
+	start, nblk := g.groupStart(gi), g.groupBlocks(gi)
+	var inUse uint64
+	for *ri < len(used) && used[*ri].end() <= start {
+		*ri++
+	}
+	for k := *ri; k < len(used) && used[k].start < start+nblk; k++ {
+		s := max(used[k].start, start)
+		e := min(used[k].end(), start+nblk)
+		setBits(bitmap, s-start, e-start)
+		inUse += e - s
+	}
+	setBits(bitmap, nblk, blockSize*8)
+	d.freeBlocks = uint32(nblk - inUse)
+	d.bbCsum = crc32c(w.fsSeed, bitmap[:g.bpg/8])
+	return w.writeIfNonZero(w.lay.bb[gi], bitmap)
+}
+
+// writeSuperblocks writes the superblock and the group descriptors, and
+// their copies in the backup groups.
+func (w *writer) writeSuperblocks(descs []groupDesc, si *superInfo) error {
+	g := w.g
 	gdt := make([]byte, uint64(g.descBlocks)*blockSize)
 	for gi := uint32(0); gi < g.groups; gi++ {
 		w.descriptor(gdt[gi*descSize:], gi, &descs[gi])
 	}
-	si.overhead = lay.metaBlocks + uint64(g.journal)
+	si.overhead = w.lay.metaBlocks + uint64(g.journal)
 	si.journalBlks = w.journal.iblock
 	si.journalSize = w.journal.size
 	w.summary.free = si.freeBlocks
@@ -107,7 +126,7 @@ func (w *writer) writeMetadata() error {
 	var sb [blockSize]byte
 	for _, gi := range append([]uint32{0}, g.backupGroups()...) {
 		clear(sb[:])
-		w.superblock(sb[1024:2048], gi, &si)
+		w.superblock(sb[1024:2048], gi, si)
 		at := g.groupStart(gi)
 		if gi == 0 {
 			// The primary superblock sits 1024 bytes into block 0, after

@@ -186,106 +186,33 @@ func (e *DirEntry) Mode() fs.FileMode {
 
 // readDir parses the directory at cluster first (0: the root).
 func (f *FS) readDir(first uint32) ([]*DirEntry, error) {
-	var raw []byte
-	if first == 0 && f.g.Type != FAT32 {
-		raw = make([]byte, f.g.rootSectors()*sectorSize)
-		if _, err := f.r.ReadAt(raw, f.g.rootOffset()); err != nil {
-			return nil, fmt.Errorf("fat: root directory: %w", err)
-		}
-	} else {
-		if first == 0 {
-			first = f.rootClus
-		}
-		cs, err := f.chain(first)
-		if err != nil {
-			return nil, err
-		}
-		if int64(len(cs))*f.g.ClusterSize() > maxDirBytes {
-			return nil, fmt.Errorf("fat: the directory at cluster %d spans %d clusters, more than 65536 entries", first, len(cs))
-		}
-		raw = make([]byte, int64(len(cs))*f.g.ClusterSize())
-		for i, c := range cs {
-			if _, err := f.r.ReadAt(raw[int64(i)*f.g.ClusterSize():int64(i+1)*f.g.ClusterSize()], f.g.clusterOffset(c)); err != nil {
-				return nil, fmt.Errorf("fat: directory cluster %d: %w", c, err)
-			}
-		}
+	raw, err := f.dirBytes(first)
+	if err != nil {
+		return nil, err
 	}
 	var out []*DirEntry
-	var lfn []uint16
-	var lfnSum uint8
-	lfnNext := 0 // the sequence number the next long-name entry must have
+	var ln longName
 	for p := 0; p+dirEntSize <= len(raw); p += dirEntSize {
 		e := raw[p : p+dirEntSize]
 		switch {
 		case e[0] == 0:
 			return out, nil
 		case e[0] == deletedMark:
-			lfnNext = 0
+			ln.next = 0
 			continue
 		case e[11]&0x3F == attrLFN:
-			seq := int(e[0] & 0x1F)
-			if e[0]&lfnLast != 0 {
-				lfn, lfnSum, lfnNext = make([]uint16, seq*lfnChars), e[13], seq
-			}
-			if seq == 0 || seq != lfnNext || e[13] != lfnSum {
-				lfnNext = 0
-				continue
-			}
-			part := lfn[(seq-1)*lfnChars : seq*lfnChars]
-			for k := range part {
-				at := 1 + 2*k
-				if k >= 11 {
-					at = 28 + 2*(k-11)
-				} else if k >= 5 {
-					at = 14 + 2*(k-5)
-				}
-				part[k] = binary.LittleEndian.Uint16(e[at:])
-			}
-			lfnNext--
+			ln.add(e)
 			continue
 		case e[11]&attrVolumeID != 0:
-			lfnNext = 0
+			ln.next = 0
 			continue
 		}
 		var sn [11]byte
 		copy(sn[:], e[:11])
-		long := ""
-		if lfnNext == 0 && lfn != nil && checksum(sn) == lfnSum {
-			u := lfn
-			for i, c := range u {
-				if c == 0 {
-					u = u[:i]
-					break
-				}
-			}
-			long = string(utf16.Decode(u))
-		}
-		lfn, lfnNext = nil, 0
-		if sn[0] == 0x05 {
-			sn[0] = deletedMark
-		}
-		base := strings.TrimRight(string(sn[:8]), " ")
-		ext := strings.TrimRight(string(sn[8:]), " ")
-		if base == "." || base == ".." {
+		long := ln.take(sn)
+		short, long, dots := entryNames(e, sn, long)
+		if dots {
 			continue
-		}
-		short := base
-		if ext != "" {
-			short += "." + ext
-		}
-		if long == "" {
-			// Windows NT and Linux mark all-lower-case 8.3 names with these
-			// bits instead of writing a long name.
-			if e[12]&0x08 != 0 {
-				base = strings.ToLower(base)
-			}
-			if e[12]&0x10 != 0 {
-				ext = strings.ToLower(ext)
-			}
-			long = base
-			if ext != "" {
-				long += "." + ext
-			}
 		}
 		date, tm := binary.LittleEndian.Uint16(e[24:]), binary.LittleEndian.Uint16(e[22:])
 		out = append(out, &DirEntry{
@@ -296,6 +223,119 @@ func (f *FS) readDir(first uint32) ([]*DirEntry, error) {
 		})
 	}
 	return out, nil
+}
+
+// dirBytes reads the directory at cluster first (0: the root): FAT12 and
+// FAT16 keep the root in a region of its own, FAT32 in a cluster chain.
+func (f *FS) dirBytes(first uint32) ([]byte, error) {
+	if first == 0 && f.g.Type != FAT32 {
+		raw := make([]byte, f.g.rootSectors()*sectorSize)
+		if _, err := f.r.ReadAt(raw, f.g.rootOffset()); err != nil {
+			return nil, fmt.Errorf("fat: root directory: %w", err)
+		}
+		return raw, nil
+	}
+	if first == 0 {
+		first = f.rootClus
+	}
+	cs, err := f.chain(first)
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(cs))*f.g.ClusterSize() > maxDirBytes {
+		return nil, fmt.Errorf("fat: the directory at cluster %d spans %d clusters, more than 65536 entries", first, len(cs))
+	}
+	raw := make([]byte, int64(len(cs))*f.g.ClusterSize())
+	for i, c := range cs {
+		if _, err := f.r.ReadAt(raw[int64(i)*f.g.ClusterSize():int64(i+1)*f.g.ClusterSize()], f.g.clusterOffset(c)); err != nil {
+			return nil, fmt.Errorf("fat: directory cluster %d: %w", c, err)
+		}
+	}
+	return raw, nil
+}
+
+// longName is a VFAT long name being gathered from the entries before a
+// short entry, last part first.
+type longName struct {
+	chars []uint16
+	sum   uint8 // the short name's checksum every part carries
+	next  int   // the sequence number the next long-name entry must have
+}
+
+// add takes in the long-name entry e; one out of sequence, or with another
+// checksum, spoils the name.
+func (ln *longName) add(e []byte) {
+	seq := int(e[0] & 0x1F)
+	if e[0]&lfnLast != 0 {
+		ln.chars, ln.sum, ln.next = make([]uint16, seq*lfnChars), e[13], seq
+	}
+	if seq == 0 || seq != ln.next || e[13] != ln.sum {
+		ln.next = 0
+		return
+	}
+	part := ln.chars[(seq-1)*lfnChars : seq*lfnChars]
+	for k := range part {
+		at := 1 + 2*k
+		if k >= 11 {
+			at = 28 + 2*(k-11)
+		} else if k >= 5 {
+			at = 14 + 2*(k-5)
+		}
+		part[k] = binary.LittleEndian.Uint16(e[at:])
+	}
+	ln.next--
+}
+
+// take returns the long name gathered for the short name sn, "" if none
+// is whole and matches it, and starts a new one.
+func (ln *longName) take(sn [11]byte) string {
+	long := ""
+	if ln.next == 0 && ln.chars != nil && checksum(sn) == ln.sum {
+		u := ln.chars
+		for i, c := range u {
+			if c == 0 {
+				u = u[:i]
+				break
+			}
+		}
+		long = string(utf16.Decode(u))
+	}
+	ln.chars, ln.next = nil, 0
+	return long
+}
+
+// entryNames are the 8.3 name of the short entry e, whose name field is
+// sn, and its long name: long, or else the 8.3 name in the case its flags
+// say. dots is true for the "." and ".." entries.
+func entryNames(e []byte, sn [11]byte, long string) (short, name string, dots bool) {
+	if sn[0] == 0x05 {
+		sn[0] = deletedMark
+	}
+	base := strings.TrimRight(string(sn[:8]), " ")
+	ext := strings.TrimRight(string(sn[8:]), " ")
+	if base == "." || base == ".." {
+		return "", "", true
+	}
+	short = base
+	if ext != "" {
+		short += "." + ext
+	}
+	if long != "" {
+		return short, long, false
+	}
+	// Windows NT and Linux mark all-lower-case 8.3 names with these
+	// bits instead of writing a long name.
+	if e[12]&0x08 != 0 {
+		base = strings.ToLower(base)
+	}
+	if e[12]&0x10 != 0 {
+		ext = strings.ToLower(ext)
+	}
+	name = base
+	if ext != "" {
+		name += "." + ext
+	}
+	return short, name, false
 }
 
 // lookup finds the entry at an io/fs path; "." is the root, returned as nil.

@@ -57,26 +57,58 @@ func (v *Volume) File(name string) *FileInfo {
 // catalog of an image of size bytes.
 func Open(r io.ReaderAt, size int64) (*Volume, error) {
 	v := &Volume{}
-	sector := make([]byte, SectorSize)
-	read := func(n uint32) error {
-		off := int64(n) * SectorSize
-		if off+SectorSize > size {
-			return fmt.Errorf("iso9660: sector %d is past the end of the %d-byte image", n, size)
-		}
-		_, err := r.ReadAt(sector, off)
-		return err
+	im := &image{r: r, size: size, sector: make([]byte, SectorSize)}
+	pvd, catalog, err := im.descriptors()
+	if err != nil {
+		return nil, err
 	}
-	var pvd []byte
-	catalog := uint32(0)
+	if bs := binary.LittleEndian.Uint16(pvd[128:]); bs != SectorSize {
+		return nil, fmt.Errorf("iso9660: logical block size %d; only %d is read", bs, SectorSize)
+	}
+	v.ID = strings.TrimRight(string(pvd[40:72]), " ")
+	v.Size = int64(binary.LittleEndian.Uint32(pvd[80:])) * SectorSize
+	if v.Files, err = im.rootFiles(pvd[156:190]); err != nil {
+		return nil, err
+	}
+	if catalog == 0 {
+		return v, nil
+	}
+	if v.Boot, err = im.bootCatalog(catalog); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// image is an image being opened, read a sector at a time.
+type image struct {
+	r      io.ReaderAt
+	size   int64
+	sector []byte // the sector read last
+}
+
+func (im *image) read(n uint32) error {
+	off := int64(n) * SectorSize
+	if off+SectorSize > im.size {
+		return fmt.Errorf("iso9660: sector %d is past the end of the %d-byte image", n, im.size)
+	}
+	_, err := im.r.ReadAt(im.sector, off)
+	return err
+}
+
+// descriptors reads the volume descriptor set: it returns the primary
+// volume descriptor, and the boot catalog's sector that an El Torito boot
+// record names (0 for none).
+func (im *image) descriptors() (pvd []byte, catalog uint32, err error) {
+	sector := im.sector
 	for n, done := uint32(systemSectors), false; !done; n++ {
 		if n > systemSectors+32 {
-			return nil, errors.New("iso9660: no volume descriptor set terminator")
+			return nil, 0, errors.New("iso9660: no volume descriptor set terminator")
 		}
-		if err := read(n); err != nil {
-			return nil, err
+		if err := im.read(n); err != nil {
+			return nil, 0, err
 		}
 		if string(sector[1:6]) != "CD001" || sector[6] != 1 {
-			return nil, fmt.Errorf("iso9660: sector %d is no volume descriptor", n)
+			return nil, 0, fmt.Errorf("iso9660: sector %d is no volume descriptor", n)
 		}
 		switch sector[0] {
 		case 1:
@@ -92,25 +124,25 @@ func Open(r io.ReaderAt, size int64) (*Volume, error) {
 		}
 	}
 	if pvd == nil {
-		return nil, errors.New("iso9660: no primary volume descriptor")
+		return nil, 0, errors.New("iso9660: no primary volume descriptor")
 	}
-	if bs := binary.LittleEndian.Uint16(pvd[128:]); bs != SectorSize {
-		return nil, fmt.Errorf("iso9660: logical block size %d; only %d is read", bs, SectorSize)
-	}
-	v.ID = strings.TrimRight(string(pvd[40:72]), " ")
-	v.Size = int64(binary.LittleEndian.Uint32(pvd[80:])) * SectorSize
-	root := pvd[156:190]
+	return pvd, catalog, nil
+}
+
+// rootFiles lists the root directory, whose directory record is root.
+func (im *image) rootFiles(root []byte) ([]FileInfo, error) {
 	if root[0] != 34 || root[25]&2 == 0 {
 		return nil, errors.New("iso9660: the root directory record is damaged")
 	}
 	rootAt, rootLen := binary.LittleEndian.Uint32(root[2:]), binary.LittleEndian.Uint32(root[10:])
-	if rootLen > 1<<20 || int64(rootAt)*SectorSize+int64(rootLen) > size {
+	if rootLen > 1<<20 || int64(rootAt)*SectorSize+int64(rootLen) > im.size {
 		return nil, fmt.Errorf("iso9660: root directory of %d bytes at sector %d", rootLen, rootAt)
 	}
 	dir := make([]byte, rootLen)
-	if _, err := r.ReadAt(dir, int64(rootAt)*SectorSize); err != nil {
+	if _, err := im.r.ReadAt(dir, int64(rootAt)*SectorSize); err != nil {
 		return nil, err
 	}
+	var files []FileInfo
 	for at := 0; at < len(dir); {
 		n := int(dir[at])
 		if n == 0 { // records do not cross sectors: the rest of this one is empty
@@ -129,17 +161,21 @@ func Open(r io.ReaderAt, size int64) (*Volume, error) {
 		name, _, _ = strings.Cut(name, ";")
 		f := FileInfo{Name: strings.TrimSuffix(name, "."), Dir: rec[25]&2 != 0,
 			Extent: Extent{int64(binary.LittleEndian.Uint32(rec[2:])) * SectorSize, int64(binary.LittleEndian.Uint32(rec[10:]))}}
-		if f.Offset+f.Size > size {
+		if f.Offset+f.Size > im.size {
 			return nil, fmt.Errorf("iso9660: %s ends past the image", f.Name)
 		}
-		v.Files = append(v.Files, f)
+		files = append(files, f)
 	}
-	if catalog == 0 {
-		return v, nil
-	}
-	if err := read(catalog); err != nil {
+	return files, nil
+}
+
+// bootCatalog reads the El Torito boot catalog at sector catalog: the
+// default entry, then each section's entries.
+func (im *image) bootCatalog(catalog uint32) ([]BootInfo, error) {
+	if err := im.read(catalog); err != nil {
 		return nil, fmt.Errorf("iso9660: boot catalog: %w", err)
 	}
+	sector := im.sector
 	var sum uint16
 	for i := 0; i < 32; i += 2 {
 		sum += binary.LittleEndian.Uint16(sector[i:])
@@ -147,8 +183,9 @@ func Open(r io.ReaderAt, size int64) (*Volume, error) {
 	if sector[0] != 1 || sector[30] != 0x55 || sector[31] != 0xaa || sum != 0 {
 		return nil, errors.New("iso9660: the boot catalog's validation entry is damaged")
 	}
+	var boot []BootInfo
 	entry := func(e []byte, p Platform) {
-		v.Boot = append(v.Boot, BootInfo{Platform: p, Bootable: e[0] == 0x88, Media: e[1] & 0x0f,
+		boot = append(boot, BootInfo{Platform: p, Bootable: e[0] == 0x88, Media: e[1] & 0x0f,
 			Sectors: binary.LittleEndian.Uint16(e[6:]), Offset: int64(binary.LittleEndian.Uint32(e[8:])) * SectorSize})
 	}
 	entry(sector[32:64], Platform(sector[1]))
@@ -167,5 +204,5 @@ func Open(r io.ReaderAt, size int64) (*Volume, error) {
 			break
 		}
 	}
-	return v, nil
+	return boot, nil
 }

@@ -207,25 +207,49 @@ func (wr *writer) eachGrain(fn func(index int64, b []byte) error) error {
 // footer and the end-of-stream marker, each behind its marker. Everything
 // is written in one pass from the start, as a stream reader takes it.
 func (wr *writer) stream() error {
-	ow := io.NewOffsetWriter(wr.w, 0)
-	bw := bufio.NewWriterSize(ow, 1<<20)
-	pos := int64(0)
-	put := func(b []byte) {
-		bw.Write(b) // its error is kept and returned by Flush
-		pos += int64(len(b))
-	}
+	out := &streamOut{bw: bufio.NewWriterSize(io.NewOffsetWriter(wr.w, 0), 1<<20)}
 	desc, err := wr.descriptor()
 	if err != nil {
 		return err
 	}
-	put(wr.header(gdAtEnd).Marshal())
-	put(desc)
+	out.put(wr.header(gdAtEnd).Marshal())
+	out.put(desc)
 	// The grains start a grain into the file, as VMware's do: the header
 	// and descriptor fit before it.
-	put(make([]byte, GrainSize-pos))
+	out.put(make([]byte, GrainSize-out.pos))
+	if err := wr.streamGrains(out); err != nil {
+		return err
+	}
+	if out.pos/Sector >= 1<<32 {
+		return fmt.Errorf("vmdk: a stream of %d bytes is past what a grain table addresses", out.pos)
+	}
+	gdAt := wr.streamTables(out)
+	out.put(marker(1, markerFooter))
+	out.put(wr.header(gdAt).Marshal())
+	out.put(marker(0, markerEOS))
+	if err := out.bw.Flush(); err != nil {
+		return fmt.Errorf("vmdk: writing the image: %w", err)
+	}
+	wr.stats.Capacity, wr.stats.FileSize = wr.size, out.pos
+	return nil
+}
 
-	// Grains are deflated concurrently and written in order, so the image
-	// is the same whatever the timing.
+// streamOut is a stream-optimized image being written from its start.
+type streamOut struct {
+	bw  *bufio.Writer
+	pos int64 // bytes put so far
+}
+
+func (s *streamOut) put(b []byte) {
+	s.bw.Write(b) // its error is kept and returned by Flush
+	s.pos += int64(len(b))
+}
+
+// streamGrains puts every grain that holds data, deflated behind its
+// marker, in guest order, and notes each in the grain tables. Grains are
+// deflated concurrently and written in order, so the image is the same
+// whatever the timing.
+func (wr *writer) streamGrains(out *streamOut) error {
 	g, ctx := errgroup.WithContext(wr.ctx)
 	jobs := make(chan *grainJob, 4*wr.o.Workers)
 	order := make(chan *grainJob, 4*wr.o.Workers)
@@ -257,39 +281,7 @@ func (wr *writer) stream() error {
 		})
 	})
 	for range wr.o.Workers {
-		g.Go(func() error {
-			var buf bytes.Buffer
-			zw, err := zlib.NewWriterLevel(&buf, level)
-			if err != nil {
-				return err
-			}
-			for j := range jobs {
-				buf.Reset()
-				// The marker's 12 bytes go before the stream, so the grain
-				// is written with one copy.
-				buf.Write(make([]byte, 12))
-				zw.Reset(&buf)
-				if _, err := zw.Write(j.data); err != nil {
-					return fmt.Errorf("vmdk: deflating grain %d: %w", j.index, err)
-				}
-				if err := zw.Close(); err != nil {
-					return fmt.Errorf("vmdk: deflating grain %d: %w", j.index, err)
-				}
-				out := buf.Bytes()
-				binary.LittleEndian.PutUint64(out, uint64(j.index*GrainSectors))
-				binary.LittleEndian.PutUint32(out[8:], uint32(len(out)-12))
-				padded := (len(out) + Sector - 1) / Sector * Sector
-				j.out = make([]byte, padded)
-				copy(j.out, out)
-				select {
-				case free <- j.data:
-				default:
-				}
-				j.data = nil
-				close(j.done)
-			}
-			return nil
-		})
+		g.Go(func() error { return deflateGrains(jobs, free) })
 	}
 	g.Go(func() error {
 		for j := range order {
@@ -298,19 +290,54 @@ func (wr *writer) stream() error {
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-			wr.gt[j.index] = uint32(pos / Sector)
-			put(j.out)
+			wr.gt[j.index] = uint32(out.pos / Sector)
+			out.put(j.out)
 			wr.stats.Grains++
 		}
 		return nil
 	})
-	if err := g.Wait(); err != nil {
+	return g.Wait()
+}
+
+// deflateGrains deflates each job's grain into its marker and stream,
+// padded to a sector, and hands the grain's buffer back to free.
+func deflateGrains(jobs <-chan *grainJob, free chan<- []byte) error {
+	var buf bytes.Buffer
+	zw, err := zlib.NewWriterLevel(&buf, level)
+	if err != nil {
 		return err
 	}
-	if pos/Sector >= 1<<32 {
-		return fmt.Errorf("vmdk: a stream of %d bytes is past what a grain table addresses", pos)
+	for j := range jobs {
+		buf.Reset()
+		// The marker's 12 bytes go before the stream, so the grain
+		// is written with one copy.
+		buf.Write(make([]byte, 12))
+		zw.Reset(&buf)
+		if _, err := zw.Write(j.data); err != nil {
+			return fmt.Errorf("vmdk: deflating grain %d: %w", j.index, err)
+		}
+		if err := zw.Close(); err != nil {
+			return fmt.Errorf("vmdk: deflating grain %d: %w", j.index, err)
+		}
+		out := buf.Bytes()
+		binary.LittleEndian.PutUint64(out, uint64(j.index*GrainSectors))
+		binary.LittleEndian.PutUint32(out[8:], uint32(len(out)-12))
+		padded := (len(out) + Sector - 1) / Sector * Sector
+		j.out = make([]byte, padded)
+		copy(j.out, out)
+		select {
+		case free <- j.data:
+		default:
+		}
+		j.data = nil
+		close(j.done)
 	}
+	return nil
+}
 
+// streamTables puts the grain tables that hold any grain and the grain
+// directory, each behind its marker, and returns the directory's sector.
+func (wr *writer) streamTables(out *streamOut) uint64 {
 	gts := (int64(len(wr.gt)) + gtEntries - 1) / gtEntries
 	gd := make([]byte, roundSector(gts*4))
 	table := make([]byte, gtSectors*Sector)
@@ -319,25 +346,18 @@ func (wr *writer) stream() error {
 		if allZero(entries) {
 			continue
 		}
-		put(marker(gtSectors, markerGT))
-		binary.LittleEndian.PutUint32(gd[t*4:], uint32(pos/Sector))
+		out.put(marker(gtSectors, markerGT))
+		binary.LittleEndian.PutUint32(gd[t*4:], uint32(out.pos/Sector))
 		clear(table)
 		for i, e := range entries {
 			binary.LittleEndian.PutUint32(table[i*4:], e)
 		}
-		put(table)
+		out.put(table)
 	}
-	put(marker(uint64(len(gd)/Sector), markerGD))
-	gdAt := uint64(pos / Sector)
-	put(gd)
-	put(marker(1, markerFooter))
-	put(wr.header(gdAt).Marshal())
-	put(marker(0, markerEOS))
-	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("vmdk: writing the image: %w", err)
-	}
-	wr.stats.Capacity, wr.stats.FileSize = wr.size, pos
-	return nil
+	out.put(marker(uint64(len(gd)/Sector), markerGD))
+	gdAt := uint64(out.pos / Sector)
+	out.put(gd)
+	return gdAt
 }
 
 // monolithic writes a monolithic sparse image as qemu lays one out: the

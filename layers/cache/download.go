@@ -146,26 +146,9 @@ func (d *download) settle() error {
 }
 
 func (d *download) attempt(a *Attempt) error {
-	hreq, err := http.NewRequestWithContext(a.Context(), http.MethodGet, d.req.URL, nil)
+	hreq, resuming, err := d.request(a)
 	if err != nil {
 		return err
-	}
-	for k, v := range d.req.Header {
-		hreq.Header[k] = v
-	}
-	if d.c.opts.UserAgent != "" && hreq.Header.Get("User-Agent") == "" {
-		hreq.Header.Set("User-Agent", d.c.opts.UserAgent)
-	}
-	// Offsets count the bytes as stored; a transparently decoded body would
-	// count others.
-	hreq.Header.Set("Accept-Encoding", "identity")
-	resuming := d.n > 0 && d.etag != ""
-	if d.n > 0 && !resuming {
-		d.restart()
-	}
-	if resuming {
-		hreq.Header.Set("Range", "bytes="+strconv.FormatInt(d.n, 10)+"-")
-		hreq.Header.Set("If-Range", d.etag)
 	}
 	if a.N == 1 {
 		d.c.log.WithField("url", d.src).Debug("downloading")
@@ -177,6 +160,42 @@ func (d *download) attempt(a *Attempt) error {
 		return RoundTripError(err)
 	}
 	defer resp.Body.Close()
+	if read, err := d.answer(resp, resuming); !read || err != nil {
+		return err
+	}
+	return d.readBody(a, resp)
+}
+
+// request is the GET of this attempt: for what follows d.n when the file
+// can be resumed (it has a strong ETag), or for the whole file again.
+func (d *download) request(a *Attempt) (_ *http.Request, resuming bool, _ error) {
+	hreq, err := http.NewRequestWithContext(a.Context(), http.MethodGet, d.req.URL, nil)
+	if err != nil {
+		return nil, false, err
+	}
+	for k, v := range d.req.Header {
+		hreq.Header[k] = v
+	}
+	if d.c.opts.UserAgent != "" && hreq.Header.Get("User-Agent") == "" {
+		hreq.Header.Set("User-Agent", d.c.opts.UserAgent)
+	}
+	// Offsets count the bytes as stored; a transparently decoded body would
+	// count others.
+	hreq.Header.Set("Accept-Encoding", "identity")
+	resuming = d.n > 0 && d.etag != ""
+	if d.n > 0 && !resuming {
+		d.restart()
+	}
+	if resuming {
+		hreq.Header.Set("Range", "bytes="+strconv.FormatInt(d.n, 10)+"-")
+		hreq.Header.Set("If-Range", d.etag)
+	}
+	return hreq, resuming, nil
+}
+
+// answer takes in the response's status and headers; read says whether its
+// body is content to store.
+func (d *download) answer(resp *http.Response, resuming bool) (read bool, err error) {
 	probing := d.probing
 	switch {
 	case resp.StatusCode == http.StatusOK:
@@ -196,10 +215,10 @@ func (d *download) attempt(a *Attempt) error {
 		switch {
 		case !ok || start != d.n:
 			d.restart()
-			return Retryable(fmt.Errorf("asked for bytes from %d, the server answered Content-Range %q", d.n, resp.Header.Get("Content-Range")), 0)
+			return false, Retryable(fmt.Errorf("asked for bytes from %d, the server answered Content-Range %q", d.n, resp.Header.Get("Content-Range")), 0)
 		case total >= 0 && d.total >= 0 && total != d.total && !probing:
 			d.restart()
-			return Retryable(fmt.Errorf("the content was %d bytes and is now %d", d.total, total), 0)
+			return false, Retryable(fmt.Errorf("the content was %d bytes and is now %d", d.total, total), 0)
 		case total >= 0 && (d.req.Size < 0 || total == d.req.Size):
 			d.total = total
 		}
@@ -207,16 +226,21 @@ func (d *download) attempt(a *Attempt) error {
 	case resp.StatusCode == http.StatusRequestedRangeNotSatisfiable && resuming && probing:
 		// Nothing follows what HTTP called whole: the content is what it
 		// is, and Download tells whether it is what was wanted.
-		return nil
+		return false, nil
 	case RetryableStatus(resp.StatusCode):
-		return Retryable(StatusError(resp, d.src), RetryAfter(resp.Header))
+		return false, Retryable(StatusError(resp, d.src), RetryAfter(resp.Header))
 	case resuming && (resp.StatusCode == http.StatusPartialContent || resp.StatusCode == http.StatusRequestedRangeNotSatisfiable):
 		d.restart()
-		return Retryable(fmt.Errorf("the server cannot resume: %s", resp.Status), 0)
+		return false, Retryable(fmt.Errorf("the server cannot resume: %s", resp.Status), 0)
 	default:
-		return StatusError(resp, d.src)
+		return false, StatusError(resp, d.src)
 	}
+	return true, nil
+}
 
+// readBody stores the response's body after what is stored, and tells a
+// body that ended short, or ran long, or does not hash as wanted.
+func (d *download) readBody(a *Attempt, resp *http.Response) error {
 	if d.add == nil {
 		d.add, d.done = d.c.progress(d.src, d.total)
 	}

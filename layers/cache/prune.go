@@ -88,43 +88,82 @@ func (c *Cache) Prune(ctx context.Context, opts PruneOptions) (*PruneReport, err
 	if err != nil {
 		return nil, fmt.Errorf("prune %s: %w", c.dir, err)
 	}
-	rep := &PruneReport{}
-	keep := map[string]bool{}
-	full := false
-	fits := func(names []string) bool {
-		if opts.MaxSize == 0 {
-			return true
-		}
-		add := int64(0)
-		seen := map[string]bool{}
-		for _, h := range names {
-			if b := blobs[h]; b != nil && !keep[h] && !seen[h] {
-				seen[h] = true
-				add += b.disk
-			}
-		}
-		return rep.Kept+add <= opts.MaxSize
+	p := &prunePlan{blobs: blobs, cutoff: cutoff, maxSize: opts.MaxSize, keep: map[string]bool{}, rep: &PruneReport{}}
+	p.chooseRecords(records)
+	p.chooseBlobs()
+	rep := p.rep
+	if opts.DryRun {
+		return rep, nil
 	}
-	var dropRecords []*prunedRecord
+	if err := c.removePruned(p); err != nil {
+		return nil, fmt.Errorf("prune %s: %w", c.dir, err)
+	}
+	freed, err := c.pruneTemp()
+	if err != nil {
+		return nil, fmt.Errorf("prune %s: %w", c.dir, err)
+	}
+	rep.Freed += freed
+	return rep, nil
+}
+
+// prunePlan is what a prune keeps and drops, chosen before anything goes.
+type prunePlan struct {
+	blobs   map[string]*prunedBlob
+	cutoff  time.Time // what was last used before it goes
+	maxSize int64     // 0: no limit
+	keep    map[string]bool
+	// full is set once something used since cutoff did not fit: from then
+	// on nothing older is kept.
+	full        bool
+	rep         *PruneReport
+	dropRecords []*prunedRecord
+	dropBlobs   []*prunedBlob
+}
+
+// fits reports whether the blobs names adds to what is kept still fit in
+// maxSize.
+func (p *prunePlan) fits(names []string) bool {
+	if p.maxSize == 0 {
+		return true
+	}
+	add := int64(0)
+	seen := map[string]bool{}
+	for _, h := range names {
+		if b := p.blobs[h]; b != nil && !p.keep[h] && !seen[h] {
+			seen[h] = true
+			add += b.disk
+		}
+	}
+	return p.rep.Kept+add <= p.maxSize
+}
+
+// chooseRecords keeps the records, most recently used first, that were
+// used since cutoff and fit, and the blobs they name.
+func (p *prunePlan) chooseRecords(records []*prunedRecord) {
 	for _, r := range records {
-		if full || r.bad || r.used.Before(cutoff) || !fits(r.names) {
+		if p.full || r.bad || r.used.Before(p.cutoff) || !p.fits(r.names) {
 			// Strictly least recently used: once one record does not fit,
 			// no older one is kept in its place.
-			full = full || (!r.bad && !r.used.Before(cutoff))
-			dropRecords = append(dropRecords, r)
+			p.full = p.full || (!r.bad && !r.used.Before(p.cutoff))
+			p.dropRecords = append(p.dropRecords, r)
 			continue
 		}
 		for _, h := range r.names {
-			if b := blobs[h]; b != nil && !keep[h] {
-				keep[h] = true
-				rep.Kept += b.disk
+			if b := p.blobs[h]; b != nil && !p.keep[h] {
+				p.keep[h] = true
+				p.rep.Kept += b.disk
 			}
 		}
-		rep.KeptRecords++
+		p.rep.KeptRecords++
 	}
+}
+
+// chooseBlobs keeps, of the blobs no kept record names, the most recently
+// stored that were stored since cutoff and fit, and counts what goes.
+func (p *prunePlan) chooseBlobs() {
 	var orphans []*prunedBlob
-	for h, b := range blobs {
-		if !keep[h] {
+	for h, b := range p.blobs {
+		if !p.keep[h] {
 			orphans = append(orphans, b)
 		}
 	}
@@ -134,53 +173,45 @@ func (c *Cache) Prune(ctx context.Context, opts PruneOptions) (*PruneReport, err
 		}
 		return orphans[i].hex < orphans[j].hex
 	})
-	var dropBlobs []*prunedBlob
 	for _, b := range orphans {
-		if full || b.stored.Before(cutoff) || !fits([]string{b.hex}) {
-			full = full || !b.stored.Before(cutoff)
-			dropBlobs = append(dropBlobs, b)
+		if p.full || b.stored.Before(p.cutoff) || !p.fits([]string{b.hex}) {
+			p.full = p.full || !b.stored.Before(p.cutoff)
+			p.dropBlobs = append(p.dropBlobs, b)
 			continue
 		}
-		keep[b.hex] = true
-		rep.Kept += b.disk
+		p.keep[b.hex] = true
+		p.rep.Kept += b.disk
 	}
-	rep.KeptBlobs = len(blobs) - len(dropBlobs)
-	rep.Records, rep.Blobs = len(dropRecords), len(dropBlobs)
-	for _, b := range dropBlobs {
+	p.rep.KeptBlobs = len(p.blobs) - len(p.dropBlobs)
+	p.rep.Records, p.rep.Blobs = len(p.dropRecords), len(p.dropBlobs)
+	for _, b := range p.dropBlobs {
 		if b.alone {
-			rep.Freed += b.disk
+			p.rep.Freed += b.disk
 		}
 	}
-	if opts.DryRun {
-		return rep, nil
-	}
+}
 
+// removePruned removes what p drops, then the pointers to latest records
+// and the stat cache's entries that name what is gone.
+func (c *Cache) removePruned(p *prunePlan) error {
 	// Records go before their blobs: a record never names a blob that is
 	// gone, though a build would only take it for a miss if it did.
-	for _, r := range dropRecords {
+	for _, r := range p.dropRecords {
 		if err := removeIfThere(r.path); err != nil {
-			return nil, fmt.Errorf("prune %s: %w", c.dir, err)
+			return err
 		}
 		c.log.WithField("record", r.path).Debug("pruned record")
 	}
-	for _, b := range dropBlobs {
+	for _, b := range p.dropBlobs {
 		if err := removeIfThere(c.blobPath(b.hex)); err != nil {
-			return nil, fmt.Errorf("prune %s: %w", c.dir, err)
+			return err
 		}
 		c.log.WithField("blob", digestOf(b.hex)).Debug("pruned blob")
 	}
 	if err := c.pruneLast(); err != nil {
-		return nil, fmt.Errorf("prune %s: %w", c.dir, err)
+		return err
 	}
-	if err := c.pruneStat(blobs, keep, cutoff); err != nil {
-		return nil, fmt.Errorf("prune %s: %w", c.dir, err)
-	}
-	freed, err := c.pruneTemp()
-	if err != nil {
-		return nil, fmt.Errorf("prune %s: %w", c.dir, err)
-	}
-	rep.Freed += freed
-	return rep, nil
+	return c.pruneStat(p.blobs, p.keep, p.cutoff)
 }
 
 func removeIfThere(p string) error {

@@ -298,28 +298,9 @@ func (w *writer) add(ctx context.Context, im Image) error {
 		b.labels[k] = mergeSources(b.labels[k], repo)
 	}
 	member := name + "@" + im.Digest
-	topBlob := w.blob(im.Digest, int64(len(top.Raw)), false, member)
-	source(topBlob)
-	img := top
-	if top.Index != nil {
-		d, err := ociremote.SelectPlatform(im.Name, top, w.o.Platform)
-		if err != nil {
-			return err
-		}
-		// containerd labels every child of an index, of every platform, and
-		// fetches the platform's alone.
-		children := make([]string, len(top.Index.Manifests))
-		for i, ch := range top.Index.Manifests {
-			children[i] = childGCLabel(ch.MediaType)
-		}
-		setChildLabels(topBlob, children, func(i int) string { return top.Index.Manifests[i].Digest.String() })
-		if img, err = ociremote.LoadManifest(w.c, d.Digest.String()); err != nil {
-			return err
-		}
-		if img.Image == nil {
-			return fmt.Errorf("index %s names %s, which is %w", top.Digest, img.Digest, ociremote.ErrNotImage)
-		}
-		source(w.blob(img.Digest, int64(len(img.Raw)), false, member))
+	img, err := w.platformManifest(im, top, member, source)
+	if err != nil {
+		return err
 	}
 	m := img.Image
 	for _, l := range m.Layers {
@@ -327,25 +308,9 @@ func (w *writer) add(ctx context.Context, im Image) error {
 			return err
 		}
 	}
-	raw, err := ociremote.ReadBlob(w.c, m.Config.Digest.String())
+	diffIDs, err := w.imageConfig(img)
 	if err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
-	var cfg struct {
-		Architecture string `json:"architecture"`
-		OS           string `json:"os"`
-		RootFS       struct {
-			DiffIDs []string `json:"diff_ids"`
-		} `json:"rootfs"`
-	}
-	if err := json.Unmarshal(raw, &cfg); err != nil {
-		return fmt.Errorf("config %s: %w", m.Config.Digest, err)
-	}
-	if len(cfg.RootFS.DiffIDs) != len(m.Layers) {
-		return fmt.Errorf("config %s lists %d diff IDs for %d layers", m.Config.Digest, len(cfg.RootFS.DiffIDs), len(m.Layers))
-	}
-	if parts := strings.Split(w.o.Platform, "/"); len(parts) >= 2 && cfg.Architecture != "" && cfg.Architecture != parts[1] {
-		return fmt.Errorf("image %s is for %s/%s, not %s", img.Digest, cfg.OS, cfg.Architecture, w.o.Platform)
+		return err
 	}
 	mb := w.blobs[img.Digest]
 	kinds := []string{labelGCRefContent + ".config"}
@@ -362,12 +327,92 @@ func (w *writer) add(ctx context.Context, im Image) error {
 	})
 	cb := w.blob(m.Config.Digest.String(), m.Config.Size, false, member)
 	source(cb)
+	topSnap, err := w.addSnapshots(m, diffIDs, member, source)
+	if err != nil {
+		return err
+	}
+	if topSnap != nil {
+		cb.labels[labelGCRefSnapshot] = topSnap.ChainID
+	}
+	labels := map[string]string{labelCRIImage: "managed"}
+	if w.schema.Pinned(upstreamVersion(w.version)) && w.sandbox == normalizeRef(name) {
+		labels[labelCRIPinned] = "pinned"
+	}
+	target := v1.Descriptor{MediaType: top.MediaType, Digest: ociDigest(im.Digest), Size: int64(len(top.Raw))}
+	for _, n := range []string{m.Config.Digest.String(), name, repoName + "@" + im.Digest} {
+		w.images[n] = &imageRecord{target: target, labels: labels}
+	}
+	return nil
+}
+
+// platformManifest adds the blob of im's top manifest, and, when that is
+// an index, labels its children and returns the platform's image manifest,
+// whose blob it adds too.
+func (w *writer) platformManifest(im Image, top *ociremote.Manifest, member string, source func(*blob)) (*ociremote.Manifest, error) {
+	topBlob := w.blob(im.Digest, int64(len(top.Raw)), false, member)
+	source(topBlob)
+	if top.Index == nil {
+		return top, nil
+	}
+	d, err := ociremote.SelectPlatform(im.Name, top, w.o.Platform)
+	if err != nil {
+		return nil, err
+	}
+	// containerd labels every child of an index, of every platform, and
+	// fetches the platform's alone.
+	children := make([]string, len(top.Index.Manifests))
+	for i, ch := range top.Index.Manifests {
+		children[i] = childGCLabel(ch.MediaType)
+	}
+	setChildLabels(topBlob, children, func(i int) string { return top.Index.Manifests[i].Digest.String() })
+	img, err := ociremote.LoadManifest(w.c, d.Digest.String())
+	if err != nil {
+		return nil, err
+	}
+	if img.Image == nil {
+		return nil, fmt.Errorf("index %s names %s, which is %w", top.Digest, img.Digest, ociremote.ErrNotImage)
+	}
+	source(w.blob(img.Digest, int64(len(img.Raw)), false, member))
+	return img, nil
+}
+
+// imageConfig reads img's config, checks it against the manifest and the
+// platform, and returns its layers' diff IDs.
+func (w *writer) imageConfig(img *ociremote.Manifest) ([]string, error) {
+	m := img.Image
+	raw, err := ociremote.ReadBlob(w.c, m.Config.Digest.String())
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	var cfg struct {
+		Architecture string `json:"architecture"`
+		OS           string `json:"os"`
+		RootFS       struct {
+			DiffIDs []string `json:"diff_ids"`
+		} `json:"rootfs"`
+	}
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		return nil, fmt.Errorf("config %s: %w", m.Config.Digest, err)
+	}
+	if len(cfg.RootFS.DiffIDs) != len(m.Layers) {
+		return nil, fmt.Errorf("config %s lists %d diff IDs for %d layers", m.Config.Digest, len(cfg.RootFS.DiffIDs), len(m.Layers))
+	}
+	if parts := strings.Split(w.o.Platform, "/"); len(parts) >= 2 && cfg.Architecture != "" && cfg.Architecture != parts[1] {
+		return nil, fmt.Errorf("image %s is for %s/%s, not %s", img.Digest, cfg.OS, cfg.Architecture, w.o.Platform)
+	}
+	return cfg.RootFS.DiffIDs, nil
+}
+
+// addSnapshots adds the snapshot of each of m's layer chains that is not
+// there yet, and each layer's blob, and returns the top snapshot (nil for
+// an image of no layers).
+func (w *writer) addSnapshots(m *v1.Manifest, diffIDs []string, member string, source func(*blob)) (*snapshot, error) {
 	var parent *snapshot
 	chain := ""
 	for i, l := range m.Layers {
-		diffID := cfg.RootFS.DiffIDs[i]
+		diffID := diffIDs[i]
 		if _, err := cache.ParseDigest(diffID); err != nil {
-			return fmt.Errorf("config %s: diff ID %d: %w", m.Config.Digest, i, err)
+			return nil, fmt.Errorf("config %s: diff ID %d: %w", m.Config.Digest, i, err)
 		}
 		if chain == "" {
 			chain = diffID
@@ -396,18 +441,7 @@ func (w *writer) add(ctx context.Context, im Image) error {
 		source(lb)
 		parent = s
 	}
-	if parent != nil {
-		cb.labels[labelGCRefSnapshot] = parent.ChainID
-	}
-	labels := map[string]string{labelCRIImage: "managed"}
-	if w.schema.Pinned(upstreamVersion(w.version)) && w.sandbox == normalizeRef(name) {
-		labels[labelCRIPinned] = "pinned"
-	}
-	target := v1.Descriptor{MediaType: top.MediaType, Digest: ociDigest(im.Digest), Size: int64(len(top.Raw))}
-	for _, n := range []string{m.Config.Digest.String(), name, repoName + "@" + im.Digest} {
-		w.images[n] = &imageRecord{target: target, labels: labels}
-	}
-	return nil
+	return parent, nil
 }
 
 // checkLayer refuses a layer containerd would not unpack or stamp cannot.

@@ -160,57 +160,11 @@ func (a *archInfo) processFile(f *fileView, lib string) (libInfo, error) {
 	if err != nil {
 		return info, err
 	}
-	class64 := ident[4] == 2
 	switch a.fam {
 	case famX86:
-		var fileFlag int32
-		switch {
-		case machine == emX86_64:
-			if ident[4] == 2 {
-				fileFlag = flagX8664 | flagLibc6
-			} else {
-				fileFlag = flagX32 | flagLibc6
-			}
-		case machine == emIA64 && !a.x86_64 && ident[4] == 2:
-			fileFlag = flagIA64 | flagLibc6
-		case machine == em386 && ident[4] == 1:
-		default:
-			return info, errSkip
-		}
-		info, err = a.processELF(f, ident, class64)
-		if err == nil && fileFlag != 0 {
-			info.flag = fileFlag
-		}
-		return info, err
+		return a.processX86(f, ident, machine)
 	case famARM:
-		if ident[4] == 1 {
-			info, err = a.processELF(f, ident, false)
-			if err != nil {
-				return info, err
-			}
-			eflags, err := f.u32(36)
-			if err != nil {
-				return info, err
-			}
-			if eflags&0xff000000 == 0x05000000 {
-				switch {
-				case eflags&0x400 != 0:
-					info.flag = flagARMHF | flagLibc6
-				case eflags&0x200 != 0:
-					info.flag = flagARMSF | flagLibc6
-				case a.armLibraryHF(f):
-					info.flag = flagARMHF | flagLibc6
-				default:
-					info.flag = flagLibc6
-				}
-			}
-			return info, nil
-		}
-		info, err = a.processELF(f, ident, true)
-		if err == nil {
-			info.flag = flagAArch64 | flagLibc6
-		}
-		return info, err
+		return a.processARM(f, ident)
 	case famPPC, famS390:
 		if ident[4] == 1 {
 			return a.processELF(f, ident, false)
@@ -225,31 +179,96 @@ func (a *archInfo) processFile(f *fileView, lib string) (libInfo, error) {
 		}
 		return info, err
 	case famRISCV:
-		var eflags uint32
-		if ident[4] == 1 {
-			info, err = a.processELF(f, ident, false)
-			eflags, _ = f.u32(36)
+		return a.processRISCV(f, ident)
+	}
+	return info, errSkip
+}
+
+// processX86 is sysdeps/unix/sysv/linux/x86/readelflib.c: the flag comes
+// from the machine and class, i386's from the ELF file itself.
+func (a *archInfo) processX86(f *fileView, ident []byte, machine uint16) (libInfo, error) {
+	var fileFlag int32
+	switch {
+	case machine == emX86_64:
+		if ident[4] == 2 {
+			fileFlag = flagX8664 | flagLibc6
 		} else {
-			info, err = a.processELF(f, ident, true)
-			eflags, _ = f.u32(48)
+			fileFlag = flagX32 | flagLibc6
 		}
-		if err != nil && err != errSkip {
-			return info, err
-		}
-		switch eflags & 0x6 {
-		case 0:
-			info.flag |= flagRVSoft
-		case 4:
-			info.flag |= flagRVDbl
-		default:
-			return info, errSkip
-		}
-		if eflags&^0x7 != 0 {
-			return info, errSkip
+	case machine == emIA64 && !a.x86_64 && ident[4] == 2:
+		fileFlag = flagIA64 | flagLibc6
+	case machine == em386 && ident[4] == 1:
+	default:
+		return libInfo{flag: flagAny}, errSkip
+	}
+	info, err := a.processELF(f, ident, ident[4] == 2)
+	if err == nil && fileFlag != 0 {
+		info.flag = fileFlag
+	}
+	return info, err
+}
+
+// processARM is arm's readelflib.c: a 32-bit object's float ABI comes from
+// its flags, or from its attributes when the flags say nothing.
+func (a *archInfo) processARM(f *fileView, ident []byte) (libInfo, error) {
+	if ident[4] != 1 {
+		info, err := a.processELF(f, ident, true)
+		if err == nil {
+			info.flag = flagAArch64 | flagLibc6
 		}
 		return info, err
 	}
-	return info, errSkip
+	info, err := a.processELF(f, ident, false)
+	if err != nil {
+		return info, err
+	}
+	eflags, err := f.u32(36)
+	if err != nil {
+		return info, err
+	}
+	if eflags&0xff000000 == 0x05000000 {
+		switch {
+		case eflags&0x400 != 0:
+			info.flag = flagARMHF | flagLibc6
+		case eflags&0x200 != 0:
+			info.flag = flagARMSF | flagLibc6
+		case a.armLibraryHF(f):
+			info.flag = flagARMHF | flagLibc6
+		default:
+			info.flag = flagLibc6
+		}
+	}
+	return info, nil
+}
+
+// processRISCV is riscv's readelflib.c: the float ABI from the flags, and
+// any other flag makes the file one ldconfig skips.
+func (a *archInfo) processRISCV(f *fileView, ident []byte) (libInfo, error) {
+	var eflags uint32
+	var info libInfo
+	var err error
+	if ident[4] == 1 {
+		info, err = a.processELF(f, ident, false)
+		eflags, _ = f.u32(36)
+	} else {
+		info, err = a.processELF(f, ident, true)
+		eflags, _ = f.u32(48)
+	}
+	if err != nil && err != errSkip {
+		return info, err
+	}
+	switch eflags & 0x6 {
+	case 0:
+		info.flag |= flagRVSoft
+	case 4:
+		info.flag |= flagRVDbl
+	default:
+		return info, errSkip
+	}
+	if eflags&^0x7 != 0 {
+		return info, errSkip
+	}
+	return info, err
 }
 
 // processELF is elf/readelflib.c's process_elf_file for one ELF class:
@@ -264,67 +283,100 @@ func (a *archInfo) processELF(f *fileView, ident []byte, is64 bool) (libInfo, er
 	if ident[4] != wantClass {
 		return info, errSkip
 	}
-	var phoff uint64
-	var phnum uint16
-	var err error
-	phentsize := uint64(32)
-	if is64 {
-		phentsize = 56
-		if phoff, err = f.u64(32); err != nil {
-			return info, err
-		}
-		if phnum, err = f.u16(56); err != nil {
-			return info, err
-		}
-	} else {
-		var v uint32
-		if v, err = f.u32(28); err != nil {
-			return info, err
-		}
-		phoff = uint64(v)
-		if phnum, err = f.u16(44); err != nil {
-			return info, err
-		}
+	o := &elfObject{f: f, a: a, is64: is64}
+	phoff, phnum, err := o.phdrTable()
+	if err != nil {
+		return info, err
 	}
 	if phoff > uint64(f.size) {
 		return info, errSkip
 	}
 	info.flag = flagELF
 	info.isa = 0
-
-	type phdr struct{ typ, offset, vaddr, filesz, align uint64 }
-	readPhdr := func(i int) (phdr, error) {
-		base := phoff + uint64(i)*phentsize
-		b, err := f.bytes(base, phentsize)
-		if err != nil {
-			return phdr{}, err
-		}
-		o := a.order
-		if is64 {
-			return phdr{uint64(o.Uint32(b[0:])), o.Uint64(b[8:]), o.Uint64(b[16:]), o.Uint64(b[32:]), o.Uint64(b[48:])}, nil
-		}
-		return phdr{uint64(o.Uint32(b[0:])), uint64(o.Uint32(b[4:])), uint64(o.Uint32(b[8:])), uint64(o.Uint32(b[16:])), uint64(o.Uint32(b[28:]))}, nil
+	if err := o.readPhdrs(phoff, phnum); err != nil {
+		return info, err
 	}
-	phdrs := make([]phdr, 0, phnum)
+	if err := o.scanSegments(&info); err != nil {
+		return info, err
+	}
+	if o.dynSize == 0 {
+		return info, errSkip
+	}
+	strtab, ok, err := o.strtab()
+	if err != nil {
+		return info, err
+	}
+	if !ok || strtab > uint64(f.size) {
+		return info, errSkip
+	}
+	err = o.readNames(strtab, &info)
+	return info, err
+}
+
+// elfPhdr is the part of a program header that ldconfig reads.
+type elfPhdr struct{ typ, offset, vaddr, filesz, align uint64 }
+
+// elfObject is an ELF file of one class read through its program headers.
+type elfObject struct {
+	f       *fileView
+	a       *archInfo
+	is64    bool
+	phdrs   []elfPhdr
+	dynAddr uint32 // unsigned int in readelflib.c
+	dynSize uint64
+}
+
+// phdrTable is where the program headers are and how many there are.
+func (o *elfObject) phdrTable() (phoff uint64, phnum uint16, err error) {
+	if o.is64 {
+		if phoff, err = o.f.u64(32); err != nil {
+			return 0, 0, err
+		}
+		phnum, err = o.f.u16(56)
+		return phoff, phnum, err
+	}
+	v, err := o.f.u32(28)
+	if err != nil {
+		return 0, 0, err
+	}
+	phnum, err = o.f.u16(44)
+	return uint64(v), phnum, err
+}
+
+func (o *elfObject) readPhdrs(phoff uint64, phnum uint16) error {
+	phentsize := uint64(32)
+	if o.is64 {
+		phentsize = 56
+	}
+	o.phdrs = make([]elfPhdr, 0, phnum)
 	for i := 0; i < int(phnum); i++ {
-		p, err := readPhdr(i)
+		b, err := o.f.bytes(phoff+uint64(i)*phentsize, phentsize)
 		if err != nil {
-			return info, err
+			return err
 		}
-		phdrs = append(phdrs, p)
+		ord := o.a.order
+		if o.is64 {
+			o.phdrs = append(o.phdrs, elfPhdr{uint64(ord.Uint32(b[0:])), ord.Uint64(b[8:]), ord.Uint64(b[16:]), ord.Uint64(b[32:]), ord.Uint64(b[48:])})
+		} else {
+			o.phdrs = append(o.phdrs, elfPhdr{uint64(ord.Uint32(b[0:])), uint64(ord.Uint32(b[4:])), uint64(ord.Uint32(b[8:])), uint64(ord.Uint32(b[16:])), uint64(ord.Uint32(b[28:]))})
+		}
 	}
+	return nil
+}
 
-	var dynAddr uint32 // unsigned int in readelflib.c
-	var dynSize uint64
-	for _, p := range phdrs {
+// scanSegments finds the dynamic segment, takes the flag from the
+// interpreter and the x86 ISA level from the GNU property note.
+func (o *elfObject) scanSegments(info *libInfo) error {
+	a := o.a
+	for _, p := range o.phdrs {
 		switch p.typ {
 		case ptDynamic:
-			dynAddr = uint32(p.offset)
-			dynSize = p.filesz
+			o.dynAddr = uint32(p.offset)
+			o.dynSize = p.filesz
 		case ptInterp:
-			interp, err := f.cstring(p.offset)
+			interp, err := o.f.cstring(p.offset)
 			if err != nil {
-				return info, err
+				return err
 			}
 			for _, k := range a.interpreters {
 				if interp == k.name {
@@ -334,81 +386,81 @@ func (a *archInfo) processELF(f *fileView, ident []byte, is64 bool) (libInfo, er
 			}
 		case ptGNUProperty:
 			if a.fam == famX86 {
-				if err := a.x86Property(f, p.offset, p.filesz, p.align, is64, &info.isa); err != nil {
-					return info, err
+				if err := a.x86Property(o.f, p.offset, p.filesz, p.align, o.is64, &info.isa); err != nil {
+					return err
 				}
 			}
 		}
 	}
-	if dynSize == 0 {
-		return info, errSkip
-	}
+	return nil
+}
 
-	dynEnt := uint64(8)
-	if is64 {
-		dynEnt = 16
-	}
-	readDyn := func(i uint64) (int64, uint64, error) {
-		off := uint64(dynAddr) + i*dynEnt
-		if is64 {
-			tag, err := f.u64(off)
-			if err != nil {
-				return 0, 0, err
-			}
-			val, err := f.u64(off + 8)
-			return int64(tag), val, err
-		}
-		tag, err := f.u32(off)
+// dyn is the tag and value of the dynamic segment's entry i.
+func (o *elfObject) dyn(i uint64) (int64, uint64, error) {
+	f := o.f
+	if o.is64 {
+		off := uint64(o.dynAddr) + i*16
+		tag, err := f.u64(off)
 		if err != nil {
 			return 0, 0, err
 		}
-		val, err := f.u32(off + 4)
-		return int64(int32(tag)), uint64(val), err
+		val, err := f.u64(off + 8)
+		return int64(tag), val, err
 	}
-	var strtab uint64
-	haveStrtab := false
+	off := uint64(o.dynAddr) + i*8
+	tag, err := f.u32(off)
+	if err != nil {
+		return 0, 0, err
+	}
+	val, err := f.u32(off + 4)
+	return int64(int32(tag)), uint64(val), err
+}
+
+// strtab is the file offset of the string table DT_STRTAB names, through
+// the load segment that holds its address; ok is false without one.
+func (o *elfObject) strtab() (strtab uint64, ok bool, err error) {
 	for i := uint64(0); ; i++ {
-		tag, val, err := readDyn(i)
+		tag, val, err := o.dyn(i)
 		if err != nil {
-			return info, err
+			return 0, false, err
 		}
 		if tag == dtNull {
-			break
+			return 0, false, nil
 		}
 		if tag == dtStrtab {
 			loadoff := uint64(0)
-			for _, p := range phdrs {
+			for _, p := range o.phdrs {
 				if p.typ == ptLoad && val >= p.vaddr && val-p.vaddr < p.filesz {
 					loadoff = p.vaddr - p.offset
 					break
 				}
 			}
-			strtab = val - loadoff
-			haveStrtab = true
-			break
+			return val - loadoff, true, nil
 		}
 	}
-	if !haveStrtab || strtab > uint64(f.size) {
-		return info, errSkip
-	}
+}
+
+// readNames takes the flag from the first DT_NEEDED naming a known libc,
+// and the soname from DT_SONAME, stopping once it has both.
+func (o *elfObject) readNames(strtab uint64, info *libInfo) error {
 	for i := uint64(0); ; i++ {
-		tag, val, err := readDyn(i)
+		tag, val, err := o.dyn(i)
 		if err != nil {
-			return info, err
+			return err
 		}
 		if tag == dtNull {
-			break
+			return nil
 		}
 		if tag != dtNeeded && tag != dtSoname {
 			continue
 		}
-		name, err := f.cstring(strtab + val)
+		name, err := o.f.cstring(strtab + val)
 		if err != nil {
-			return info, err
+			return err
 		}
 		if tag == dtNeeded {
 			if info.flag == flagELF {
-				for _, k := range a.knownLibs {
+				for _, k := range o.a.knownLibs {
 					if name == k.name {
 						info.flag = k.flag
 						break
@@ -419,10 +471,9 @@ func (a *archInfo) processELF(f *fileView, ident []byte, is64 bool) (libInfo, er
 			info.soname, info.hasName = name, true
 		}
 		if info.hasName && info.flag != flagELF {
-			return info, nil
+			return nil
 		}
 	}
-	return info, nil
 }
 
 // x86Property reads GNU_PROPERTY_X86_ISA_1_NEEDED from a PT_GNU_PROPERTY

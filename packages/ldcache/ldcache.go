@@ -291,21 +291,10 @@ func (b *builder) searchDir(d *dirEntry) error {
 	for _, name := range b.t.Children(rp) {
 		cp := join(rp, name)
 		ce := b.t.Get(cp)
-		if ce == nil {
+		if ce == nil || !a.considered(d, name, ce.Type) {
 			continue
 		}
-		typ := ce.Type
-		if typ != rootfs.TypeRegular && typ != rootfs.TypeSymlink && typ != rootfs.TypeDir {
-			continue
-		}
-		if !isDSO(name) && (typ == rootfs.TypeRegular || (d.hwcaps == nil && !a.isHwcapPlatform(name))) {
-			continue
-		}
-		if strings.HasSuffix(name, ".#prelink#") ||
-			(len(name) >= 17 && strings.HasPrefix(name[len(name)-17:], ".#prelink#.")) {
-			continue
-		}
-		isLink := typ == rootfs.TypeSymlink
+		isLink := ce.Type == rootfs.TypeSymlink
 		target := ce
 		if isLink {
 			te, err := b.t.Lookup(cp, true)
@@ -319,7 +308,7 @@ func (b *builder) searchDir(d *dirEntry) error {
 			b.addSingleDir(&dirEntry{path: d.path + "/" + name, flag: d.flag, id: target.Inode})
 			continue
 		}
-		if typ != rootfs.TypeRegular && !isLink {
+		if ce.Type != rootfs.TypeRegular && !isLink {
 			continue
 		}
 		if target.Type != rootfs.TypeRegular {
@@ -332,45 +321,12 @@ func (b *builder) searchDir(d *dirEntry) error {
 		if err != nil {
 			return err
 		}
-		soname := name // implicit_soname: only a.out names are shortened
-		if info.hasName {
-			soname = info.soname
-		}
-		if isLink && name != soname {
-			// Only a link named as the soname, or a "libfoo.so" development
-			// link to it, counts as a link; others are taken as files.
-			if !strings.HasSuffix(name, ".so") || !strings.HasPrefix(soname, name) {
-				isLink = false
-			}
-		}
-		if isLink {
-			soname = name
-		}
+		soname, isLink := sonameOf(name, info, isLink)
 		flag := info.flag
 		if flag == flagELF && (d.flag == flagLibc5 || d.flag == flagLibc6) {
 			flag = d.flag
 		}
-		var found *dlib
-		for _, l := range dlibs {
-			if l.soname == soname {
-				found = l
-				break
-			}
-		}
-		if found == nil {
-			dlibs = append(dlibs, &dlib{name: name, soname: soname, flag: flag, isLink: isLink, isa: info.isa})
-			continue
-		}
-		if (!isLink && found.isLink) || (isLink == found.isLink && libcmp(found.name, name, a.signedChar) < 0) {
-			if found.flag != flag {
-				if found.flag == flagELF && (flag == flagLibc5 || flag == flagLibc6) {
-					found.flag = flag
-				} else if (found.flag == flagLibc5 || found.flag == flagLibc6) && flag == flagELF {
-					found.flag = flag
-				}
-			}
-			found.name, found.isLink, found.isa = name, isLink, info.isa
-		}
+		dlibs = a.addDlib(dlibs, &dlib{name: name, soname: soname, flag: flag, isLink: isLink, isa: info.isa})
 	}
 	for i := len(dlibs) - 1; i >= 0; i-- {
 		l := dlibs[i]
@@ -381,6 +337,66 @@ func (b *builder) searchDir(d *dirEntry) error {
 		b.addToCache(d.path, filename, l.soname, l.flag, l.isa, hwcap, d.hwcaps)
 	}
 	return nil
+}
+
+// considered reports whether search_dir looks further at the directory
+// entry name of type typ in d: a file, link or directory named as a shared
+// object, or a hwcap platform's directory, and no prelink temporary.
+func (a *archInfo) considered(d *dirEntry, name string, typ rootfs.Type) bool {
+	if typ != rootfs.TypeRegular && typ != rootfs.TypeSymlink && typ != rootfs.TypeDir {
+		return false
+	}
+	if !isDSO(name) && (typ == rootfs.TypeRegular || (d.hwcaps == nil && !a.isHwcapPlatform(name))) {
+		return false
+	}
+	return !strings.HasSuffix(name, ".#prelink#") &&
+		!(len(name) >= 17 && strings.HasPrefix(name[len(name)-17:], ".#prelink#."))
+}
+
+// sonameOf is the soname the library at directory entry name goes under,
+// and whether it counts as a link: only a link named as the soname, or a
+// "libfoo.so" development link to it, does; others are taken as files.
+func sonameOf(name string, info libInfo, isLink bool) (string, bool) {
+	soname := name // implicit_soname: only a.out names are shortened
+	if info.hasName {
+		soname = info.soname
+	}
+	if isLink && name != soname {
+		if !strings.HasSuffix(name, ".so") || !strings.HasPrefix(soname, name) {
+			isLink = false
+		}
+	}
+	if isLink {
+		soname = name
+	}
+	return soname, isLink
+}
+
+// addDlib adds l to dlibs, or, when a library of its soname is there, lets
+// l take its place if ldconfig prefers it: a file over a link, else the
+// higher version.
+func (a *archInfo) addDlib(dlibs []*dlib, l *dlib) []*dlib {
+	var found *dlib
+	for _, o := range dlibs {
+		if o.soname == l.soname {
+			found = o
+			break
+		}
+	}
+	if found == nil {
+		return append(dlibs, l)
+	}
+	if (!l.isLink && found.isLink) || (l.isLink == found.isLink && libcmp(found.name, l.name, a.signedChar) < 0) {
+		if found.flag != l.flag {
+			if found.flag == flagELF && (l.flag == flagLibc5 || l.flag == flagLibc6) {
+				found.flag = l.flag
+			} else if (found.flag == flagLibc5 || found.flag == flagLibc6) && l.flag == flagELF {
+				found.flag = l.flag
+			}
+		}
+		found.name, found.isLink, found.isa = l.name, l.isLink, l.isa
+	}
+	return dlibs
 }
 
 // processFile reads the library at the exact tree path p; shown names it

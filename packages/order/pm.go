@@ -255,6 +255,33 @@ func (m *packageManager) smartUnPack(p *aPkg, immediate bool, depth int) error {
 func (m *packageManager) smartConfigure(p *aPkg, depth int) error {
 	pkgLoop := m.list.is(p, fLoop)
 	deps := p.inst.deps
+	needConfigure, err := m.unpackDepends(p, deps, depth, pkgLoop)
+	if err != nil {
+		return err
+	}
+	bad, err := m.configureDepends(p, deps, needConfigure, depth, pkgLoop)
+	if err != nil {
+		return err
+	}
+	if bad {
+		return fmt.Errorf("could not configure %s", p.name)
+	}
+	if pkgLoop {
+		return nil
+	}
+	if m.list.is(p, fConfigured) {
+		return fmt.Errorf("%s is configured twice", p.name)
+	}
+	m.items = append(m.items, item{configure: true, pkg: p})
+	m.list.setState(p, fConfigured)
+	return nil
+}
+
+// unpackDepends is SmartConfigure's first pass: for each or-group of p's
+// Depends and Pre-Depends that nothing satisfies now, it unpacks a target
+// that is to be installed. It returns the start of each group still
+// unsatisfied, to configure.
+func (m *packageManager) unpackDepends(p *aPkg, deps []*aDep, depth int, pkgLoop bool) ([]int, error) {
 	var needConfigure []int
 	for loops := 0; ; loops++ {
 		changed := false
@@ -265,63 +292,78 @@ func (m *packageManager) smartConfigure(p *aPkg, depth int) error {
 			if t := deps[end].typ; t != depDepends && t != depPreDepends {
 				continue
 			}
-			bad := true
-			for cur := start; ; cur++ {
-				for _, v := range deps[cur].allTargets() {
-					dep := v.pkg
-					if m.okNow(dep, v) {
-						bad = false
-						break
-					}
-					if dep.inst != v || !m.list.isNow(dep) {
-						continue
-					}
-					if pkgLoop && m.list.is(dep, fUnPacked) {
-						bad = false
-					}
-				}
-				if cur == end || !bad {
-					break
-				}
+			bad, err := m.unpackGroup(p, deps[start:end+1], depth, pkgLoop, &changed)
+			if err != nil {
+				return nil, err
 			}
-			if !bad {
-				continue
+			if bad {
+				needConfigure = append(needConfigure, start)
 			}
-			for cur := start; ; cur++ {
-				for _, v := range deps[cur].allTargets() {
-					dep := v.pkg
-					if m.okNow(dep, v) {
-						continue
-					}
-					if dep.inst != v || !m.list.isNow(dep) {
-						continue
-					}
-					if pkgLoop {
-						if m.list.is(dep, fUnPacked) {
-							bad = false
-						}
-					} else if err := m.nonLoopingSmart(unpackImmediate, p, dep, depth, pkgLoop, &bad, &changed); err != nil {
-						return err
-					}
-					break
-				}
-				if cur == end || !bad {
-					break
-				}
-			}
-			if !bad {
-				continue
-			}
-			needConfigure = append(needConfigure, start)
 		}
 		if !changed {
-			break
+			return needConfigure, nil
 		}
 		if loops > maxLoops {
-			return fmt.Errorf("%s: apt's loop limit reached ordering its configure", p.name)
+			return nil, fmt.Errorf("%s: apt's loop limit reached ordering its configure", p.name)
 		}
 	}
-	bad := false
+}
+
+// unpackGroup looks at the or-group group of p's dependencies: bad says
+// that nothing satisfies it now, after unpacking the first target that
+// can be.
+func (m *packageManager) unpackGroup(p *aPkg, group []*aDep, depth int, pkgLoop bool, changed *bool) (bad bool, err error) {
+	bad = true
+	for _, d := range group {
+		for _, v := range d.allTargets() {
+			dep := v.pkg
+			if m.okNow(dep, v) {
+				bad = false
+				break
+			}
+			if dep.inst != v || !m.list.isNow(dep) {
+				continue
+			}
+			if pkgLoop && m.list.is(dep, fUnPacked) {
+				bad = false
+			}
+		}
+		if !bad {
+			break
+		}
+	}
+	if !bad {
+		return false, nil
+	}
+	for _, d := range group {
+		for _, v := range d.allTargets() {
+			dep := v.pkg
+			if m.okNow(dep, v) {
+				continue
+			}
+			if dep.inst != v || !m.list.isNow(dep) {
+				continue
+			}
+			if pkgLoop {
+				if m.list.is(dep, fUnPacked) {
+					bad = false
+				}
+			} else if err := m.nonLoopingSmart(unpackImmediate, p, dep, depth, pkgLoop, &bad, changed); err != nil {
+				return bad, err
+			}
+			break
+		}
+		if !bad {
+			break
+		}
+	}
+	return bad, nil
+}
+
+// configureDepends is SmartConfigure's second pass: it configures a target
+// of each or-group in needConfigure. bad says the last group is still
+// unsatisfied.
+func (m *packageManager) configureDepends(p *aPkg, deps []*aDep, needConfigure []int, depth int, pkgLoop bool) (bad bool, err error) {
 	for loops := 0; ; loops++ {
 		changed := false
 		for _, start := range needConfigure {
@@ -342,7 +384,7 @@ func (m *packageManager) smartConfigure(p *aPkg, depth int) error {
 							break
 						}
 						if err := m.nonLoopingSmart(configureNow, p, dep, depth, pkgLoop, &bad, &changed); err != nil {
-							return err
+							return bad, err
 						}
 						break
 					} else if m.list.is(dep, fConfigured) {
@@ -356,22 +398,10 @@ func (m *packageManager) smartConfigure(p *aPkg, depth int) error {
 			}
 		}
 		if !changed {
-			break
+			return bad, nil
 		}
 		if loops > maxLoops {
-			return fmt.Errorf("%s: apt's loop limit reached ordering its configure", p.name)
+			return bad, fmt.Errorf("%s: apt's loop limit reached ordering its configure", p.name)
 		}
 	}
-	if bad {
-		return fmt.Errorf("could not configure %s", p.name)
-	}
-	if pkgLoop {
-		return nil
-	}
-	if m.list.is(p, fConfigured) {
-		return fmt.Errorf("%s is configured twice", p.name)
-	}
-	m.items = append(m.items, item{configure: true, pkg: p})
-	m.list.setState(p, fConfigured)
-	return nil
 }

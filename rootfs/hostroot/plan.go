@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/rootfs/accountdb"
 )
 
 // Change is one path that apply changes in a root.
@@ -136,7 +137,7 @@ func sameXattrs(x, y map[string]string) bool {
 // /etc/group add, remove or change.
 func accountChanges(root, scratch string, changes []Change) ([]AccountChange, error) {
 	var out []AccountChange
-	for _, f := range []struct{ kind, path string }{{"user", "/etc/passwd"}, {"group", "/etc/group"}} {
+	for _, f := range []struct{ kind, path string }{{"user", accountdb.Passwd}, {"group", accountdb.Group}} {
 		touched := false
 		for _, ch := range changes {
 			touched = touched || ch.Path == f.path
@@ -197,8 +198,8 @@ func readAccounts(dir, p string) (map[string][]string, error) {
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		fields := strings.Split(sc.Text(), ":")
-		if len(fields) < 3 || fields[0] == "" || strings.HasPrefix(fields[0], "#") {
+		fields := accountdb.Fields(sc.Text())
+		if len(fields) < 3 || fields[0] == "" {
 			continue
 		}
 		out[fields[0]] = fields

@@ -82,13 +82,12 @@ var bootArch = map[string]struct {
 func BootPartsFor(t testing.TB, arch string) *BootKit {
 	t.Helper()
 	RequireTools(t, "apt-get", "apt-cache", "dpkg-deb", "dpkg")
-	const hint = "(needs apt reaching Debian and the packages of test/scripts/deps.sh)"
 	ba, ok := bootArch[arch]
 	if !ok {
 		t.Fatalf("boot parts: no boot kit for architecture %q", arch)
 	}
 	if _, err := os.Stat(ba.firmware); err != nil {
-		t.Fatalf("boot parts: %v %s", err, hint)
+		t.Fatalf("boot parts: %v %s", err, bootHint)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -96,77 +95,22 @@ func BootPartsFor(t testing.TB, arch string) *BootKit {
 	if !ba.hostApt {
 		var err error
 		if apt, err = ForeignAptFor(ctx, arch); err != nil {
-			t.Fatalf("boot parts: %v %s", err, hint)
+			t.Fatalf("boot parts: %v %s", err, bootHint)
 		}
 	}
-	// linux-image-ARCH is a metapackage; the kernel is what it depends on.
-	meta := "linux-image-" + arch
-	var cacheArgs []string
-	if apt != nil {
-		cacheArgs = apt.Options()
-	}
-	out, err := exec.CommandContext(ctx, "apt-cache", append(cacheArgs, "depends", meta)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("boot parts: apt-cache depends %s: %v\n%s%s", meta, err, out, hint)
-	}
-	kernelDepRE := regexp.MustCompile(`(?m)^\s*Depends:\s*(linux-image-6\.1\.\S+-` + arch + `)\s*$`)
-	m := kernelDepRE.FindSubmatch(out)
-	if m == nil {
-		t.Fatalf("boot parts: apt-cache depends %s names no linux-image-6.1.*-%s:\n%s", meta, arch, out)
-	}
-	kpkg := string(m[1])
+	kpkg := kernelPackage(ctx, t, arch, apt)
 
 	dir := filepath.Join(cacheRoot(), "boot")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatalf("boot cache: %v", err)
 	}
-	pkgs := []string{kpkg, "busybox-static", "systemd-boot-efi"}
-	var debs []string
-	if apt != nil {
-		debs, err = apt.Debs(ctx, pkgs, t.Logf)
-	} else {
-		// The deb cache is shared with Base, so its lock is taken too.
-		if err := os.MkdirAll(filepath.Join(cacheRoot(), "base"), 0o755); err != nil {
-			t.Fatalf("boot cache: %v", err)
-		}
-		unlockDebs, lerr := lockFile(filepath.Join(cacheRoot(), "base", ".lock"))
-		if lerr != nil {
-			t.Fatalf("boot cache lock: %v", lerr)
-		}
-		debs, err = resolveDebs(ctx, BaseOptions{Packages: pkgs}, t.Logf)
-		unlockDebs()
-	}
-	if err != nil {
-		t.Fatalf("boot parts: %v %s", err, hint)
-	}
-
+	debs := bootDebs(ctx, t, []string{kpkg, "busybox-static", "systemd-boot-efi"}, apt)
 	unlock, err := lockFile(filepath.Join(dir, ".lock"))
 	if err != nil {
 		t.Fatalf("boot cache lock: %v", err)
 	}
 	defer unlock()
-	h := sha256.New()
-	fmt.Fprint(h, bootFormat)
-	for _, d := range debs {
-		fmt.Fprintf(h, "\x00%s", filepath.Base(d))
-	}
-	root := filepath.Join(dir, hex.EncodeToString(h.Sum(nil)[:8]))
-	if _, err := os.Stat(root); err != nil {
-		tmp, err := os.MkdirTemp(dir, ".unpack-")
-		if err != nil {
-			t.Fatalf("boot cache: %v", err)
-		}
-		defer os.RemoveAll(tmp)
-		for _, d := range debs {
-			if out, err := exec.CommandContext(ctx, "dpkg-deb", "-x", d, tmp).CombinedOutput(); err != nil {
-				t.Fatalf("boot parts: dpkg-deb -x %s: %v\n%s", d, err, out)
-			}
-		}
-		os.Chmod(tmp, 0o755)
-		if err := os.Rename(tmp, root); err != nil {
-			t.Fatalf("boot cache: %v", err)
-		}
-	}
+	root := unpackBootDebs(ctx, t, dir, debs)
 
 	k := &BootKit{
 		Arch:          arch,
@@ -185,6 +129,83 @@ func BootPartsFor(t testing.TB, arch string) *BootKit {
 		}
 	}
 	return k
+}
+
+const bootHint = "(needs apt reaching Debian and the packages of test/scripts/deps.sh)"
+
+// kernelPackage is the kernel package linux-image-ARCH, a metapackage,
+// depends on, through apt (the host's when nil).
+func kernelPackage(ctx context.Context, t testing.TB, arch string, apt *ForeignApt) string {
+	meta := "linux-image-" + arch
+	var cacheArgs []string
+	if apt != nil {
+		cacheArgs = apt.Options()
+	}
+	out, err := exec.CommandContext(ctx, "apt-cache", append(cacheArgs, "depends", meta)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("boot parts: apt-cache depends %s: %v\n%s%s", meta, err, out, bootHint)
+	}
+	kernelDepRE := regexp.MustCompile(`(?m)^\s*Depends:\s*(linux-image-6\.1\.\S+-` + arch + `)\s*$`)
+	m := kernelDepRE.FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("boot parts: apt-cache depends %s names no linux-image-6.1.*-%s:\n%s", meta, arch, out)
+	}
+	return string(m[1])
+}
+
+// bootDebs downloads pkgs through apt (the host's when nil) and returns
+// the .deb files.
+func bootDebs(ctx context.Context, t testing.TB, pkgs []string, apt *ForeignApt) []string {
+	var debs []string
+	var err error
+	if apt != nil {
+		debs, err = apt.Debs(ctx, pkgs, t.Logf)
+	} else {
+		// The deb cache is shared with Base, so its lock is taken too.
+		if err := os.MkdirAll(filepath.Join(cacheRoot(), "base"), 0o755); err != nil {
+			t.Fatalf("boot cache: %v", err)
+		}
+		unlockDebs, lerr := lockFile(filepath.Join(cacheRoot(), "base", ".lock"))
+		if lerr != nil {
+			t.Fatalf("boot cache lock: %v", lerr)
+		}
+		debs, err = resolveDebs(ctx, BaseOptions{Packages: pkgs}, t.Logf)
+		unlockDebs()
+	}
+	if err != nil {
+		t.Fatalf("boot parts: %v %s", err, bootHint)
+	}
+	return debs
+}
+
+// unpackBootDebs returns the directory under dir that debs are unpacked
+// into, named by what they are, unpacking them unless it is there. The
+// caller holds dir's lock.
+func unpackBootDebs(ctx context.Context, t testing.TB, dir string, debs []string) string {
+	h := sha256.New()
+	fmt.Fprint(h, bootFormat)
+	for _, d := range debs {
+		fmt.Fprintf(h, "\x00%s", filepath.Base(d))
+	}
+	root := filepath.Join(dir, hex.EncodeToString(h.Sum(nil)[:8]))
+	if _, err := os.Stat(root); err == nil {
+		return root
+	}
+	tmp, err := os.MkdirTemp(dir, ".unpack-")
+	if err != nil {
+		t.Fatalf("boot cache: %v", err)
+	}
+	defer os.RemoveAll(tmp)
+	for _, d := range debs {
+		if out, err := exec.CommandContext(ctx, "dpkg-deb", "-x", d, tmp).CombinedOutput(); err != nil {
+			t.Fatalf("boot parts: dpkg-deb -x %s: %v\n%s", d, err, out)
+		}
+	}
+	os.Chmod(tmp, 0o755)
+	if err := os.Rename(tmp, root); err != nil {
+		t.Fatalf("boot cache: %v", err)
+	}
+	return root
 }
 
 // BootModuleGlobs are the module files (relative to the modules directory)
