@@ -152,26 +152,23 @@ provision:
 		if err := os.WriteFile(sysctl, append(slices.Clone(sysctlData), fmt.Sprintf("# changed in round %d\n", i)...), 0o644); err != nil {
 			b.Fatal(err)
 		}
-		d, rss, _ = build("k8s-node.yaml", "changed")
-		note("one file changed", d, rss)
-		if i == 0 {
-			build("k8s-node.yaml", "changed-cold", "--no-cache")
-			sameOutputsBySums(b, out("changed-cold"), out("changed"))
-			os.RemoveAll(out("changed-cold"))
+		// A rebuild after a change, checked in the first round against a
+		// cold build of the changed recipe.
+		rebuild := func(c, recipe string) {
+			d, rss, _ := build(recipe, "changed")
+			note(c, d, rss)
+			if i == 0 {
+				build(recipe, "changed-cold", "--no-cache")
+				sameOutputsBySums(b, out("changed-cold"), out("changed"))
+				os.RemoveAll(out("changed-cold"))
+			}
+			os.RemoveAll(out("changed"))
 		}
-		os.RemoveAll(out("changed"))
+		rebuild("one file changed", "k8s-node.yaml")
 		if err := os.WriteFile(sysctl, sysctlData, 0o644); err != nil {
 			b.Fatal(err)
 		}
-
-		d, rss, _ = build("k8s-node-added.yaml", "added")
-		note("one package added", d, rss)
-		if i == 0 {
-			build("k8s-node-added.yaml", "added-cold", "--no-cache")
-			sameOutputsBySums(b, out("added-cold"), out("added"))
-			os.RemoveAll(out("added-cold"))
-		}
-		os.RemoveAll(out("added"))
+		rebuild("one package added", "k8s-node-added.yaml")
 		os.RemoveAll(cache)
 
 		tarball := filepath.Join(nb.dir, "mmdebstrap.tar")
