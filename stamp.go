@@ -215,11 +215,13 @@ func Build(ctx context.Context, rec *recipes.Recipe, o Options) (*Result, error)
 		Record: func(treeDigest string, entries []*rootfs.Entry) ([]byte, error) {
 			return recordJSON(rec, ep, treeDigest, entries, inputs)
 		}}
+	sealStart := time.Now()
 	sealed, rep, err := rootfs.Seal(ctx, tree, sealOpts)
 	if err != nil {
 		return nil, fmt.Errorf("seal: %w", err)
 	}
 	log.WithField("removed", len(rep.Removed)).Infof("sealed %d entries", sealed.Len())
+	log.Debugf("seal done in %s", time.Since(sealStart).Round(time.Millisecond))
 	view, err := viewOf(sealed, rec, ep, att)
 	if err != nil {
 		return nil, err

@@ -633,7 +633,8 @@ func newLogger(c *cli.Context) (*logrus.Logger, error) {
 	case "text":
 		log.SetFormatter(&logrus.TextFormatter{DisableTimestamp: !term.IsTerminal(int(os.Stderr.Fd()))})
 	case "json":
-		log.SetFormatter(&logrus.JSONFormatter{})
+		// Milliseconds: a build's steps are timed from its log.
+		log.SetFormatter(&logrus.JSONFormatter{TimestampFormat: "2006-01-02T15:04:05.000Z07:00"})
 	default:
 		return nil, fmt.Errorf("--log-format must be text or json, not %q", c.String("log-format"))
 	}

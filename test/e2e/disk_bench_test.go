@@ -91,30 +91,12 @@ outputs:
 		b.Fatal(err)
 	}
 	cache := filepath.Join(dir, "cache")
-	// GNU time measures the peak RSS: the rusage of a child started by this
-	// process would count this process's own pages, which the child shares
-	// until it execs.
-	timeBin := harness.Tool(b, "time")
-	rssFile := filepath.Join(dir, "rss")
 	run := func(cmd *exec.Cmd) (time.Duration, int64) {
 		b.Helper()
-		timed := exec.Command(timeBin, append([]string{"-f", "%M", "-o", rssFile, cmd.Path}, cmd.Args[1:]...)...)
-		timed.Dir, timed.Env = cmd.Dir, cmd.Env
-		exec.Command("sync").Run()
-		start := time.Now()
-		if out, err := timed.CombinedOutput(); err != nil {
-			b.Fatalf("%v: %v\n%s", cmd.Args, err, lastLines(string(out), 20))
-		}
-		d := time.Since(start)
-		data, err := os.ReadFile(rssFile)
-		if err != nil {
-			b.Fatal(err)
-		}
-		var kib int64
-		fmt.Sscan(strings.TrimSpace(string(data)), &kib)
-		return d, kib / 1024
+		d, rss, _ := timedRun(b, cmd, filepath.Join(dir, "rss"))
+		return d, rss
 	}
-	stampBuild := func(out string, extra ...string) *exec.Cmd {
+	stampBuildIn := func(cache, out string, extra ...string) *exec.Cmd {
 		args := append([]string{"build", "recipe.yaml", "-o", filepath.Join(dir, out), "--cache-dir", cache,
 			"--work-dir", filepath.Join(dir, "work"), "--log-level", "error"}, extra...)
 		cmd := exec.Command(stampBin, args...)
@@ -122,22 +104,31 @@ outputs:
 		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + dir}
 		return harness.Unprivileged(cmd)
 	}
+	stampBuild := func(out string, extra ...string) *exec.Cmd { return stampBuildIn(cache, out, extra...) }
 	// The first build fills the cache with the inputs, as any build after
 	// the first finds them.
 	run(stampBuild("first"))
 	entries, treeMB := manifestSize(b, filepath.Join(dir, "first", "manifest.txt"))
 	b.Logf("workload: %d entries, %.0f MB of file content", entries, treeMB)
 
-	var cold, warm, peer []time.Duration
+	var empty, cold, warm, peer []time.Duration
 	var rss int64
 	for i := 0; i < max(3, b.N); i++ {
-		d, r := run(stampBuild("cold", "--no-cache"))
+		// A runner's first build: nothing in the cache, so the base's
+		// archive and the host files are filed into it on the way.
+		fresh := filepath.Join(dir, "empty-cache")
+		d, r := run(stampBuildIn(fresh, "empty"))
+		empty, rss = append(empty, d), max(rss, r)
+		os.RemoveAll(fresh)
+		d, r = run(stampBuild("cold", "--no-cache"))
 		cold, rss = append(cold, d), max(rss, r)
 		d, r = run(stampBuild("warm"))
 		warm, rss = append(warm, d), max(rss, r)
 		sameOutputDirs(b, filepath.Join(dir, "cold"), filepath.Join(dir, "warm"))
-		os.RemoveAll(filepath.Join(dir, "cold"))
-		os.RemoveAll(filepath.Join(dir, "warm"))
+		sameOutputDirs(b, filepath.Join(dir, "cold"), filepath.Join(dir, "empty"))
+		for _, o := range []string{"cold", "warm", "empty"} {
+			os.RemoveAll(filepath.Join(dir, o))
+		}
 
 		w := filepath.Join(dir, "peer")
 		if err := os.MkdirAll(w, 0o755); err != nil {
@@ -147,14 +138,40 @@ outputs:
 		peer = append(peer, d)
 		os.RemoveAll(w)
 	}
-	mc, mw, mp := median(cold), median(warm), median(peer)
-	b.Logf("cold %v %v  warm %v %v  peer %v %v", cold, mc, warm, mw, peer, mp)
+	me, mc, mw, mp := median(empty), median(cold), median(warm), median(peer)
+	b.Logf("empty cache %v %v  cold %v %v  warm %v %v  peer %v %v", empty, me, cold, mc, warm, mw, peer, mp)
+	b.ReportMetric(me.Seconds(), "empty-cache-s")
+	b.ReportMetric(me.Seconds()/mp.Seconds(), "empty-cache/peer")
 	b.ReportMetric(mc.Seconds(), "cold-s")
 	b.ReportMetric(mw.Seconds(), "warm-s")
 	b.ReportMetric(mp.Seconds(), "peer-s")
 	b.ReportMetric(mc.Seconds()/mp.Seconds(), "cold/peer")
 	b.ReportMetric(mw.Seconds()/mc.Seconds(), "warm/cold")
 	b.ReportMetric(float64(rss), "peak-RSS-MiB")
+}
+
+// timedRun runs cmd under GNU time and returns its wall time, its peak RSS
+// in MiB and its combined output. GNU time measures the RSS: the rusage of
+// a child started by this process would count this process's own pages,
+// which the child shares until it execs. rssFile is where time writes it.
+func timedRun(b *testing.B, cmd *exec.Cmd, rssFile string) (time.Duration, int64, []byte) {
+	b.Helper()
+	timed := exec.Command(harness.Tool(b, "time"), append([]string{"-f", "%M", "-o", rssFile, cmd.Path}, cmd.Args[1:]...)...)
+	timed.Dir, timed.Env, timed.SysProcAttr = cmd.Dir, cmd.Env, cmd.SysProcAttr
+	exec.Command("sync").Run()
+	start := time.Now()
+	out, err := timed.CombinedOutput()
+	if err != nil {
+		b.Fatalf("%v: %v\n%s", cmd.Args, err, lastLines(string(out), 20))
+	}
+	d := time.Since(start)
+	data, err := os.ReadFile(rssFile)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var kib int64
+	fmt.Sscan(strings.TrimSpace(string(data)), &kib)
+	return d, kib / 1024, out
 }
 
 func median(ds []time.Duration) time.Duration {

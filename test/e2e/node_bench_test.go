@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -18,21 +19,29 @@ import (
 	"github.com/stamp-dev/stamp/test/harness"
 )
 
-// BenchmarkNodeBuild builds recipes/k8s-node.yaml (with a tar output added)
-// from a cold cache and again from the warm one, and installs the same
-// package set with mmdebstrap (minbase, the node's packages and the
-// Kubernetes ones, from the same local repositories) into a tarball. It
-// reports both build times, mmdebstrap's time, and the size of the node's
-// tree (without the container images in containerd's state, which
-// mmdebstrap does not make) against mmdebstrap's tarball; and, from the
-// images layer's own report, how long writing containerd's state for the
-// seven images took in the cold build, and its sizes: the content store,
-// the layer blobs in it (what discardLayers leaves out), and the unpacked
-// snapshots. Needs root: mmdebstrap --mode=root.
+// BenchmarkNodeBuild measures what CI users of the node feel, stamp as uid
+// 65534 beside mmdebstrap (minbase, the node's packages and the Kubernetes
+// ones, from the same local repositories, into a tarball) in one run:
+//   - first: the very first build, with an empty cache;
+//   - cold: --no-cache, the inputs already in the cache;
+//   - nothing changed: the same recipe again, with the cache;
+//   - one file changed in customize (a sysctl file the files layer copies);
+//   - one package added in customize (a debs layer of one package);
+//
+// each with its peak RSS. The rebuilds' outputs are checked against a cold
+// build of the same recipe (in the first round), byte for byte through
+// SHA256SUMS, which each output directory is checked against. It also
+// reports the cold build's time per step (each layer, seal, each output)
+// from the build's own log, the size of the node's tree without the
+// container images in containerd's state (which mmdebstrap does not make)
+// against mmdebstrap's tarball, and, from the images layer's report, how
+// long writing containerd's state took and its sizes. Needs root:
+// mmdebstrap --mode=root.
 func BenchmarkNodeBuild(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Fatal("needs root: mmdebstrap runs in --mode=root beside stamp")
 	}
+	harness.RequireSetpriv(b)
 	mmdebstrap := harness.Tool(b, "mmdebstrap")
 	nb := prepareNodeBuild(b, func(string) {})
 	recipe := filepath.Join(nb.dir, "k8s-node.yaml")
@@ -41,9 +50,39 @@ func BenchmarkNodeBuild(b *testing.B) {
 		b.Fatal(err)
 	}
 	// outputs: is the recipe's last section.
-	if err := os.WriteFile(recipe, append(y, "  - {format: tar}\n"...), 0o644); err != nil {
+	y = append(y, "  - {format: tar}\n"...)
+	if err := os.WriteFile(recipe, y, 0o644); err != nil {
 		b.Fatal(err)
 	}
+	// The added package: one of the user's own, from a repository of its
+	// own, as a fleet adds its agent.
+	agentDir := filepath.Join(nb.dir, "agent-deb")
+	if err := os.MkdirAll(agentDir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	agent := harness.FlatDebRepoFor(b, &harness.DebRepo{}, harness.ScriptDeb(b, agentDir, "stamp-bench-agent", "#!/bin/sh\nset -e\n"))
+	copyFile(b, agent.Keyring, filepath.Join(nb.dir, "agent.gpg"))
+	added := strings.Replace(string(y), "\nprovision:\n", fmt.Sprintf(`    - debs:
+        repo: %s
+        suite: /
+        keyring: ./agent.gpg
+        packages: [stamp-bench-agent]
+
+provision:
+`, agent.FileURL()), 1)
+	if added == string(y) {
+		b.Fatal("the node recipe has no provision: section to add a customize layer before")
+	}
+	writeFiles(b, nb.dir, map[string]string{"k8s-node-added.yaml": added})
+	sysctl := filepath.Join(nb.dir, "k8s-node", "99-kubernetes.conf")
+	sysctlData, err := os.ReadFile(sysctl)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := os.Chmod(nb.dir, 0o777); err != nil {
+		b.Fatal(err)
+	}
+
 	// The same packages as the recipe installs: its runtime, as the mode
 	// chooses it, in place of Debian's.
 	include := slices.DeleteFunc(slices.Clone(harness.NodeDebPackages), func(p string) bool { return p == "containerd" || p == "runc" })
@@ -62,49 +101,84 @@ func BenchmarkNodeBuild(b *testing.B) {
 		sources = append(sources, fmt.Sprintf("deb [signed-by=%s] %s %s", filepath.Join(nb.dir, "containerd.gpg"), "copy://"+nb.ctdRepo.Dir, nb.ctdRepo.Suite))
 	}
 
-	var cold, warm, mm time.Duration
+	type measure struct {
+		times []time.Duration
+		rss   int64
+	}
+	cases := []string{"first (empty cache)", "cold (--no-cache)", "nothing changed", "one file changed", "one package added", "mmdebstrap"}
+	m := map[string]*measure{}
+	for _, c := range cases {
+		m[c] = &measure{}
+	}
+	note := func(c string, d time.Duration, rss int64) {
+		m[c].times = append(m[c].times, d)
+		m[c].rss = max(m[c].rss, rss)
+	}
 	var stampAll, stampPkgs, mmSize int64
 	var state imagesReport
+	var steps []stepTime
+	rssFile := filepath.Join(nb.dir, "rss")
+	out := func(name string) string { return filepath.Join(nb.dir, name) }
 	for i := 0; i < b.N; i++ {
 		cache := filepath.Join(nb.dir, fmt.Sprintf("cache-%d", i))
-		var log []byte
-		build := func(out string) time.Duration {
+		build := func(recipe, dir string, extra ...string) (time.Duration, int64, []byte) {
 			b.Helper()
-			args := append([]string{"build", "k8s-node.yaml", "-o", out, "--cache-dir", cache, "--work-dir", nb.dir,
-				"--insecure-registry", nb.reg.Addr, "--log-level", "info", "--log-format", "json", "--no-cache"}, nb.setArgs...)
-			cmd := exec.Command(stampBin, args...)
+			args := append([]string{"build", recipe, "-o", out(dir), "--cache-dir", cache, "--work-dir", nb.dir,
+				"--insecure-registry", nb.reg.Addr, "--log-level", "debug", "--log-format", "json"}, nb.setArgs...)
+			cmd := exec.Command(stampBin, append(args, extra...)...)
 			cmd.Dir = nb.dir
-			exec.Command("sync").Run()
-			start := time.Now()
-			var err error
-			if log, err = cmd.CombinedOutput(); err != nil {
-				b.Fatalf("stamp build: %v\n%s", err, log)
-			}
-			return time.Since(start)
+			return timedRun(b, harness.Unprivileged(cmd), rssFile)
 		}
-		coldOut, warmOut := filepath.Join(nb.dir, "cold"), filepath.Join(nb.dir, "warm")
-		cold += build(coldOut)
+		d, rss, _ := build("k8s-node.yaml", "first")
+		note("first (empty cache)", d, rss)
+		os.RemoveAll(out("first"))
+
+		d, rss, log := build("k8s-node.yaml", "cold", "--no-cache")
+		note("cold (--no-cache)", d, rss)
 		r := imagesLayerReport(b, log)
 		state.seconds += r.seconds
 		state.contentBytes, state.layerBytes, state.snapshotBytes = r.contentBytes, r.layerBytes, r.snapshotBytes
-		warm += build(warmOut)
-		stampAll, stampPkgs = nodeTarSizes(b, filepath.Join(coldOut, "k8s-node.tar"))
-		os.RemoveAll(coldOut)
-		os.RemoveAll(warmOut)
+		if i == 0 {
+			steps = stepTimes(b, log)
+		}
+		stampAll, stampPkgs = nodeTarSizes(b, filepath.Join(out("cold"), "k8s-node.tar"))
+
+		d, rss, _ = build("k8s-node.yaml", "nothing")
+		note("nothing changed", d, rss)
+		sameOutputsBySums(b, out("cold"), out("nothing"))
+		os.RemoveAll(out("nothing"))
+		os.RemoveAll(out("cold"))
+
+		if err := os.WriteFile(sysctl, append(slices.Clone(sysctlData), fmt.Sprintf("# changed in round %d\n", i)...), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		// A rebuild after a change, checked in the first round against a
+		// cold build of the changed recipe.
+		rebuild := func(c, recipe string) {
+			d, rss, _ := build(recipe, "changed")
+			note(c, d, rss)
+			if i == 0 {
+				build(recipe, "changed-cold", "--no-cache")
+				sameOutputsBySums(b, out("changed-cold"), out("changed"))
+				os.RemoveAll(out("changed-cold"))
+			}
+			os.RemoveAll(out("changed"))
+		}
+		rebuild("one file changed", "k8s-node.yaml")
+		if err := os.WriteFile(sysctl, sysctlData, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		rebuild("one package added", "k8s-node-added.yaml")
 		os.RemoveAll(cache)
 
 		tarball := filepath.Join(nb.dir, "mmdebstrap.tar")
-		exec.Command("sync").Run()
-		start := time.Now()
 		// copy://, not file://: mmdebstrap's apt runs chrooted, where
 		// the host's repository paths do not exist.
 		cmd := exec.Command(mmdebstrap, append([]string{"--mode=root", "--variant=minbase", "--quiet",
 			"--include=" + strings.Join(include, ","), nb.repo.Suite, tarball}, sources...)...)
 		cmd.Env = append(os.Environ(), "SOURCE_DATE_EPOCH=1700000000")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			b.Fatalf("mmdebstrap: %v\n%s", err, out)
-		}
-		mm += time.Since(start)
+		d, rss, _ = timedRun(b, cmd, rssFile)
+		note("mmdebstrap", d, rss)
 		fi, err := os.Stat(tarball)
 		if err != nil {
 			b.Fatal(err)
@@ -112,20 +186,135 @@ func BenchmarkNodeBuild(b *testing.B) {
 		mmSize = fi.Size()
 		os.Remove(tarball)
 	}
-	n := float64(b.N)
-	b.ReportMetric(cold.Seconds()/n, "cold-s/op")
-	b.ReportMetric(warm.Seconds()/n, "warm-s/op")
-	b.ReportMetric(mm.Seconds()/n, "mmdebstrap-s/op")
+	mm := median(m["mmdebstrap"].times)
+	for _, c := range cases {
+		ts := m[c].times
+		b.Logf("%-20s median %6.1f s (min %6.1f, max %6.1f, %d runs), %.3fx mmdebstrap, peak RSS %d MiB",
+			c, median(ts).Seconds(), slices.Min(ts).Seconds(), slices.Max(ts).Seconds(), len(ts), median(ts).Seconds()/mm.Seconds(), m[c].rss)
+	}
+	for _, st := range steps {
+		b.Logf("cold build step %-40s %6.2f s", st.name, st.seconds)
+	}
+	b.ReportMetric(median(m["first (empty cache)"].times).Seconds(), "first-s")
+	b.ReportMetric(median(m["cold (--no-cache)"].times).Seconds(), "cold-s")
+	b.ReportMetric(median(m["nothing changed"].times).Seconds(), "nothing-changed-s")
+	b.ReportMetric(median(m["one file changed"].times).Seconds(), "file-changed-s")
+	b.ReportMetric(median(m["one package added"].times).Seconds(), "package-added-s")
+	b.ReportMetric(mm.Seconds(), "mmdebstrap-s")
+	b.ReportMetric(median(m["cold (--no-cache)"].times).Seconds()/mm.Seconds(), "cold/mmdebstrap")
+	var rss int64
+	for _, c := range cases[:5] {
+		rss = max(rss, m[c].rss)
+	}
+	b.ReportMetric(float64(rss), "stamp-peak-RSS-MiB")
 	b.ReportMetric(float64(stampAll)/(1<<20), "stamp-tar-MiB")
 	b.ReportMetric(float64(stampPkgs)/(1<<20), "stamp-no-images-MiB")
 	b.ReportMetric(float64(mmSize)/(1<<20), "mmdebstrap-tar-MiB")
 	b.ReportMetric(float64(stampPkgs)/float64(mmSize), "size-ratio")
+	n := float64(b.N)
 	b.ReportMetric(state.seconds/n, "containerd-state-s/op")
 	b.ReportMetric(float64(state.contentBytes)/(1<<20), "content-MiB")
 	b.ReportMetric(float64(state.layerBytes)/(1<<20), "layer-blobs-MiB")
 	b.ReportMetric(float64(state.snapshotBytes)/(1<<20), "snapshots-MiB")
 	if s := state.seconds / n; s > 5 {
 		b.Logf("over budget: writing containerd's state for the node's images took %.1f s of the cold build; the budget is 5 s", s)
+	}
+}
+
+// stepTime is how long one step of a build took, by the build's own log.
+type stepTime struct {
+	name    string
+	seconds float64
+}
+
+// stepTimes reads a build's JSON log (--log-level debug) for the time each
+// layer, the seal and each output took: the "... done in D" and "wrote F
+// in D" records the build writes as each ends. From the records' times it
+// adds what came before the first phase (the recipe, the inputs resolved,
+// fetched and verified) and after the last output (its hashing and the
+// output directory's files).
+func stepTimes(b *testing.B, log []byte) []stepTime {
+	b.Helper()
+	done := regexp.MustCompile(`^(.+) done in (\S+)$`)
+	wrote := regexp.MustCompile(`^wrote (\S+) in (\S+)$`)
+	var steps []stepTime
+	var first, firstPhase, lastOutput, last time.Time
+	for _, l := range strings.Split(string(log), "\n") {
+		var e struct {
+			Msg  string    `json:"msg"`
+			Time time.Time `json:"time"`
+		}
+		if json.Unmarshal([]byte(l), &e) != nil {
+			continue
+		}
+		if first.IsZero() {
+			first = e.Time
+		}
+		last = e.Time
+		if firstPhase.IsZero() && strings.HasPrefix(e.Msg, "phase ") {
+			firstPhase = e.Time
+		}
+		if strings.HasPrefix(e.Msg, "wrote ") {
+			lastOutput = e.Time
+		}
+		var name, dur string
+		if m := done.FindStringSubmatch(e.Msg); m != nil {
+			name, dur = m[1], m[2]
+		} else if m := wrote.FindStringSubmatch(e.Msg); m != nil {
+			name, dur = "output "+m[1], m[2]
+		} else {
+			continue
+		}
+		d, err := time.ParseDuration(dur)
+		if err != nil {
+			b.Fatalf("the build's log says %q: %v", e.Msg, err)
+		}
+		steps = append(steps, stepTime{name, d.Seconds()})
+	}
+	if len(steps) == 0 || firstPhase.IsZero() || lastOutput.IsZero() {
+		b.Fatalf("the build's log times no phase or no output:\n%s", lastLines(string(log), 20))
+	}
+	steps = append([]stepTime{{"inputs (resolve, fetch, verify)", firstPhase.Sub(first).Seconds()}}, steps...)
+	return append(steps, stepTime{"after the last output (hashing, SHA256SUMS)", last.Sub(lastOutput).Seconds()})
+}
+
+// sameOutputsBySums checks two output directories: each against its own
+// SHA256SUMS (sha256sum -c reads every byte), and the two SHA256SUMS and
+// the lists of files against each other. It streams what sameOutputDirs
+// would hold in memory, gigabytes for the node.
+func sameOutputsBySums(b *testing.B, x, y string) {
+	b.Helper()
+	for _, d := range []string{x, y} {
+		cmd := exec.Command("sha256sum", "--quiet", "--strict", "-c", "SHA256SUMS")
+		cmd.Dir = d
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("%s: sha256sum -c SHA256SUMS: %v\n%s", d, err, out)
+		}
+	}
+	list := func(d string) string {
+		es, err := os.ReadDir(d)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var names []string
+		for _, e := range es {
+			names = append(names, e.Name())
+		}
+		return strings.Join(names, " ")
+	}
+	if lx, ly := list(x), list(y); lx != ly {
+		b.Fatalf("%s has %s; %s has %s", x, lx, y, ly)
+	}
+	sx, err := os.ReadFile(filepath.Join(x, "SHA256SUMS"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	sy, err := os.ReadFile(filepath.Join(y, "SHA256SUMS"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if string(sx) != string(sy) {
+		b.Fatalf("SHA256SUMS differ:\n%s:\n%s\n%s:\n%s", x, sx, y, sy)
 	}
 }
 
