@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"mvdan.cc/sh/v3/interp"
+
+	"github.com/stamp-dev/stamp/rootfs/accountdb"
 )
 
 func (r *run) needAccounts(args []string) error {
@@ -40,8 +42,7 @@ func (r *run) firstFree(db string, lo, hi uint32) (uint32, error) {
 	b, _ := r.readFile(db)
 	used := map[uint32]bool{}
 	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Split(l, ":")
-		if len(f) > 2 {
+		if f := accountdb.Fields(l); len(f) > 2 {
 			if n, err := strconv.ParseUint(f[2], 10, 32); err == nil {
 				used[uint32(n)] = true
 			}
@@ -371,7 +372,7 @@ func (r *run) findAccount(db string, match func(f []string) bool) []string {
 		return nil
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Split(l, ":"); len(f) > 2 && match(f) {
+		if f := accountdb.Fields(l); len(f) > 2 && match(f) {
 			return f
 		}
 	}
@@ -394,8 +395,7 @@ func cmdGetent(r *run, hc interp.HandlerContext, args []string) error {
 		}
 		found := false
 		for _, l := range strings.Split(string(b), "\n") {
-			f := strings.Split(l, ":")
-			if len(f) > 2 && (f[0] == k || f[2] == k) {
+			if f := accountdb.Fields(l); len(f) > 2 && (f[0] == k || f[2] == k) {
 				fmt.Fprintln(hc.Stdout, l)
 				found = true
 				break
@@ -486,7 +486,7 @@ func cmdShadowconfig(r *run, hc interp.HandlerContext, args []string) error {
 	var shadowGID uint32
 	if b, err := r.readFile("/etc/group"); err == nil {
 		for _, l := range strings.Split(string(b), "\n") {
-			if f := strings.Split(l, ":"); len(f) > 2 && f[0] == "shadow" {
+			if f := accountdb.Fields(l); len(f) > 2 && f[0] == "shadow" {
 				if id, err := strconv.ParseUint(f[2], 10, 32); err == nil {
 					shadowGID = uint32(id)
 				}
@@ -525,8 +525,8 @@ func (r *run) shadowConvert(db, shadow string, record func(f []string) []string)
 		}
 	}
 	for i, l := range dbLines {
-		f := strings.Split(l, ":")
-		if len(f) < 3 || l[0] == '+' || l[0] == '-' || l[0] == '#' {
+		f := accountdb.Fields(l)
+		if len(f) < 3 {
 			continue
 		}
 		names[f[0]] = true

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"mvdan.cc/sh/v3/interp"
+
+	"github.com/stamp-dev/stamp/rootfs/accountdb"
 )
 
 // cmdSysusers is systemd-sysusers (as of Debian 12's 252) applied to the
@@ -224,8 +226,8 @@ func (s *sysusers) loadDatabases() {
 	}{{"/etc/passwd", s.byUID, s.userIDs}, {"/etc/group", s.byGID, s.groupIDs}} {
 		b, _ := s.r.readFile(db.path)
 		for _, l := range splitLines(b) {
-			f := strings.Split(l, ":")
-			if len(f) < 3 || l[0] == '+' || l[0] == '-' {
+			f := accountdb.Fields(l)
+			if len(f) < 3 {
 				continue
 			}
 			id, err := strconv.ParseUint(f[2], 10, 32)
