@@ -66,9 +66,11 @@ k8s-inputs: build
 # and booted under qemu with a NoCloud seed that checks it from inside; and
 # images written into containerd's state handed to upstream containerd (the
 # version image-builder pins, built from the module proxy once per machine).
-# Leaves the outputs in out/e2e-node/ for the cluster test.
+# Leaves the outputs in out/e2e-node/ for the cluster test. Also the node's
+# whole package set through the debs layer against apt-get and dpkg in a
+# chroot (TestDebsNodePackages, about 5 minutes: too long for make test).
 e2e-node: deps k8s-inputs
-	STAMP_E2E_NODE_OUT=$(CURDIR)/out/e2e-node $(GO) test -tags node -count=1 -timeout 90m -v -run '^(TestNodeImage|TestImagesInto(Upstream|Tree)Containerd)$$' ./test/e2e
+	STAMP_E2E_NODE_OUT=$(CURDIR)/out/e2e-node $(GO) test -tags node -count=1 -timeout 90m -v -run '^(TestNodeImage|TestImagesInto(Upstream|Tree)Containerd|TestDebsNodePackages)$$' ./test/e2e
 
 # Boots out/e2e-node's raw image as Cluster API boots its first control-plane
 # machine (a kubeadm init seed) and waits, under TCG, for a Ready one-node

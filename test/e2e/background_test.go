@@ -1,3 +1,5 @@
+//go:build node
+
 package e2e
 
 import "testing"
