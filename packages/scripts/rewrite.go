@@ -65,6 +65,12 @@ func rewrite(f *syntax.File) {
 			n.X = rewriteTest(n.X)
 		case *syntax.Stmt:
 			n.Redirs = rewriteRedirs(n.Redirs)
+			// A job put in the background (cmd &) would go on changing the
+			// tree after the script, or the build, has moved on: the
+			// interpreter never waits for it unless the script says
+			// wait. It runs in its place instead, as a sequential run
+			// of the same commands would.
+			n.Background = false
 			switch c := n.Cmd.(type) {
 			case *syntax.CoprocClause, *syntax.TestDecl:
 				// Constructs the interpreter does not run.

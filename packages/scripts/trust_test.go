@@ -581,3 +581,21 @@ case é in \é) echo escaped >> /out;; esac
 		t.Errorf("/out = %q, want %q", got, want)
 	}
 }
+
+// TestBackgroundJobsEndWithTheScript: a job put in the background runs to
+// its end before the script does, so nothing changes the tree once the
+// script has returned (the interpreter itself waits only at wait).
+func TestBackgroundJobsEndWithTheScript(t *testing.T) {
+	tr := newTree(t)
+	body := "#!/bin/sh\nfor i in 1 2 3 4 5 6 7 8; do echo $i >> /bg; done &\necho main > /main\n"
+	if err := Run(context.Background(), env(tr), Script{Package: "p", Name: "postinst", Body: []byte(body)}, "configure"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := readTree(tr, "/bg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "1\n2\n3\n4\n5\n6\n7\n8\n"; string(got) != want {
+		t.Errorf("/bg = %q after the script, want %q", got, want)
+	}
+}
