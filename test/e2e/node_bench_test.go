@@ -113,6 +113,9 @@ provision:
 	note := func(c string, d time.Duration, rss int64) {
 		m[c].times = append(m[c].times, d)
 		m[c].rss = max(m[c].rss, rss)
+		// As it goes, so a run that fails later still shows what it
+		// measured.
+		b.Logf("%s: %.1f s, peak RSS %d MiB", c, d.Seconds(), rss)
 	}
 	var stampAll, stampPkgs, mmSize int64
 	var state imagesReport
@@ -175,6 +178,7 @@ provision:
 		// copy://, not file://: mmdebstrap's apt runs chrooted, where
 		// the host's repository paths do not exist.
 		cmd := exec.Command(mmdebstrap, append([]string{"--mode=root", "--variant=minbase", "--quiet",
+			"--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr",
 			"--include=" + strings.Join(include, ","), nb.repo.Suite, tarball}, sources...)...)
 		cmd.Env = append(os.Environ(), "SOURCE_DATE_EPOCH=1700000000")
 		d, rss, _ = timedRun(b, cmd, rssFile)
