@@ -10,10 +10,8 @@ import (
 	"io"
 	"io/fs"
 	"path"
-	"runtime"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/stamp-dev/stamp/packages/deb"
@@ -340,16 +338,19 @@ func (l *Debs) installOffline(ctx context.Context, env *Env, se *scripts.Env, st
 	for _, rp := range order.UnpackOrder(calls) {
 		ordered = append(ordered, byName[rp.Name])
 	}
-	ready, release := l.decodeAhead(ctx, env, ordered)
+	ahead, err := decodeAhead(ctx, env, ordered)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer ahead.close()
 	next := 0
 	r := &debsRunner{ctx: ctx, l: l, env: env, se: se, byName: byName}
 	r.next = func(p *debPackage) (decoded, error) {
 		if next >= len(ordered) || ordered[next] != p {
 			return decoded{}, fmt.Errorf("%s: unpacked out of the planned order", p.pkg.Name)
 		}
-		d := <-ready[next]
+		d := ahead.next()
 		next++
-		release()
 		return d, d.err
 	}
 	d := order.NewDpkg(known, r)
@@ -453,75 +454,9 @@ func (l *Debs) excluded(p string) bool {
 	return false
 }
 
-// decoded is a package read from the cache: its control data and its
-// data.tar, decompressed.
-type decoded struct {
-	control *deb.Control
-	data    []byte
-	err     error
-}
-
-// decodeAhead decodes the packages' archives on as many goroutines as
-// there are CPUs, and hands each result out on its own channel, in order.
-// At most GOMAXPROCS+1 results are decoded and not yet consumed; the
-// consumer calls release after each one it takes.
-func (l *Debs) decodeAhead(ctx context.Context, env *Env, pkgs []*debPackage) (out []chan decoded, release func()) {
-	ahead := runtime.GOMAXPROCS(0) + 1
-	out = make([]chan decoded, len(pkgs))
-	for i := range out {
-		out[i] = make(chan decoded, 1)
-	}
-	slots := make(chan struct{}, ahead)
-	go func() {
-		for i, p := range pkgs {
-			select {
-			case slots <- struct{}{}:
-			case <-ctx.Done():
-				for _, ch := range out[i:] {
-					ch <- decoded{err: ctx.Err()}
-				}
-				return
-			}
-			go func(i int, p *debPackage) {
-				out[i] <- decodeDeb(env, p)
-			}(i, p)
-		}
-	}()
-	return out, func() { <-slots }
-}
-
-func decodeDeb(env *Env, p *debPackage) decoded {
-	rc, err := env.Cache.Open(p.digest)
-	if err != nil {
-		return decoded{err: err}
-	}
-	defer rc.Close()
-	r, err := deb.NewReader(rc)
-	if err != nil {
-		return decoded{err: fmt.Errorf("%s: %w", p.pkg.URL(), err)}
-	}
-	data, err := r.Data()
-	if err != nil {
-		return decoded{err: fmt.Errorf("%s: %w", p.pkg.URL(), err)}
-	}
-	var buf bytes.Buffer
-	if p.pkg.Paragraph != nil {
-		if n, err := strconv.ParseInt(p.pkg.Paragraph.Get("Installed-Size"), 10, 64); err == nil && n > 0 && n < 1<<22 {
-			buf.Grow(int(n) << 10)
-		}
-	}
-	if _, err := io.Copy(&buf, data); err != nil {
-		return decoded{err: fmt.Errorf("%s: data.tar: %w", p.pkg.URL(), err)}
-	}
-	// Read to the end so the cache's verifying reader checks every byte.
-	if _, err := io.Copy(io.Discard, rc); err != nil {
-		return decoded{err: fmt.Errorf("%s: %w", p.pkg.URL(), err)}
-	}
-	return decoded{control: r.Control(), data: buf.Bytes()}
-}
-
 // unpack runs the preinst and extracts data.tar.
 func (l *Debs) unpack(ctx context.Context, env *Env, se *scripts.Env, ch *sandbox.Sandbox, p *debPackage, d decoded) error {
+	defer d.data.close()
 	p.control = d.control
 	if got := p.control.Paragraph.Get("Package"); got != p.pkg.Name || p.control.Paragraph.Get("Version") != p.pkg.Version {
 		return fmt.Errorf("%s: the .deb holds %s %s, the index says %s %s", p.pkg.URL(), got, p.control.Paragraph.Get("Version"), p.pkg.Name, p.pkg.Version)
@@ -573,7 +508,11 @@ func (l *Debs) unpack(ctx context.Context, env *Env, se *scripts.Env, ch *sandbo
 			return q, true
 		},
 	}
-	if _, err := rootfs.Extract(ctx, env.Tree, bytes.NewReader(d.data), opts); err != nil {
+	data, err := d.data.reader()
+	if err != nil {
+		return fmt.Errorf("%s: %w", p.pkg.URL(), err)
+	}
+	if _, err := rootfs.Extract(ctx, env.Tree, data, opts); err != nil {
 		return fmt.Errorf("%s: %w", p.pkg.URL(), err)
 	}
 	if p.old != "" {
@@ -724,16 +663,17 @@ func (l *Debs) chrootInstall(ctx context.Context, env *Env, ch *sandbox.Sandbox,
 			return fmt.Errorf("scripts: chroot: %w", err)
 		}
 	}
-	ready, release := l.decodeAhead(ctx, env, pkgs)
-	next := 0
+	ahead, err := decodeAhead(ctx, env, pkgs)
+	if err != nil {
+		return err
+	}
+	defer ahead.close()
 	for _, batch := range batches {
 		for _, p := range batch {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			d := <-ready[next]
-			next++
-			release()
+			d := ahead.next()
 			if d.err != nil {
 				return d.err
 			}
@@ -779,13 +719,7 @@ func (l *Debs) chrootConfigure(ctx context.Context, env *Env, ch *sandbox.Sandbo
 // unpacked again, properly, with its preinst.
 func (l *Debs) extractEssential(ctx context.Context, env *Env, pkgs []*debPackage) error {
 	for _, p := range pkgs {
-		d := decodeDeb(env, p)
-		if d.err != nil {
-			return d.err
-		}
-		opts := rootfs.ExtractOptions{Origin: env.Origin(p.digest, p.id()), KeepDirSymlinks: true,
-			Map: func(q string) (string, bool) { return q, !l.excluded(q) }}
-		if _, err := rootfs.Extract(ctx, env.Tree, bytes.NewReader(d.data), opts); err != nil {
+		if err := l.extractOnly(ctx, env, p); err != nil {
 			return fmt.Errorf("%s: %w", p.pkg.URL(), err)
 		}
 	}
