@@ -55,7 +55,7 @@ func Apply(ctx context.Context, rec *recipes.Recipe, root string, ao ApplyOption
 		WorkDir: o.WorkDir, KeepWork: o.KeepWork, ReverseReaddir: o.ReverseReaddir, Log: o.log(), Progress: o.Progress,
 		Run: func(ctx context.Context, tree *rootfs.Tree) error {
 			// The base is the root that is there.
-			return runPhases(ctx, rec, phases[1:], tree, c, ep, &o, nil)
+			return runPhases(ctx, rec, phases[1:], 0, tree, c, ep, &o, nil)
 		}})
 	if errors.Is(err, hostroot.ErrPending) {
 		return nil, &UsageError{Msg: err.Error()}

@@ -151,7 +151,7 @@ func (bc *buildCache) sealedParts(rec *recipes.Recipe, phases []phase, ep time.T
 		parts = append(parts, cache.Part{Name: p.name, Digest: d})
 	}
 	for _, ph := range phases {
-		in, err := bc.phaseInputs(rec, ph, att)
+		in, err := bc.phaseInputs(rec, ph, att, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -171,11 +171,11 @@ func phaseOf(field string) string {
 
 // phaseInputs is every input and host file (a hook's program) of one phase
 // and every host file or directory its layers copy in (files.from), by
-// digest.
-func (bc *buildCache) phaseInputs(rec *recipes.Recipe, ph phase, att *attestation) ([]cache.Part, error) {
+// digest, but the inputs of the steps labelled in skip.
+func (bc *buildCache) phaseInputs(rec *recipes.Recipe, ph phase, att *attestation, skip map[string]bool) ([]cache.Part, error) {
 	var parts []cache.Part
 	for _, d := range att.deps {
-		if phaseOf(d.Field) == ph.name {
+		if phaseOf(d.Field) == ph.name && !skip[d.Field] {
 			parts = append(parts, cache.Part{Name: fmt.Sprintf("%s %s %s", d.Kind, d.Field, d.URI), Digest: d.Digest})
 		}
 	}
@@ -219,17 +219,8 @@ func (bc *buildCache) phaseParts(rec *recipes.Recipe, phases []phase, ep time.Ti
 		if err != nil {
 			return nil, fmt.Errorf("cache key: recipe %s: %w", ph.name, err)
 		}
-		parts := []cache.Part{
-			{Name: "stamp", Digest: bc.self},
-			{Name: "name", Digest: rec.Name},
-			{Name: "arch", Digest: rec.Arch},
-			{Name: "epoch", Digest: strconv.FormatInt(ep.Unix(), 10)},
-			{Name: "recipe " + ph.name, Digest: d},
-		}
-		if prev != "" {
-			parts = append(parts, cache.Part{Name: "phase before", Digest: prev})
-		}
-		in, err := bc.phaseInputs(rec, ph, att)
+		parts := bc.treeParts(rec, ep, cache.Part{Name: "recipe " + ph.name, Digest: d}, prev)
+		in, err := bc.phaseInputs(rec, ph, att, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -238,6 +229,54 @@ func (bc *buildCache) phaseParts(rec *recipes.Recipe, phases []phase, ep time.Ti
 		prev = cache.KeyOf(parts)
 	}
 	return out, nil
+}
+
+// treeParts is what every kept tree's key starts with: stamp, the recipe's
+// name, arch and epoch, its part of the recipe, and the key of the phase
+// before it ("" for none).
+func (bc *buildCache) treeParts(rec *recipes.Recipe, ep time.Time, section cache.Part, prev string) []cache.Part {
+	parts := []cache.Part{
+		{Name: "stamp", Digest: bc.self},
+		{Name: "name", Digest: rec.Name},
+		{Name: "arch", Digest: rec.Arch},
+		{Name: "epoch", Digest: strconv.FormatInt(ep.Unix(), 10)},
+		section,
+	}
+	if prev != "" {
+		parts = append(parts, cache.Part{Name: "phase before", Digest: prev})
+	}
+	return parts
+}
+
+// headParts is the key of the tree after the first n steps of phase ph
+// (keptSteps): its pre hooks and layers up to the n-th step's, their
+// inputs and host files, and the key of the phase before (prev).
+func (bc *buildCache) headParts(rec *recipes.Recipe, ph phase, n int, ep time.Time, prev string, att *attestation) ([]cache.Part, error) {
+	sec := rec.Customize
+	if ph.name == "provision" {
+		sec = rec.Provision
+	}
+	last := ph.steps[n-1]
+	d, err := jsonDigest(struct {
+		Pre    []string
+		Layers []recipes.Layer
+	}{sec.Pre, sec.Layers[:last.index+1]})
+	if err != nil {
+		return nil, fmt.Errorf("cache key: recipe %s: %w", last.label, err)
+	}
+	parts := bc.treeParts(rec, ep, cache.Part{Name: "recipe " + ph.name + " up to " + last.label, Digest: d}, prev)
+	later := map[string]bool{}
+	for _, st := range ph.steps[n:] {
+		later[st.label] = true
+	}
+	for _, st := range ph.steps[:n] {
+		delete(later, st.label)
+	}
+	in, err := bc.phaseInputs(rec, phase{name: ph.name, steps: ph.steps[:n]}, att, later)
+	if err != nil {
+		return nil, err
+	}
+	return append(parts, in...), nil
 }
 
 // outputParts is what an output depends on: stamp, the tree, the output's

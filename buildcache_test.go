@@ -213,3 +213,39 @@ func TestWorthKeeping(t *testing.T) {
 		}
 	}
 }
+
+// TestKeptSteps holds which tree of a phase the cache keeps: after the
+// last package install when only layers quick to redo follow it, else the
+// whole phase when it is worth keeping, else none.
+func TestKeptSteps(t *testing.T) {
+	phaseOf := func(ls ...layers.Layer) phase {
+		ph := phase{name: "customize"}
+		for i, l := range ls {
+			ph.steps = append(ph.steps, step{label: l.Kind(), layer: l, index: i})
+		}
+		return ph
+	}
+	for _, tc := range []struct {
+		name string
+		ph   phase
+		want int
+	}{
+		{"files", phaseOf(&layers.Files{}), 0},
+		{"debs", phaseOf(&layers.Debs{}), 1},
+		{"debs then files", phaseOf(&layers.Debs{}, &layers.Files{}), 1},
+		{"debs, debs, files, units", phaseOf(&layers.Debs{}, &layers.Debs{}, &layers.Files{}, &layers.Systemd{}), 2},
+		{"debs then hook", phaseOf(&layers.Debs{}, &layers.Hook{}), 1},
+		{"debs then tarball", phaseOf(&layers.Debs{}, &layers.Tarball{}), 2},
+		{"files then debs", phaseOf(&layers.Files{}, &layers.Debs{}), 2},
+		{"tarball then files", phaseOf(&layers.Tarball{}, &layers.Files{}), 2},
+	} {
+		if got := keptSteps(tc.ph); got != tc.want {
+			t.Errorf("%s: keptSteps = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+	// The base is kept whole: its hooks have no place in a recipe's layers.
+	base := phase{name: "base", steps: []step{{label: "base.debs", layer: &layers.Debs{}, index: -1}, {label: "base.post[0]", layer: &layers.Hook{}, index: -1}}}
+	if got := keptSteps(base); got != 2 {
+		t.Errorf("base.debs then a hook: keptSteps = %d, want 2", got)
+	}
+}

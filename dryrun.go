@@ -71,17 +71,17 @@ func DryRun(ctx context.Context, rec *recipes.Recipe, o Options) (*BuildPlan, er
 		}
 	}
 	// The tree is built: from the last phase the cache keeps, if any.
-	keys, err := p.bc.phaseParts(rec, p.phases, p.ep, p.att)
+	kept, err := p.bc.keptTrees(rec, p.phases, p.ep, p.att)
 	if err != nil {
 		return nil, err
 	}
 	for i := len(p.phases) - 1; i >= 0; i-- {
-		if !worthKeeping(p.phases[i]) {
+		k := kept[i]
+		if k.n == 0 {
 			continue
 		}
-		ph := p.phases[i]
-		r, why := p.bc.lookup(ctx, recordPhase, phaseSubject(rec, ph), keys[i])
-		bp.Kept = append(bp.Kept, PlanStep{Name: ph.name, Key: cache.KeyOf(keys[i]), Cached: r != nil, Why: why})
+		r, why := p.bc.lookup(ctx, recordPhase, k.subject, k.parts)
+		bp.Kept = append(bp.Kept, PlanStep{Name: k.what, Key: cache.KeyOf(k.parts), Cached: r != nil, Why: why})
 		if r != nil {
 			break
 		}
@@ -124,9 +124,9 @@ func (p *BuildPlan) Write(w io.Writer) {
 	}
 	for _, k := range p.Kept {
 		if k.Cached {
-			fmt.Fprintf(w, "  the tree after phase %s: from the cache; the phases after it run\n", k.Name)
+			fmt.Fprintf(w, "  the tree after %s: from the cache; the steps after it run\n", k.Name)
 		} else {
-			fmt.Fprintf(w, "  the tree after phase %s: built: %s\n", k.Name, k.Why)
+			fmt.Fprintf(w, "  the tree after %s: built: %s\n", k.Name, k.Why)
 		}
 	}
 	fmt.Fprintln(w, "outputs:")

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/stamp-dev/stamp/layers"
 	"github.com/stamp-dev/stamp/layers/cache"
@@ -70,21 +71,79 @@ func holdsArchive(r *cache.Record) bool {
 
 func phaseSubject(rec *recipes.Recipe, ph phase) string { return rec.Name + "/" + ph.name }
 
-// filePhase keeps the tree as it is after phase ph under the phase's key.
-func (bc *buildCache) filePhase(ctx context.Context, rec *recipes.Recipe, ph phase, parts []cache.Part, tree *rootfs.Tree) {
-	if !bc.write || !worthKeeping(ph) {
+// keptSteps is how many of a phase's first steps the tree the cache keeps
+// comes after, 0 for none. It is the whole phase when that is worth
+// keeping, except where the layers after its last package install are
+// not worth keeping by themselves (files, units, a hook): then it is the
+// tree after that install, so that a change in those layers, the usual
+// one-line change, does not install the packages again. Either way a
+// build files one tree per phase at most: each is a copy of the tree's
+// contents.
+func keptSteps(ph phase) int {
+	last := -1
+	for j, st := range ph.steps {
+		if pk, ok := st.layer.(layers.PhaseKeeper); ok && pk.PhaseKeeping() == layers.KeepingAlways {
+			last = j
+		}
+	}
+	if last >= 0 && last < len(ph.steps)-1 && ph.steps[last].index >= 0 && !worthKeeping(phase{name: ph.name, steps: ph.steps[last+1:]}) {
+		return last + 1
+	}
+	if worthKeeping(ph) {
+		return len(ph.steps)
+	}
+	return 0
+}
+
+// keptTree is the tree the cache keeps of one phase: the one after its
+// first n steps, filed under subject and the key of parts.
+type keptTree struct {
+	n       int
+	what    string // "phase customize", or the label of its n-th step
+	subject string
+	parts   []cache.Part
+}
+
+// keptTrees is what the cache keeps of each phase (keptSteps).
+func (bc *buildCache) keptTrees(rec *recipes.Recipe, phases []phase, ep time.Time, att *attestation) ([]keptTree, error) {
+	whole, err := bc.phaseParts(rec, phases, ep, att)
+	if err != nil {
+		return nil, err
+	}
+	kept := make([]keptTree, len(phases))
+	for i, ph := range phases {
+		k := keptTree{n: keptSteps(ph), what: "phase " + ph.name, subject: phaseSubject(rec, ph), parts: whole[i]}
+		if k.n > 0 && k.n < len(ph.steps) {
+			prev := ""
+			if i > 0 {
+				prev = cache.KeyOf(whole[i-1])
+			}
+			k.what = ph.steps[k.n-1].label
+			k.subject = rec.Name + "/" + k.what
+			if k.parts, err = bc.headParts(rec, ph, k.n, ep, prev, att); err != nil {
+				return nil, err
+			}
+		}
+		kept[i] = k
+	}
+	return kept, nil
+}
+
+// filePhase keeps the tree as it is after the steps k names under its key.
+func (bc *buildCache) filePhase(ctx context.Context, rec *recipes.Recipe, k keptTree, tree *rootfs.Tree) {
+	if !bc.write || k.n == 0 {
 		return
 	}
 	// Origins name host files relative to the recipe, as the sealed tree's
 	// do, so that a runner in another directory restores the same tree.
 	var m bytes.Buffer
 	if err := rootfs.WriteManifest(&m, withRelativeOrigins(tree.Entries(), rec.Dir), true); err != nil {
-		bc.log.WithError(err).Warnf("cache: cannot keep phase %s", ph.name)
+		bc.log.WithError(err).Warnf("cache: cannot keep the tree after %s", k.what)
 		return
 	}
 	md, err := bc.c.Put(ctx, bytes.NewReader(m.Bytes()), "")
 	if err != nil {
-		bc.log.WithError(err).Warnf("cache: cannot keep phase %s", ph.name)
+		bc.log.WithError(err).Warnf("cache: cannot keep the tree after %s", k.what)
 		return
 	}
 	pr, pw := io.Pipe()
@@ -92,19 +151,19 @@ func (bc *buildCache) filePhase(ctx context.Context, rec *recipes.Recipe, ph pha
 	cd, err := bc.c.Put(ctx, pr, "")
 	pr.CloseWithError(err)
 	if err != nil {
-		bc.log.WithError(err).Warnf("cache: cannot keep phase %s", ph.name)
+		bc.log.WithError(err).Warnf("cache: cannot keep the tree after %s", k.what)
 		return
 	}
 	blobs := []cache.RecordBlob{{Name: blobManifest, Digest: md, Size: int64(m.Len())}, {Name: blobContent, Digest: cd, Size: bc.blobSize(cd)}}
 	if refs := tree.Refs(); len(refs) > 0 {
 		more, err := bc.keepRefs(ctx, refs, tree)
 		if err != nil {
-			bc.log.WithError(err).Warnf("cache: cannot keep phase %s", ph.name)
+			bc.log.WithError(err).Warnf("cache: cannot keep the tree after %s", k.what)
 			return
 		}
 		blobs = append(blobs, more...)
 	}
-	bc.file(ctx, &cache.Record{Kind: recordPhase, Key: cache.KeyOf(parts), Subject: phaseSubject(rec, ph), Parts: parts, Blobs: blobs})
+	bc.file(ctx, &cache.Record{Kind: recordPhase, Key: cache.KeyOf(k.parts), Subject: k.subject, Parts: k.parts, Blobs: blobs})
 }
 
 // keepRefs stores a tree's references and names the archives they point
@@ -148,35 +207,39 @@ func (bc *buildCache) blobSize(digest string) int64 {
 	return 0
 }
 
-// restorePhases finds the last phase the cache keeps and restores the tree
-// as it was after it into a new tree in dir. It returns the tree and how
-// many phases it stands for; with none, a new empty tree.
-func (bc *buildCache) restorePhases(ctx context.Context, rec *recipes.Recipe, phases []phase, keys [][]cache.Part, dir string, opts rootfs.Options) (*rootfs.Tree, int, error) {
+// restorePhases finds the last tree the cache keeps and restores it into
+// a new tree in dir. It returns the tree, how many phases it stands for
+// whole and how many steps of the next one; with none, a new empty tree.
+func (bc *buildCache) restorePhases(ctx context.Context, phases []phase, kept []keptTree, dir string, opts rootfs.Options) (tree *rootfs.Tree, done, from int, err error) {
 	for i := len(phases) - 1; i >= 0 && bc.read; i-- {
-		if !worthKeeping(phases[i]) {
+		k := kept[i]
+		if k.n == 0 {
 			continue
 		}
-		r, _ := bc.lookup(ctx, recordPhase, phaseSubject(rec, phases[i]), keys[i])
+		r, _ := bc.lookup(ctx, recordPhase, k.subject, k.parts)
 		if r == nil {
 			continue
 		}
 		tree, err := rootfs.New(dir, opts)
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, 0, err
 		}
 		if err := bc.restorePhase(ctx, r, tree); err != nil {
-			bc.log.WithError(err).Warnf("cache: cannot restore phase %s; building it", phases[i].name)
+			bc.log.WithError(err).Warnf("cache: cannot restore %s; building it", k.what)
 			tree.Close()
 			if err := os.RemoveAll(dir); err != nil {
-				return nil, 0, err
+				return nil, 0, 0, err
 			}
 			continue
 		}
-		bc.log.Infof("cache: the tree after phase %s is in the cache (key %s): %d entries restored", phases[i].name, r.Key, tree.Len())
-		return tree, i + 1, nil
+		bc.log.Infof("cache: the tree after %s is in the cache (key %s): %d entries restored", k.what, r.Key, tree.Len())
+		if k.n == len(phases[i].steps) {
+			return tree, i + 1, 0, nil
+		}
+		return tree, i, k.n, nil
 	}
-	tree, err := rootfs.New(dir, opts)
-	return tree, 0, err
+	tree, err = rootfs.New(dir, opts)
+	return tree, 0, 0, err
 }
 
 func (bc *buildCache) restorePhase(ctx context.Context, r *cache.Record, tree *rootfs.Tree) error {

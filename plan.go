@@ -15,6 +15,9 @@ import (
 type step struct {
 	label string // e.g. "customize.layers[2].files"
 	layer layers.Layer
+	// index is the layer's place in its phase's recipe layers, -1 for a
+	// hook or the base.
+	index int
 }
 
 // phase is one of base, customize, provision.
@@ -47,7 +50,7 @@ func plan(rec *recipes.Recipe) ([]phase, []plannedInput, error) {
 		var out []step
 		for i, r := range runs {
 			label := fmt.Sprintf("%s[%d]", field, i)
-			out = append(out, step{label: label, layer: &layers.Hook{Run: hostPath(r)}})
+			out = append(out, step{label: label, layer: &layers.Hook{Run: hostPath(r)}, index: -1})
 		}
 		return out
 	}
@@ -70,11 +73,11 @@ func plan(rec *recipes.Recipe) ([]phase, []plannedInput, error) {
 		for _, in := range bd.Inputs() {
 			inputs = append(inputs, plannedInput{field: "base.debs", in: in})
 		}
-		base.steps = append(base.steps, step{label: "base.debs", layer: bd})
+		base.steps = append(base.steps, step{label: "base.debs", layer: bd, index: -1})
 	} else {
 		bt := &layers.Tarball{Input: tarballInput("base.tarball", rec.Base.Tarball, rec.Base.SHA256)}
 		inputs = append(inputs, plannedInput{field: "base.tarball", in: &bt.Input})
-		base.steps = append(base.steps, step{label: "base.tarball", layer: bt})
+		base.steps = append(base.steps, step{label: "base.tarball", layer: bt, index: -1})
 	}
 	base.steps = append(base.steps, hooks("base.post", rec.Base.Post)...)
 
@@ -105,7 +108,7 @@ func plan(rec *recipes.Recipe) ([]phase, []plannedInput, error) {
 					inputs = append(inputs, pi)
 				}
 			}
-			out.steps = append(out.steps, step{label: label, layer: layer})
+			out.steps = append(out.steps, step{label: label, layer: layer, index: i})
 		}
 		out.steps = append(out.steps, hooks(ph.name+".post", ph.p.Post)...)
 		phases = append(phases, out)

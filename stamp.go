@@ -184,7 +184,7 @@ func Build(ctx context.Context, rec *recipes.Recipe, o Options) (*Result, error)
 	} else {
 		log.Infof("keeping work directory %s", work)
 	}
-	phaseKeys, err := bc.phaseParts(rec, phases, ep, att)
+	kept, err := bc.keptTrees(rec, phases, ep, att)
 	if err != nil {
 		return nil, err
 	}
@@ -195,13 +195,15 @@ func Build(ctx context.Context, rec *recipes.Recipe, o Options) (*Result, error)
 		// into it.
 		treeOpts.Archives = c.Archives()
 	}
-	tree, done, err := bc.restorePhases(ctx, rec, phases, phaseKeys, filepath.Join(work, "tree"), treeOpts)
+	tree, done, from, err := bc.restorePhases(ctx, phases, kept, filepath.Join(work, "tree"), treeOpts)
 	if err != nil {
 		return nil, err
 	}
 	defer tree.Close()
-	if err := runPhases(ctx, rec, phases[done:], tree, c, ep, &o, func(i int) {
-		bc.filePhase(ctx, rec, phases[done+i], phaseKeys[done+i], tree)
+	if err := runPhases(ctx, rec, phases[done:], from, tree, c, ep, &o, func(i, j int) {
+		if k := kept[done+i]; k.n == j+1 {
+			bc.filePhase(ctx, rec, k, tree)
+		}
 	}); err != nil {
 		return nil, err
 	}

@@ -218,17 +218,19 @@ func TestSharedCache(t *testing.T) {
 
 // TestPhaseCache changes only the provision phase of a recipe whose
 // customize phase installs packages: the rebuild restores the tree as it was
-// after customize from the cache, runs provision alone, and writes what a
-// build without the cache writes. A runner with an empty cache does the same
-// from the registry the first build shared its cache through: the large host
-// file the phase points at is shared with it.
+// after the packages from the cache, runs customize's last layer (files, not
+// worth keeping) and provision, and writes what a build without the cache
+// writes. A runner with an empty cache does the same from the registry the
+// first build shared its cache through: the large host file the kept tree
+// points at is shared with it. A change in that last customize layer, the
+// usual one-line change, starts from the same tree and installs nothing.
 func TestPhaseCache(t *testing.T) {
 	harness.RequireTools(t, "dpkg", "tar")
 	reg := harness.StartRegistry(t)
 	ref := reg.Addr + "/stamp-phases"
 	repo := harness.DebRepoFor(t)
 	base := harness.DpkgBaseFor(t)
-	recipe := func(motd string) string {
+	recipe := func(issue, motd string) string {
 		return fmt.Sprintf(`apiVersion: stamp.dev/v1alpha1
 kind: Recipe
 name: e2e-phases
@@ -238,6 +240,8 @@ base:
 customize:
   layers:
     - tarball: {path: ./dpkgdb.tar}
+    - files:
+        - {path: /usr/bin/kubelet, from: ./kubelet, mode: "0755"}
     - debs:
         repo: %q
         suite: stamp
@@ -245,7 +249,7 @@ customize:
         keyring: ./keyring.gpg
         packages: [netcat-openbsd, logrotate]
     - files:
-        - {path: /usr/bin/kubelet, from: ./kubelet, mode: "0755"}
+        - {path: /etc/issue.stamp, content: %q}
 provision:
   layers:
     - files:
@@ -255,9 +259,9 @@ outputs:
   - format: raw
     partitions:
       - {name: root, type: root, size: auto, filesystem: ext4}
-`, repo.FileURL(), motd)
+`, repo.FileURL(), issue, motd)
 	}
-	dir := debsDir(t, repo, base, recipe("one\n"))
+	dir := debsDir(t, repo, base, recipe("a\n", "one\n"))
 	kubelet := bytes.Repeat([]byte("a stand-in for kubelet, larger than a MiB\n"), 60000)
 	if err := os.WriteFile(filepath.Join(dir, "kubelet"), kubelet, 0o755); err != nil {
 		t.Fatal(err)
@@ -265,34 +269,49 @@ outputs:
 	cache := filepath.Join(dir, "cache")
 	build := cachedBuilder(t, dir, cache)
 	first := build("first", "--cache-to", ref)
-	if !strings.Contains(first.stderr, `msg="phase customize"`) {
+	if !strings.Contains(first.stderr, `msg="phase customize"`) || !strings.Contains(first.stderr, "customize.layers[2].debs: installing") {
 		t.Fatalf("first build:\n%s", lastLines(first.stderr, 20))
 	}
-	writeFiles(t, dir, map[string]string{"recipe.yaml": recipe("two\n")})
+	const head = "the tree after customize.layers[2].debs"
+	// started tells whether a build restored the tree after the packages
+	// and ran only what comes after them.
+	started := func(r result) bool {
+		return strings.Contains(r.stderr, head+" is in the cache") &&
+			strings.Contains(r.stderr, `msg="phase customize, from customize.layers[3].files"`) &&
+			!strings.Contains(r.stderr, `msg="phase base"`) && !strings.Contains(r.stderr, "installing") &&
+			strings.Contains(r.stderr, `msg="phase provision"`)
+	}
+	writeFiles(t, dir, map[string]string{"recipe.yaml": recipe("a\n", "two\n")})
 	plan := stampCached(t, dir, nil, "build", "recipe.yaml", "--cache-dir", cache, "--dry-run").mustSucceed(t)
-	if !strings.Contains(plan.stdout, "the tree after phase customize: from the cache") ||
-		!strings.Contains(plan.stdout, "recipe provision changed") {
+	if !strings.Contains(plan.stdout, head+": from the cache") {
 		t.Fatalf("dry run after a change in provision:\n%s", plan.stdout)
 	}
 	second := build("second")
-	if !strings.Contains(second.stderr, "the tree after phase customize is in the cache") ||
-		strings.Contains(second.stderr, `msg="phase base"`) || strings.Contains(second.stderr, `msg="phase customize"`) ||
-		!strings.Contains(second.stderr, `msg="phase provision"`) {
-		t.Fatalf("a change in provision did not start from the cached customize phase:\n%s", lastLines(second.stderr, 30))
+	if !started(second) {
+		t.Fatalf("a change in provision did not start from the kept tree:\n%s", lastLines(second.stderr, 30))
 	}
 	build("full", "--no-cache")
 	sameOutputDirs(t, filepath.Join(dir, "full"), filepath.Join(dir, "second"))
 	elsewhere := cachedBuilder(t, dir, filepath.Join(dir, "elsewhere-cache"))("elsewhere", "--cache-from", ref)
-	if !strings.Contains(elsewhere.stderr, "the tree after phase customize is in the cache") ||
-		!strings.Contains(elsewhere.stderr, "phase record of e2e-phases/customize from "+ref) ||
-		strings.Contains(elsewhere.stderr, `msg="phase customize"`) {
-		t.Fatalf("a runner with an empty cache did not start from the shared customize phase:\n%s", lastLines(elsewhere.stderr, 30))
+	if !started(elsewhere) || !strings.Contains(elsewhere.stderr, "phase record of e2e-phases/customize.layers[2].debs from "+ref) {
+		t.Fatalf("a runner with an empty cache did not start from the shared kept tree:\n%s", lastLines(elsewhere.stderr, 30))
 	}
 	sameOutputDirs(t, filepath.Join(dir, "full"), filepath.Join(dir, "elsewhere"))
 	if bytes.Equal(mustReadFile(t, filepath.Join(dir, "first", "SHA256SUMS")), mustReadFile(t, filepath.Join(dir, "second", "SHA256SUMS"))) {
 		t.Fatal("the change in provision changed nothing: the test proves nothing")
 	}
 
+	// The one-line change in customize, after its packages.
+	writeFiles(t, dir, map[string]string{"recipe.yaml": recipe("b\n", "two\n")})
+	third := build("third")
+	if !started(third) {
+		t.Fatalf("a change in customize after its packages did not start from the kept tree:\n%s", lastLines(third.stderr, 30))
+	}
+	build("full-third", "--no-cache")
+	sameOutputDirs(t, filepath.Join(dir, "full-third"), filepath.Join(dir, "third"))
+	if bytes.Equal(mustReadFile(t, filepath.Join(dir, "second", "SHA256SUMS")), mustReadFile(t, filepath.Join(dir, "third", "SHA256SUMS"))) {
+		t.Fatal("the change in customize changed nothing: the test proves nothing")
+	}
 }
 
 // cachedBuilder builds recipe.yaml in dir into dir/OUT with the build cache
