@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -597,5 +598,47 @@ func TestBackgroundJobsEndWithTheScript(t *testing.T) {
 	}
 	if want := "1\n2\n3\n4\n5\n6\n7\n8\n"; string(got) != want {
 		t.Errorf("/bg = %q after the script, want %q", got, want)
+	}
+}
+
+// TestPyCompileWorkers: py_compile shared out over several processes
+// writes the same .pyc files as one process does, and reports the modules
+// that do not compile in the order they were named, whatever the count.
+func TestPyCompileWorkers(t *testing.T) {
+	harness.RequireTools(t, "unshare", "chroot", "mount")
+	debs := harness.Debs(t, pythonDebs...)
+	compile := func(procs int) (string, error) {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+		tr := pythonTree(t, debs)
+		var names []string
+		for i := range 7 {
+			src := fmt.Sprintf("X%d = {'a', 'b', %d}\ndef f():\n    return [%d] * 3\n", i, i, i)
+			if i == 2 || i == 4 {
+				src = fmt.Sprintf("def broken%d(:\n", i)
+			}
+			p := fmt.Sprintf("/usr/lib/python3.11/stampw%d.py", i)
+			file(t, tr, p, src)
+			names = append(names, p)
+		}
+		script := Script{Package: "python3.11-minimal", Name: "postinst", Body: []byte(
+			"#!/bin/sh\npython3.11 -E -S /usr/lib/python3.11/py_compile.py " + strings.Join(names, " ") + "\n")}
+		err := Run(context.Background(), env(tr), script, "configure", "")
+		var out []string
+		for i := range 7 {
+			b, rerr := readTree(tr, fmt.Sprintf("/usr/lib/python3.11/__pycache__/stampw%d.cpython-311.pyc", i))
+			out = append(out, fmt.Sprintf("%d %x %v", i, b, rerr != nil))
+		}
+		return strings.Join(out, "\n"), err
+	}
+	one, err1 := compile(1)
+	three, err3 := compile(3)
+	if one != three {
+		t.Errorf("one process wrote\n%s\nthree wrote\n%s", one, three)
+	}
+	if err1 == nil || err3 == nil || err1.Error() != err3.Error() {
+		t.Fatalf("errors differ or are missing:\none process: %v\nthree: %v", err1, err3)
+	}
+	if m := err3.Error(); !strings.Contains(m, "stampw2.py") || !strings.Contains(m, "stampw4.py") || strings.Index(m, "stampw2.py") > strings.Index(m, "stampw4.py") {
+		t.Errorf("the modules that do not compile are not named in order: %v", err3)
 	}
 }
