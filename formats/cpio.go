@@ -52,6 +52,17 @@ type CpioOptions struct {
 	// Adds, when set, gets a manifest line for every entry the archive holds
 	// beyond the tree.
 	Adds *[]string
+	// Split writes a compressed archive as a series of complete archives,
+	// each compressed on its own (writeCpioSplit), so that every core
+	// compresses. The kernel's initramfs unpacker reads the series as it
+	// reads one archive; GNU cpio and bsdtar stop at the first trailer, so
+	// only an initramfs is split.
+	Split bool
+	// partSize and workers, when not 0, replace cpioPartSize and the
+	// number of cores of a split archive (for tests: neither changes what
+	// the kernel unpacks, and workers never changes a byte).
+	partSize int64
+	workers  int
 }
 
 // CpioFile is a regular file, owned by root, that an archive adds.
@@ -101,7 +112,13 @@ func WriteCpio(ctx context.Context, t *rootfs.Sealed, w io.Writer, o CpioOptions
 		adds = append(adds, rootfs.ManifestLine(&rootfs.Entry{Path: it.path, Inode: it.in}, nil, false))
 	}
 	sort.SliceStable(items, func(i, j int) bool { return items[i].path < items[j].path })
-	if err := writeCpioItems(ctx, w, o.Compression, items); err != nil {
+	write := writeCpioItems
+	if o.Split && o.Compression != compress.None && o.Compression != "" {
+		write = func(ctx context.Context, w io.Writer, alg compress.Algorithm, items []cpioItem) error {
+			return writeCpioSplit(ctx, w, alg, items, o.workers, o.partSize)
+		}
+	}
+	if err := write(ctx, w, o.Compression, items); err != nil {
 		return err
 	}
 	if o.XattrFiles != nil {

@@ -91,7 +91,8 @@ type PXEBundle struct {
 // WritePXE writes a network-boot bundle of the tree into dir (created if
 // missing; it must not hold the bundle's files already): the tree's kernel (KernelOf), an initramfs holding the whole
 // tree plus a live /init, an iPXE script, a PXELINUX config and the
-// SHA256SUMS of those four.
+// SHA256SUMS of those four. An initramfs written from the tree is split
+// (CpioOptions.Split): its parts compress on every core.
 //
 // The live /init, run by the tree's busybox, copies the tree from the
 // initramfs into a tmpfs and switch_roots into it, then the tree's own init
@@ -155,7 +156,7 @@ func WritePXE(ctx context.Context, t *rootfs.Sealed, dir string, o PXEOptions) (
 			if alg == "" {
 				alg = compress.Zstd
 			}
-			return WriteCpio(ctx, t, w, CpioOptions{Compression: alg, Extra: extra, MTime: o.MTime, Adds: &b.Adds})
+			return WriteCpio(ctx, t, w, CpioOptions{Compression: alg, Extra: extra, MTime: o.MTime, Adds: &b.Adds, Split: true})
 		}
 		return appendLive(ctx, w, o.FromCpio, extra, o.MTime, &b.Adds)
 	})
