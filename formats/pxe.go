@@ -86,6 +86,10 @@ type PXEBundle struct {
 	Adds []string
 	// Warnings name what the live system loses.
 	Warnings []string
+	// sums are the hex sha256 of Files, hashed as they were written, by
+	// their names under the directory that holds the bundle's (what
+	// Result.Sums wants).
+	sums map[string]string
 }
 
 // WritePXE writes a network-boot bundle of the tree into dir (created if
@@ -174,6 +178,7 @@ func WritePXE(ctx context.Context, t *rootfs.Sealed, dir string, o PXEOptions) (
 		return nil, fmt.Errorf("pxe: %w", err)
 	}
 	b.Files = bw.files
+	b.sums = bw.sumsIn(filepath.Base(dir))
 	for _, g := range append(generated, bundleText{PXESums, string(sumText)}) {
 		b.Adds = append(b.Adds, manifestFileLine(g.name, 0o644, o.MTime, []byte(g.content)))
 	}
@@ -344,7 +349,7 @@ func (pxeFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base s
 		os.RemoveAll(bdir)
 		return nil, err
 	}
-	res := &Result{Files: []string{name}, Warnings: b.Warnings}
+	res := &Result{Files: []string{name}, Warnings: b.Warnings, Sums: b.sums}
 	for _, a := range b.Adds {
 		// The initramfs's additions are named as a reader names them; the
 		// bundle's own files, like an OCI image's blobs, are its structure,
