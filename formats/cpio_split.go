@@ -25,7 +25,7 @@ const cpioPartSize = 16 << 20
 // of their own.
 type cpioPart struct {
 	start, end int
-	out        bytes.Buffer // the part, compressed
+	out        *bytes.Buffer // the part, compressed
 	err        error
 	done       chan struct{}
 }
@@ -76,8 +76,10 @@ func writeCpioSplit(ctx context.Context, w io.Writer, alg compress.Algorithm, it
 	parts := cpioParts(items, plan, partSize)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// At most a few parts per worker are held, compressed, at once.
+	// At most a few parts per worker are held, compressed, at once, in
+	// buffers used again for later parts.
 	window := make(chan struct{}, 2*workers)
+	bufs := make(chan *bytes.Buffer, 3*workers)
 	work := make(chan *cpioPart)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -85,9 +87,15 @@ func writeCpioSplit(ctx context.Context, w io.Writer, alg compress.Algorithm, it
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			probe := make([]byte, 1)
+			pw := &cpioPartWriter{alg: alg, items: items, plan: plan, probe: make([]byte, 1)}
 			for p := range work {
-				p.err = writeCpioPart(ctx, &p.out, alg, items, plan, p, probe)
+				select {
+				case p.out = <-bufs:
+					p.out.Reset()
+				default:
+					p.out = &bytes.Buffer{}
+				}
+				p.err = pw.write(ctx, p)
 				close(p.done)
 			}
 		}()
@@ -119,24 +127,50 @@ func writeCpioSplit(ctx context.Context, w io.Writer, alg compress.Algorithm, it
 		if _, err := w.Write(p.out.Bytes()); err != nil {
 			return fmt.Errorf("cpio: %w", err)
 		}
-		p.out = bytes.Buffer{}
+		select {
+		case bufs <- p.out:
+		default:
+		}
+		p.out = nil
 		<-window
 	}
 	return nil
 }
 
-// writeCpioPart writes the items of p as one compressed archive into out.
-func writeCpioPart(ctx context.Context, out io.Writer, alg compress.Algorithm, items []cpioItem, plan *cpioPlan, p *cpioPart, probe []byte) error {
-	cw, err := compress.NewWriter(alg, out, compress.WriterOptions{XZCheckCRC32: true})
-	if err != nil {
-		return fmt.Errorf("cpio: %w", err)
+// cpioPartWriter is one worker's: it writes parts one after another.
+type cpioPartWriter struct {
+	alg   compress.Algorithm
+	items []cpioItem
+	plan  *cpioPlan
+	probe []byte
+	// zw is the zstd encoder of the last part, which Reset makes a new
+	// one's equal ("a new, independent stream"), without its tables and
+	// window allocated again for every part.
+	zw io.WriteCloser
+}
+
+// write writes the items of p as one compressed archive into p.out.
+func (pw *cpioPartWriter) write(ctx context.Context, p *cpioPart) error {
+	var cw io.WriteCloser
+	if r, ok := pw.zw.(interface{ Reset(io.Writer) }); ok {
+		r.Reset(p.out)
+		cw = pw.zw
+	} else {
+		var err error
+		if cw, err = compress.NewWriter(pw.alg, p.out, compress.WriterOptions{XZCheckCRC32: true}); err != nil {
+			return fmt.Errorf("cpio: %w", err)
+		}
+		if pw.alg == compress.Zstd {
+			pw.zw = cw
+		}
 	}
 	rw := cpio.Newc.Writer(cw)
+	items, plan := pw.items, pw.plan
 	for i := p.start; i < p.end; i++ {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := writeCpioItem(ctx, rw, &items[i], plan, i == plan.last[items[i].in], probe); err != nil {
+		if err := writeCpioItem(ctx, rw, &items[i], plan, i == plan.last[items[i].in], pw.probe); err != nil {
 			return fmt.Errorf("cpio: %s: %w", items[i].path, err)
 		}
 	}
@@ -144,7 +178,7 @@ func writeCpioPart(ctx context.Context, out io.Writer, alg compress.Algorithm, i
 		return fmt.Errorf("cpio: trailer: %w", err)
 	}
 	if err := cw.Close(); err != nil {
-		return fmt.Errorf("cpio: %s: %w", alg, err)
+		return fmt.Errorf("cpio: %s: %w", pw.alg, err)
 	}
 	return nil
 }

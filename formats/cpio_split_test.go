@@ -16,8 +16,9 @@ import (
 func TestCpioSplit(t *testing.T) {
 	tree := tarTestTree(t)
 	var items []cpioItem
-	tree.View().Walk(func(e *rootfs.Entry) error {
-		items = append(items, cpioItem{path: e.Path, in: e.Inode})
+	view := tree.View()
+	view.Walk(func(e *rootfs.Entry) error {
+		items = append(items, cpioItem{path: e.Path, in: e.Inode, tree: view})
 		return nil
 	})
 	plan, err := planCpio(items)
@@ -46,6 +47,23 @@ func TestCpioSplit(t *testing.T) {
 				if got := writeCpioBytes(t, tree, CpioOptions{Compression: a, MTime: tarEpoch, Split: true, partSize: partSize, workers: w}); !bytes.Equal(got, one) {
 					t.Errorf("%d workers write other bytes than one (%d and %d bytes)", w, len(got), len(one))
 				}
+			}
+			// Each part is what a fresh encoder makes of it: the one a
+			// worker uses again for its next part carries nothing over.
+			var split, fresh bytes.Buffer
+			if err := writeCpioSplit(context.Background(), &split, a, items, 1, partSize); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range cpioParts(items, plan, partSize) {
+				p.out = &bytes.Buffer{}
+				pw := &cpioPartWriter{alg: a, items: items, plan: plan, probe: make([]byte, 1)}
+				if err := pw.write(context.Background(), p); err != nil {
+					t.Fatal(err)
+				}
+				fresh.Write(p.out.Bytes())
+			}
+			if !bytes.Equal(split.Bytes(), fresh.Bytes()) {
+				t.Errorf("the parts written by one worker differ from each written by a fresh encoder")
 			}
 			whole := writeCpioBytes(t, tree, CpioOptions{Compression: a, MTime: tarEpoch})
 			if bytes.Equal(whole, one) {
