@@ -1,11 +1,11 @@
 package formats
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/u-root/u-root/pkg/cpio"
@@ -25,7 +25,8 @@ const cpioPartSize = 16 << 20
 // of their own.
 type cpioPart struct {
 	start, end int
-	out        *bytes.Buffer // the part, compressed
+	size       int64    // bytes of archive, before compression
+	out        *partBuf // the part, compressed
 	err        error
 	done       chan struct{}
 }
@@ -40,7 +41,7 @@ func cpioParts(items []cpioItem, plan *cpioPlan, partSize int64) []*cpioPart {
 	var size int64
 	for i, it := range items {
 		if i > start && size >= partSize && reach < i {
-			parts = append(parts, &cpioPart{start: start, end: i, done: make(chan struct{})})
+			parts = append(parts, &cpioPart{start: start, end: i, size: size, done: make(chan struct{})})
 			start, size = i, 0
 		}
 		size += cpioHeaderLen + int64(len(it.path)) + 1
@@ -49,7 +50,7 @@ func cpioParts(items []cpioItem, plan *cpioPlan, partSize int64) []*cpioPart {
 		}
 		reach = max(reach, plan.last[it.in])
 	}
-	return append(parts, &cpioPart{start: start, end: len(items), done: make(chan struct{})})
+	return append(parts, &cpioPart{start: start, end: len(items), size: size, done: make(chan struct{})})
 }
 
 // writeCpioSplit writes items, which must be sorted by path and unique, as
@@ -76,10 +77,13 @@ func writeCpioSplit(ctx context.Context, w io.Writer, alg compress.Algorithm, it
 	parts := cpioParts(items, plan, partSize)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// At most a few parts per worker are held, compressed, at once, in
-	// buffers used again for later parts.
-	window := make(chan struct{}, 2*workers)
-	bufs := make(chan *bytes.Buffer, 3*workers)
+	// Parts of at most budget bytes together (or a single larger one) are
+	// in the workers' hands or held, compressed, at once: a part holding
+	// an already compressed file (an image layer) is as large compressed.
+	// They are held in chunks that later parts use again.
+	budget := int64(workers+1) * partSize
+	released := make(chan int64, len(parts))
+	chunks := &chunkPool{free: make(chan []byte, budget/partChunk)}
 	work := make(chan *cpioPart)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -89,12 +93,7 @@ func writeCpioSplit(ctx context.Context, w io.Writer, alg compress.Algorithm, it
 			defer wg.Done()
 			pw := &cpioPartWriter{alg: alg, items: items, plan: plan, probe: make([]byte, 1)}
 			for p := range work {
-				select {
-				case p.out = <-bufs:
-					p.out.Reset()
-				default:
-					p.out = &bytes.Buffer{}
-				}
+				p.out = &partBuf{pool: chunks}
 				p.err = pw.write(ctx, p)
 				close(p.done)
 			}
@@ -102,12 +101,17 @@ func writeCpioSplit(ctx context.Context, w io.Writer, alg compress.Algorithm, it
 	}
 	go func() {
 		defer close(work)
+		var held int64
 		for _, p := range parts {
-			select {
-			case window <- struct{}{}:
-			case <-ctx.Done():
-				return
+			for held > 0 && held+p.size > budget {
+				select {
+				case n := <-released:
+					held -= n
+				case <-ctx.Done():
+					return
+				}
 			}
+			held += p.size
 			select {
 			case work <- p:
 			case <-ctx.Done():
@@ -124,18 +128,64 @@ func writeCpioSplit(ctx context.Context, w io.Writer, alg compress.Algorithm, it
 		if p.err != nil {
 			return p.err
 		}
-		if _, err := w.Write(p.out.Bytes()); err != nil {
-			return fmt.Errorf("cpio: %w", err)
-		}
-		select {
-		case bufs <- p.out:
-		default:
+		for _, c := range p.out.chunks {
+			if _, err := w.Write(c); err != nil {
+				return fmt.Errorf("cpio: %w", err)
+			}
+			chunks.put(c)
 		}
 		p.out = nil
-		<-window
+		released <- p.size
 	}
 	return nil
 }
+
+// partChunk is the size of the chunks a compressed part is held in.
+const partChunk = 1 << 20
+
+// chunkPool keeps chunks for later parts, up to a bound.
+type chunkPool struct{ free chan []byte }
+
+func (cp *chunkPool) get() []byte {
+	select {
+	case c := <-cp.free:
+		return c[:0]
+	default:
+		return make([]byte, 0, partChunk)
+	}
+}
+
+func (cp *chunkPool) put(c []byte) {
+	select {
+	case cp.free <- c:
+	default:
+	}
+}
+
+// partBuf holds a compressed part in chunks: it grows without copying.
+type partBuf struct {
+	pool   *chunkPool
+	chunks [][]byte
+}
+
+func (pb *partBuf) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		last := len(pb.chunks) - 1
+		if last < 0 || len(pb.chunks[last]) == cap(pb.chunks[last]) {
+			pb.chunks = append(pb.chunks, pb.pool.get())
+			last++
+		}
+		c := pb.chunks[last]
+		k := min(len(p), cap(c)-len(c))
+		pb.chunks[last] = append(c, p[:k]...)
+		p = p[k:]
+	}
+	return n, nil
+}
+
+// bytes is the part, joined (for tests).
+func (pb *partBuf) bytes() []byte { return slices.Concat(pb.chunks...) }
 
 // cpioPartWriter is one worker's: it writes parts one after another.
 type cpioPartWriter struct {

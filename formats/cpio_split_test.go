@@ -55,12 +55,12 @@ func TestCpioSplit(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, p := range cpioParts(items, plan, partSize) {
-				p.out = &bytes.Buffer{}
+				p.out = &partBuf{pool: &chunkPool{}}
 				pw := &cpioPartWriter{alg: a, items: items, plan: plan, probe: make([]byte, 1)}
 				if err := pw.write(context.Background(), p); err != nil {
 					t.Fatal(err)
 				}
-				fresh.Write(p.out.Bytes())
+				fresh.Write(p.out.bytes())
 			}
 			if !bytes.Equal(split.Bytes(), fresh.Bytes()) {
 				t.Errorf("the parts written by one worker differ from each written by a fresh encoder")
