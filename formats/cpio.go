@@ -172,9 +172,21 @@ func writeCpioItems(ctx context.Context, w io.Writer, alg compress.Algorithm, it
 	if err != nil {
 		return fmt.Errorf("cpio: %w", err)
 	}
-	rw := cpio.Newc.Writer(cw)
-	probe := make([]byte, 1)
-	for i := range items {
+	if err := writeCpioRecords(ctx, cpio.Newc.Writer(cw), items, 0, len(items), plan, make([]byte, 1)); err != nil {
+		return err
+	}
+	if err := cw.Close(); err != nil {
+		return fmt.Errorf("cpio: %s: %w", alg, err)
+	}
+	if err := out.Flush(); err != nil {
+		return fmt.Errorf("cpio: %w", err)
+	}
+	return nil
+}
+
+// writeCpioRecords writes items[start:end] and the trailer: an archive.
+func writeCpioRecords(ctx context.Context, rw cpio.RecordWriter, items []cpioItem, start, end int, plan *cpioPlan, probe []byte) error {
+	for i := start; i < end; i++ {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -185,12 +197,6 @@ func writeCpioItems(ctx context.Context, w io.Writer, alg compress.Algorithm, it
 	// GNU cpio's trailer, link count included.
 	if err := rw.WriteRecord(cpio.Record{Info: cpio.Info{Name: cpio.Trailer, NLink: 1}}); err != nil {
 		return fmt.Errorf("cpio: trailer: %w", err)
-	}
-	if err := cw.Close(); err != nil {
-		return fmt.Errorf("cpio: %s: %w", alg, err)
-	}
-	if err := out.Flush(); err != nil {
-		return fmt.Errorf("cpio: %w", err)
 	}
 	return nil
 }

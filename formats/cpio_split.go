@@ -214,18 +214,8 @@ func (pw *cpioPartWriter) write(ctx context.Context, p *cpioPart) error {
 			pw.zw = cw
 		}
 	}
-	rw := cpio.Newc.Writer(cw)
-	items, plan := pw.items, pw.plan
-	for i := p.start; i < p.end; i++ {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if err := writeCpioItem(ctx, rw, &items[i], plan, i == plan.last[items[i].in], pw.probe); err != nil {
-			return fmt.Errorf("cpio: %s: %w", items[i].path, err)
-		}
-	}
-	if err := rw.WriteRecord(cpio.Record{Info: cpio.Info{Name: cpio.Trailer, NLink: 1}}); err != nil {
-		return fmt.Errorf("cpio: trailer: %w", err)
+	if err := writeCpioRecords(ctx, cpio.Newc.Writer(cw), pw.items, p.start, p.end, pw.plan, pw.probe); err != nil {
+		return err
 	}
 	if err := cw.Close(); err != nil {
 		return fmt.Errorf("cpio: %s: %w", pw.alg, err)
