@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 
@@ -67,6 +68,17 @@ func (bw *bundleWriter) put(name string, fill func(w io.Writer) error) error {
 	bw.sums[name] = hex.EncodeToString(h.Sum(nil))
 	bw.files = append(bw.files, name)
 	return nil
+}
+
+// sumsIn are the sums of the files written so far, by their names under
+// the output directory that holds the bundle as dir: what Result.Sums
+// wants, so no file is read again to be hashed.
+func (bw *bundleWriter) sumsIn(dir string) map[string]string {
+	out := make(map[string]string, len(bw.sums))
+	for name, sum := range bw.sums {
+		out[path.Join(dir, name)] = sum
+	}
+	return out
 }
 
 // putString writes the file name holding s.

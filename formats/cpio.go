@@ -52,6 +52,17 @@ type CpioOptions struct {
 	// Adds, when set, gets a manifest line for every entry the archive holds
 	// beyond the tree.
 	Adds *[]string
+	// Split writes a compressed archive as a series of complete archives,
+	// each compressed on its own (writeCpioSplit), so that every core
+	// compresses. The kernel's initramfs unpacker reads the series as it
+	// reads one archive; GNU cpio and bsdtar stop at the first trailer, so
+	// only an initramfs is split.
+	Split bool
+	// partSize and workers, when not 0, replace cpioPartSize and the
+	// number of cores of a split archive (for tests: neither changes what
+	// the kernel unpacks, and workers never changes a byte).
+	partSize int64
+	workers  int
 }
 
 // CpioFile is a regular file, owned by root, that an archive adds.
@@ -101,7 +112,13 @@ func WriteCpio(ctx context.Context, t *rootfs.Sealed, w io.Writer, o CpioOptions
 		adds = append(adds, rootfs.ManifestLine(&rootfs.Entry{Path: it.path, Inode: it.in}, nil, false))
 	}
 	sort.SliceStable(items, func(i, j int) bool { return items[i].path < items[j].path })
-	if err := writeCpioItems(ctx, w, o.Compression, items); err != nil {
+	write := writeCpioItems
+	if o.Split && o.Compression != compress.None && o.Compression != "" {
+		write = func(ctx context.Context, w io.Writer, alg compress.Algorithm, items []cpioItem) error {
+			return writeCpioSplit(ctx, w, alg, items, o.workers, o.partSize)
+		}
+	}
+	if err := write(ctx, w, o.Compression, items); err != nil {
 		return err
 	}
 	if o.XattrFiles != nil {
@@ -155,9 +172,21 @@ func writeCpioItems(ctx context.Context, w io.Writer, alg compress.Algorithm, it
 	if err != nil {
 		return fmt.Errorf("cpio: %w", err)
 	}
-	rw := cpio.Newc.Writer(cw)
-	probe := make([]byte, 1)
-	for i := range items {
+	if err := writeCpioRecords(ctx, cpio.Newc.Writer(cw), items, 0, len(items), plan, make([]byte, 1)); err != nil {
+		return err
+	}
+	if err := cw.Close(); err != nil {
+		return fmt.Errorf("cpio: %s: %w", alg, err)
+	}
+	if err := out.Flush(); err != nil {
+		return fmt.Errorf("cpio: %w", err)
+	}
+	return nil
+}
+
+// writeCpioRecords writes items[start:end] and the trailer: an archive.
+func writeCpioRecords(ctx context.Context, rw cpio.RecordWriter, items []cpioItem, start, end int, plan *cpioPlan, probe []byte) error {
+	for i := start; i < end; i++ {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -168,12 +197,6 @@ func writeCpioItems(ctx context.Context, w io.Writer, alg compress.Algorithm, it
 	// GNU cpio's trailer, link count included.
 	if err := rw.WriteRecord(cpio.Record{Info: cpio.Info{Name: cpio.Trailer, NLink: 1}}); err != nil {
 		return fmt.Errorf("cpio: trailer: %w", err)
-	}
-	if err := cw.Close(); err != nil {
-		return fmt.Errorf("cpio: %s: %w", alg, err)
-	}
-	if err := out.Flush(); err != nil {
-		return fmt.Errorf("cpio: %w", err)
 	}
 	return nil
 }

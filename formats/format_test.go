@@ -14,6 +14,7 @@ import (
 
 	"github.com/stamp-dev/stamp/rootfs"
 	"github.com/stamp-dev/stamp/rootfs/compress"
+	"github.com/stamp-dev/stamp/rootfs/hashio"
 )
 
 // everySpec is one output spec per format and kind, in an order where
@@ -95,6 +96,13 @@ func writeEvery(t *testing.T, tree *rootfs.Tree, specs []*Spec, dir string) []wr
 		res, err := e.Writer.Write(context.Background(), src, spec, dir, "node-"+spec.Name)
 		if err != nil {
 			t.Fatalf("%s: %v", spec.Name, err)
+		}
+		// A sum the writer hands the conductor goes into SHA256SUMS
+		// unread: it must be the file's.
+		for name, sum := range res.Sums {
+			if got, _, err := hashio.File(filepath.Join(dir, name), true); err != nil || got != sum {
+				t.Errorf("%s: Sums says %s is %s; it is %s (%v)", spec.Name, name, sum, got, err)
+			}
 		}
 		if written[spec.Format] == "" {
 			written[spec.Format], adds[spec.Format] = res.Files[0], res.Adds

@@ -84,7 +84,7 @@ func (liveFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base 
 	}
 	// The bundle's own files, like a pxe bundle's, are its structure, not
 	// entries: comments. Its root image holds the tree and nothing else.
-	res := &Result{Files: []string{name}}
+	res := &Result{Files: []string{name}, Sums: b.sums}
 	for _, a := range b.adds {
 		res.Adds = append(res.Adds, "# live file "+name+"/"+a)
 	}
@@ -95,6 +95,7 @@ func (liveFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base 
 type liveBundle struct {
 	files []string
 	adds  []string
+	sums  map[string]string // as Result.Sums wants them
 }
 
 func writeLive(ctx context.Context, src *Source, spec *Spec, so *LiveSpec, dir string) (*liveBundle, error) {
@@ -169,6 +170,7 @@ func writeLive(ctx context.Context, src *Source, spec *Spec, so *LiveSpec, dir s
 		return nil, err
 	}
 	b.files = bw.files
+	b.sums = bw.sumsIn(filepath.Base(dir))
 	b.adds = append(b.adds, manifestFileLine(LiveScript, 0o644, src.Epoch, []byte(script)),
 		manifestFileLine(LiveSums, 0o644, src.Epoch, sumText))
 	if img != nil {

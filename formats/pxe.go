@@ -86,12 +86,17 @@ type PXEBundle struct {
 	Adds []string
 	// Warnings name what the live system loses.
 	Warnings []string
+	// sums are the hex sha256 of Files, hashed as they were written, by
+	// their names under the directory that holds the bundle's (what
+	// Result.Sums wants).
+	sums map[string]string
 }
 
 // WritePXE writes a network-boot bundle of the tree into dir (created if
 // missing; it must not hold the bundle's files already): the tree's kernel (KernelOf), an initramfs holding the whole
 // tree plus a live /init, an iPXE script, a PXELINUX config and the
-// SHA256SUMS of those four.
+// SHA256SUMS of those four. An initramfs written from the tree is split
+// (CpioOptions.Split): its parts compress on every core.
 //
 // The live /init, run by the tree's busybox, copies the tree from the
 // initramfs into a tmpfs and switch_roots into it, then the tree's own init
@@ -155,7 +160,7 @@ func WritePXE(ctx context.Context, t *rootfs.Sealed, dir string, o PXEOptions) (
 			if alg == "" {
 				alg = compress.Zstd
 			}
-			return WriteCpio(ctx, t, w, CpioOptions{Compression: alg, Extra: extra, MTime: o.MTime, Adds: &b.Adds})
+			return WriteCpio(ctx, t, w, CpioOptions{Compression: alg, Extra: extra, MTime: o.MTime, Adds: &b.Adds, Split: true})
 		}
 		return appendLive(ctx, w, o.FromCpio, extra, o.MTime, &b.Adds)
 	})
@@ -173,6 +178,7 @@ func WritePXE(ctx context.Context, t *rootfs.Sealed, dir string, o PXEOptions) (
 		return nil, fmt.Errorf("pxe: %w", err)
 	}
 	b.Files = bw.files
+	b.sums = bw.sumsIn(filepath.Base(dir))
 	for _, g := range append(generated, bundleText{PXESums, string(sumText)}) {
 		b.Adds = append(b.Adds, manifestFileLine(g.name, 0o644, o.MTime, []byte(g.content)))
 	}
@@ -343,7 +349,7 @@ func (pxeFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base s
 		os.RemoveAll(bdir)
 		return nil, err
 	}
-	res := &Result{Files: []string{name}, Warnings: b.Warnings}
+	res := &Result{Files: []string{name}, Warnings: b.Warnings, Sums: b.sums}
 	for _, a := range b.Adds {
 		// The initramfs's additions are named as a reader names them; the
 		// bundle's own files, like an OCI image's blobs, are its structure,

@@ -39,3 +39,30 @@ func TestFileMatchesSha256sum(t *testing.T) {
 		t.Errorf("noFollow on a symlink: err = %v, want ELOOP", err)
 	}
 }
+
+// TestFileSparse hashes a sparse file (holes at its start, between data and
+// at its end) as sha256sum reads it.
+func TestFileSparse(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "sparse")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, off := range []int64{3<<20 + 17, 9 << 20} {
+		if _, err := f.WriteAt([]byte(strings.Repeat("data", 300000)), off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Truncate(16<<20 + 5); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	out, err := exec.Command("sha256sum", p).Output()
+	if err != nil {
+		t.Fatalf("sha256sum: %v", err)
+	}
+	sum, n, err := File(p, true)
+	if want := strings.Fields(string(out))[0]; err != nil || sum != want || n != 16<<20+5 {
+		t.Errorf("File = %s %d %v, want %s %d", sum, n, err, want, 16<<20+5)
+	}
+}

@@ -102,6 +102,22 @@ func TestLiveBootPXE(t *testing.T) {
 	t.Parallel()
 	k := harness.BootParts(t)
 	tree := liveTree(t, k)
+	// Two files of 20 MiB first in path order make the initramfs three
+	// archives or more (formats.WriteCpio's Split), the hard link the init
+	// checks in a later one than the first.
+	if _, err := tree.MkdirAll("/a-filler", rootfs.Header{Type: rootfs.TypeDir, Perm: 0o755, MTime: harness.DefaultEpoch}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"one", "two"} {
+		var filler strings.Builder
+		for i := 0; filler.Len() < 20<<20; i++ {
+			fmt.Fprintf(&filler, "filler %s line %d\n", name, i)
+		}
+		h := rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, MTime: harness.DefaultEpoch}
+		if _, err := tree.Create("/a-filler/"+name, h, strings.NewReader(filler.String())); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, alg := range []compress.Algorithm{compress.Gzip, compress.Zstd, compress.XZ} {
 		t.Run(string(alg), func(t *testing.T) {
 			dir := t.TempDir()
@@ -113,6 +129,9 @@ func TestLiveBootPXE(t *testing.T) {
 			}
 			fi, _ := os.Stat(filepath.Join(dir, formats.PXEInitrd))
 			t.Logf("bundle written in %s; initrd %d bytes (%s)", time.Since(start).Round(time.Millisecond), fi.Size(), alg)
+			if n := initrdArchives(t, filepath.Join(dir, formats.PXEInitrd), alg); n < 3 {
+				t.Errorf("the initramfs is %d archives, want the 3 or more its size makes", n)
+			}
 			if len(b.Warnings) != 0 {
 				t.Errorf("warnings: %q", b.Warnings)
 			}
@@ -124,6 +143,25 @@ func TestLiveBootPXE(t *testing.T) {
 			checkLiveLog(t, log)
 		})
 	}
+}
+
+// initrdArchives counts the newc archives of an initramfs by their trailers.
+func initrdArchives(t *testing.T, p string, alg compress.Algorithm) int {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := compress.NewReader(alg, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw bytes.Buffer
+	if _, err := raw.ReadFrom(r); err != nil {
+		t.Fatalf("%s: %v", p, err)
+	}
+	return bytes.Count(raw.Bytes(), []byte("TRAILER!!!\x00"))
 }
 
 // A recipe builds a cpio output and a pxe bundle from it; the build is the

@@ -104,11 +104,21 @@ func seqCost(lits, mlen int) int {
 func lastCost(lits int) int { return 1 + litExtra(lits) + lits }
 
 // maxLast is the most literals a last sequence of at most room bytes holds.
+// lastCost(n) grows with n by one per literal and one per 255 literals past
+// runMask, so n is first estimated from that slope and then settled in a
+// step or two (walking down from room-1 took room/255 steps per sequence).
 func maxLast(room int) int {
 	if room <= 0 {
 		return 0
 	}
 	n := room - 1
+	if n > runMask {
+		// runMask + m literals cost m + m/255 + runMask + 2.
+		n = min(n, runMask+(room-runMask-2)*255/256)
+	}
+	for n+1 <= room-1 && lastCost(n+1) <= room {
+		n++
+	}
 	for n > 0 && lastCost(n) > room {
 		n--
 	}
@@ -169,7 +179,9 @@ func (b *block) insert(p int) {
 // inserts the positions up to p, p included: the hash it looks p up by is
 // the one p is filed under.
 func (b *block) find(p, end int) match {
-	b.insert(p)
+	if p > b.next {
+		b.insert(p)
+	}
 	src, head, chain, base := b.src, b.head, b.chain, b.base
 	cur := binary.LittleEndian.Uint32(src[p:])
 	h := hash4(cur)

@@ -171,3 +171,22 @@ func TestDecompressPrefix(t *testing.T) {
 		}
 	}
 }
+
+// maxLast's estimate and steps give what walking down from room-1 gives.
+func TestMaxLast(t *testing.T) {
+	walk := func(room int) int {
+		if room <= 0 {
+			return 0
+		}
+		n := room - 1
+		for n > 0 && lastCost(n) > room {
+			n--
+		}
+		return n
+	}
+	for room := -2; room <= 1<<17; room++ {
+		if got, want := maxLast(room), walk(room); got != want {
+			t.Fatalf("maxLast(%d) = %d, want %d", room, got, want)
+		}
+	}
+}
