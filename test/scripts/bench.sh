@@ -175,8 +175,13 @@ bench_node() {
 	echo
 	echo "== node: recipes/k8s-node.yaml as uid 65534 with an empty cache, cold, with nothing changed, one file and one package changed in customize, beside mmdebstrap --variant=minbase of the same packages; the cold build's steps (targets: cold <= 0.25x mmdebstrap, one file changed <= 10 s, nothing changed <= 1 s, RSS <= 512 MiB)"
 	go run ./test/cmd/k8sinputs -stamp "$STAMP" >/dev/null
-	go test -tags node -run '^$' -bench '^BenchmarkNodeBuild$' -benchtime "${BENCHTIME_NODE:-1x}" -timeout 90m ./test/e2e |
-		grep -E '^(Benchmark|---|\s+node_bench_test)' || true
+	# Keep the whole output: a failed case's message (the build's last log
+	# lines) is on the lines after it, and a failure fails the bench.
+	if ! go test -tags node -run '^$' -bench '^BenchmarkNodeBuild$' -benchtime "${BENCHTIME_NODE:-1x}" -timeout 90m ./test/e2e >"$WORK/node.out" 2>&1; then
+		cat "$WORK/node.out" >&2
+		return 1
+	fi
+	grep -E '^(Benchmark|---|\s+node_bench_test)' "$WORK/node.out" || true
 }
 
 bench_serve() {
