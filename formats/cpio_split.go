@@ -77,7 +77,6 @@ func writeCpioSplit(ctx context.Context, w io.Writer, alg compress.Algorithm, it
 	}
 	parts := cpioParts(items, plan, partSize)
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	// Parts of at most budget bytes together (or a single larger one) are
 	// in the workers' hands or held, compressed, at once: a part holding
 	// an already compressed file (an image layer) is as large compressed.
@@ -87,7 +86,13 @@ func writeCpioSplit(ctx context.Context, w io.Writer, alg compress.Algorithm, it
 	chunks := &chunkPool{free: make(chan []byte, budget/partChunk)}
 	work := make(chan *cpioPart)
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	// Cancel before waiting: on an early return (a part failed, the
+	// output refused a write) the feeder may be waiting for parts to be
+	// released, and the workers for it.
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
 	for range workers {
 		wg.Add(1)
 		go func() {

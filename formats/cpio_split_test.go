@@ -3,8 +3,11 @@ package formats
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stamp-dev/stamp/rootfs"
 	"github.com/stamp-dev/stamp/rootfs/compress"
@@ -91,5 +94,33 @@ func TestCpioSplit(t *testing.T) {
 				t.Errorf("xattr list %v, adds %q", list, adds)
 			}
 		})
+	}
+}
+
+// failingWriter refuses every write, as a full disk does.
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("no space left on device") }
+
+// A split archive whose output fails returns that error, with every
+// worker and the feeder stopped, instead of waiting for parts nobody
+// takes.
+func TestCpioSplitWriteFails(t *testing.T) {
+	tree := tarTestTree(t)
+	var items []cpioItem
+	view := tree.View()
+	view.Walk(func(e *rootfs.Entry) error {
+		items = append(items, cpioItem{path: e.Path, in: e.Inode, tree: view})
+		return nil
+	})
+	done := make(chan error, 1)
+	go func() { done <- writeCpioSplit(context.Background(), failingWriter{}, compress.Zstd, items, 2, 64) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "no space left") {
+			t.Fatalf("err = %v, want the writer's", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("writeCpioSplit did not return after its writer failed")
 	}
 }
