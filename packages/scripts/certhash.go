@@ -44,7 +44,7 @@ func cmdOpenssl(r *run, hc interp.HandlerContext, args []string) error {
 		return r.unhandled("openssl rehash of the default certificate directory")
 	}
 	for _, d := range dirs {
-		if err := r.rehash(hc, r.treePath(d), verbose); err != nil {
+		if err := r.rehash(hc, r.treePath(hc.Dir, d), verbose); err != nil {
 			return err
 		}
 	}

@@ -116,3 +116,27 @@ func treeRun(t *testing.T, files map[string]string, script string) string {
 	}
 	return string(b)
 }
+
+// TestPipelineStagesKeepTheirDirectories runs the stages of pipelines,
+// which the interpreter runs at once, each in a directory of its own: a
+// stage's relative operands are its own directory's, whatever the other
+// stage's cd did meanwhile (a working directory kept for the whole
+// script once made one stage read the other's file; go test -race named
+// it).
+func TestPipelineStagesKeepTheirDirectories(t *testing.T) {
+	got := treeRun(t, map[string]string{"a/f": "in a\n", "b/f": "in b\n"}, `
+: > out
+i=0
+while [ $i -lt 40 ]; do
+	(cd a && cat f) | (cd b && cat f -) >> out
+	i=$((i + 1))
+done
+`)
+	want := ""
+	for range 40 {
+		want += "in b\nin a\n"
+	}
+	if got != want {
+		t.Errorf("out = %q, want %q", got, want)
+	}
+}

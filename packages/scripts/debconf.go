@@ -176,7 +176,7 @@ func (r *run) debconfLoadTemplateFile(hc interp.HandlerContext, db *debconfDB, p
 	if len(rest) < 1 {
 		return dcReply(hc, dcBadParams, "")
 	}
-	b, err := r.readFile(r.treePath(rest[0]))
+	b, err := r.readFile(r.treePath(hc.Dir, rest[0]))
 	if err != nil {
 		return dcReply(hc, dcBadParams, "cannot read "+rest[0])
 	}

@@ -219,7 +219,7 @@ func (r *run) divertRemove(hc interp.HandlerContext, o *divertArgs, ds []diversi
 		return exit(2)
 	}
 	if o.rename {
-		if err := r.renameIfThere(d.to, d.from); err != nil {
+		if err := r.renameIfThere(hc.Dir, d.to, d.from); err != nil {
 			return err
 		}
 	}
@@ -244,7 +244,7 @@ func (r *run) divertAdd(hc interp.HandlerContext, o *divertArgs, ds []diversion)
 		return exit(2)
 	}
 	if o.rename {
-		if err := r.renameIfThere(file, to); err != nil {
+		if err := r.renameIfThere(hc.Dir, file, to); err != nil {
 			return err
 		}
 	}
@@ -254,19 +254,19 @@ func (r *run) divertAdd(hc interp.HandlerContext, o *divertArgs, ds []diversion)
 
 // renameIfThere moves from to to in the tree when from exists and to does
 // not, as dpkg-divert --rename does.
-func (r *run) renameIfThere(from, to string) error {
+func (r *run) renameIfThere(cwd, from, to string) error {
 	t := r.env.Tree
-	src, err := t.Lookup(r.treePath(from), false)
+	src, err := t.Lookup(r.treePath(cwd, from), false)
 	if err != nil {
 		return nil
 	}
-	if _, err := t.Lookup(r.treePath(to), false); err == nil {
+	if _, err := t.Lookup(r.treePath(cwd, to), false); err == nil {
 		return nil
 	}
 	if src.Type == rootfs.TypeDir {
 		return r.unhandled(fmt.Sprintf("dpkg-divert --rename of the directory %s", from))
 	}
-	if err := r.copyEntry(src, r.treePath(to), true); err != nil {
+	if err := r.copyEntry(src, r.treePath(cwd, to), true); err != nil {
 		return err
 	}
 	return t.Remove(src.Path)

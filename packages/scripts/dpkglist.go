@@ -132,7 +132,7 @@ func cmdDpkgRealpath(r *run, hc interp.HandlerContext, args []string) error {
 	if len(ops) != 1 {
 		return r.unhandledCommand(args)
 	}
-	rp, err := r.env.Tree.Resolve(r.treePath(ops[0]), true)
+	rp, err := r.env.Tree.Resolve(r.treePath(hc.Dir, ops[0]), true)
 	if err != nil {
 		fmt.Fprintf(hc.Stderr, "dpkg-realpath: %s: %v\n", ops[0], err)
 		return exit(1)

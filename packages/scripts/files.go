@@ -21,7 +21,7 @@ func cmdRm(r *run, hc interp.HandlerContext, args []string) error {
 	flags, ops := splitFlags(args[1:])
 	code := 0
 	for _, f := range ops {
-		p := r.treePath(f)
+		p := r.treePath(hc.Dir, f)
 		e, err := r.env.Tree.Lookup(p, false)
 		if err != nil {
 			if !flags["-f"] && !flags["--force"] {
@@ -46,7 +46,7 @@ func cmdRmdir(r *run, hc interp.HandlerContext, args []string) error {
 	flags, ops := splitFlags(args[1:])
 	code := 0
 	for _, f := range ops {
-		e, err := r.env.Tree.Lookup(r.treePath(f), false)
+		e, err := r.env.Tree.Lookup(r.treePath(hc.Dir, f), false)
 		if err != nil || e.Type != rootfs.TypeDir {
 			fmt.Fprintf(hc.Stderr, "rmdir: failed to remove '%s'\n", f)
 			code = 1
@@ -85,7 +85,7 @@ func cmdMkdir(r *run, hc interp.HandlerContext, args []string) error {
 	flags, ops := splitFlags(rest)
 	code := 0
 	for _, f := range ops {
-		p := r.treePath(f)
+		p := r.treePath(hc.Dir, f)
 		if e, err := r.env.Tree.Lookup(p, true); err == nil {
 			if !flags["-p"] && !flags["--parents"] || e.Type != rootfs.TypeDir {
 				fmt.Fprintf(hc.Stderr, "mkdir: cannot create directory '%s': File exists\n", f)
@@ -118,7 +118,7 @@ func cmdLn(r *run, hc interp.HandlerContext, args []string) error {
 	if !flags["-s"] && !flags["--symbolic"] || len(ops) != 2 {
 		return r.unhandledCommand(args)
 	}
-	target, link := ops[0], r.treePath(ops[1])
+	target, link := ops[0], r.treePath(hc.Dir, ops[1])
 	if e, err := r.env.Tree.Lookup(link, true); err == nil && e.Type == rootfs.TypeDir && !flags["-n"] && !flags["-T"] {
 		link = path.Join(e.Path, path.Base(target))
 	}
@@ -145,7 +145,7 @@ func cmdChmod(r *run, hc interp.HandlerContext, args []string) error {
 		return exit(1)
 	}
 	for _, f := range ops[1:] {
-		e, err := r.env.Tree.Lookup(r.treePath(f), true)
+		e, err := r.env.Tree.Lookup(r.treePath(hc.Dir, f), true)
 		if err != nil {
 			fmt.Fprintf(hc.Stderr, "chmod: cannot access '%s'\n", f)
 			return exit(1)
@@ -249,7 +249,7 @@ func cmdChown(r *run, hc interp.HandlerContext, args []string) error {
 		gid = &id
 	}
 	for _, f := range ops[1:] {
-		e, err := r.env.Tree.Lookup(r.treePath(f), true)
+		e, err := r.env.Tree.Lookup(r.treePath(hc.Dir, f), true)
 		if err != nil {
 			fmt.Fprintf(hc.Stderr, "chown: cannot access '%s'\n", f)
 			return exit(1)
@@ -271,7 +271,7 @@ func cmdChown(r *run, hc interp.HandlerContext, args []string) error {
 func cmdTouch(r *run, hc interp.HandlerContext, args []string) error {
 	_, ops := splitFlags(args[1:])
 	for _, f := range ops {
-		p := r.treePath(f)
+		p := r.treePath(hc.Dir, f)
 		if _, err := r.env.Tree.Lookup(p, true); err == nil {
 			continue
 		}
@@ -289,7 +289,7 @@ func cmdReadlink(r *run, hc interp.HandlerContext, args []string) error {
 	if len(ops) != 1 {
 		return exit(1)
 	}
-	p := r.treePath(ops[0])
+	p := r.treePath(hc.Dir, ops[0])
 	if flags["-f"] || flags["-e"] || flags["-m"] || flags["--canonicalize"] {
 		rp, err := r.env.Tree.Resolve(p, true)
 		if err != nil {
@@ -352,7 +352,7 @@ func cmdMv(r *run, hc interp.HandlerContext, args []string) error {
 	if len(ops) != 2 {
 		return r.unhandledCommand(args)
 	}
-	src, err := r.env.Tree.Lookup(r.treePath(ops[0]), false)
+	src, err := r.env.Tree.Lookup(r.treePath(hc.Dir, ops[0]), false)
 	if err != nil {
 		fmt.Fprintf(hc.Stderr, "mv: cannot stat '%s': No such file or directory\n", ops[0])
 		return exit(1)
@@ -360,7 +360,7 @@ func cmdMv(r *run, hc interp.HandlerContext, args []string) error {
 	if src.Type != rootfs.TypeRegular && src.Type != rootfs.TypeSymlink {
 		return r.unhandledCommand(args, fmt.Sprintf("a %s", src.Type))
 	}
-	dst := r.treePath(ops[1])
+	dst := r.treePath(hc.Dir, ops[1])
 	if e, err := r.env.Tree.Lookup(dst, true); err == nil && e.Type == rootfs.TypeDir {
 		dst = path.Join(e.Path, path.Base(src.Path))
 	}
@@ -419,7 +419,7 @@ func cmdCp(r *run, hc interp.HandlerContext, args []string) error {
 	if len(ops) != 2 {
 		return r.unhandledCommand(args)
 	}
-	src, err := r.env.Tree.Lookup(r.treePath(ops[0]), deref)
+	src, err := r.env.Tree.Lookup(r.treePath(hc.Dir, ops[0]), deref)
 	if err != nil {
 		fmt.Fprintf(hc.Stderr, "cp: cannot stat '%s': No such file or directory\n", ops[0])
 		return exit(1)
@@ -427,7 +427,7 @@ func cmdCp(r *run, hc interp.HandlerContext, args []string) error {
 	if src.Type == rootfs.TypeDir {
 		return r.unhandledCommand(args, "a directory")
 	}
-	dst := r.treePath(ops[1])
+	dst := r.treePath(hc.Dir, ops[1])
 	if ops[1] == "" {
 		fmt.Fprintln(hc.Stderr, "cp: cannot create regular file '': No such file or directory")
 		return exit(1)
@@ -482,7 +482,7 @@ func cmdInstall(r *run, hc interp.HandlerContext, args []string) error {
 		return r.unhandledCommand(args)
 	}
 	var data []byte
-	if src := r.treePath(ops[0]); src != "/dev/null" {
+	if src := r.treePath(hc.Dir, ops[0]); src != "/dev/null" {
 		b, err := r.readFile(src)
 		if err != nil {
 			fmt.Fprintf(hc.Stderr, "install: cannot stat '%s': No such file or directory\n", ops[0])
@@ -490,7 +490,7 @@ func cmdInstall(r *run, hc interp.HandlerContext, args []string) error {
 		}
 		data = b
 	}
-	dst := r.treePath(ops[1])
+	dst := r.treePath(hc.Dir, ops[1])
 	if _, err := r.env.Tree.Lookup(path.Dir(dst), true); err != nil {
 		fmt.Fprintf(hc.Stderr, "install: cannot create regular file '%s': No such file or directory\n", ops[1])
 		return exit(1)
@@ -548,7 +548,7 @@ func cmdMktemp(r *run, hc interp.HandlerContext, args []string) error {
 	}
 	for n := 0; ; n++ {
 		name := fmt.Sprintf("%s%0*d", x, len(tmpl)-len(x), n)
-		p := r.treePath(name)
+		p := r.treePath(hc.Dir, name)
 		if _, err := r.env.Tree.Lookup(p, false); err == nil {
 			continue
 		}
@@ -660,7 +660,7 @@ func cmdFind(r *run, hc interp.HandlerContext, args []string) error {
 		}
 	}
 	for _, root := range roots {
-		walk(root, r.treePath(root), 0)
+		walk(root, r.treePath(hc.Dir, root), 0)
 	}
 	return exit(code)
 }
@@ -708,7 +708,7 @@ func cmdStat(r *run, hc interp.HandlerContext, args []string) error {
 	}
 	status := 0
 	for _, f := range files {
-		e, err := r.env.Tree.Lookup(r.treePath(f), follow)
+		e, err := r.env.Tree.Lookup(r.treePath(hc.Dir, f), follow)
 		if err != nil {
 			fmt.Fprintf(hc.Stderr, "stat: cannot statx '%s': No such file or directory\n", f)
 			status = 1
@@ -776,7 +776,7 @@ func cmdGetcap(r *run, hc interp.HandlerContext, args []string) error {
 		if strings.HasPrefix(f, "-") {
 			return r.unhandled(fmt.Sprintf("getcap option %s", f))
 		}
-		e, err := r.env.Tree.Lookup(r.treePath(f), true)
+		e, err := r.env.Tree.Lookup(r.treePath(hc.Dir, f), true)
 		if err != nil {
 			fmt.Fprintf(hc.Stderr, "Failed to get capabilities of file '%s' (No such file or directory)\n", f)
 			continue
@@ -798,7 +798,7 @@ func cmdLs(r *run, hc interp.HandlerContext, args []string) error {
 	}
 	code := 0
 	for _, f := range ops {
-		e, err := r.env.Tree.Lookup(r.treePath(f), flags["-L"])
+		e, err := r.env.Tree.Lookup(r.treePath(hc.Dir, f), flags["-L"])
 		if err != nil {
 			fmt.Fprintf(hc.Stderr, "ls: cannot access '%s': No such file or directory\n", f)
 			code = 2

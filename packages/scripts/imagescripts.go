@@ -19,11 +19,11 @@ import (
 // locale-gen) as a maintainer script is interpreted: its own logic runs
 // as written and every command it runs goes through the handlers.
 func cmdImageScript(r *run, hc interp.HandlerContext, args []string) error {
-	where, ok := r.lookPath(args[0])
+	where, ok := r.lookPath(hc.Dir, args[0])
 	if !ok {
 		return r.notFound(hc, args[0])
 	}
-	body, err := r.readFile(r.treePath(where))
+	body, err := r.readFile(r.treePath(hc.Dir, where))
 	if err != nil {
 		return err
 	}
@@ -76,7 +76,7 @@ func cmdRunParts(r *run, hc interp.HandlerContext, args []string) error {
 		return exit(1)
 	}
 	t := r.env.Tree
-	rd, err := t.Resolve(r.treePath(dir), true)
+	rd, err := t.Resolve(r.treePath(hc.Dir, dir), true)
 	if err != nil {
 		return err
 	}

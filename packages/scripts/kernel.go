@@ -68,7 +68,7 @@ func (r *run) depmod(ctx context.Context, hc interp.HandlerContext, version stri
 		fmt.Fprintf(hc.Stderr, "depmod: ERROR: could not open directory /lib/modules/%s: No such file or directory\n", version)
 		return exit(1)
 	}
-	if _, found := r.lookPath("depmod"); !found {
+	if _, found := r.lookPath("/", "depmod"); !found {
 		return r.unhandled("depmod: the image has no depmod (kmod) to build the module indexes with")
 	}
 	if !kmod.ValidVersion(version) {

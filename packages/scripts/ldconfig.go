@@ -21,7 +21,7 @@ func cmdLdconfig(r *run, hc interp.HandlerContext, args []string) error {
 			return r.unhandledCommand(args)
 		}
 	}
-	if _, found := r.lookPath("ldconfig"); !found {
+	if _, found := r.lookPath("/", "ldconfig"); !found {
 		return r.notFound(hc, "ldconfig")
 	}
 	b, err := ldcache.Build(r.env.Tree, r.env.Arch)

@@ -27,7 +27,7 @@ func cmdUpdateLocale(r *run, hc interp.HandlerContext, args []string) error {
 		case a == "--no-checks":
 			noChecks = true
 		case strings.HasPrefix(a, "--locale-file="):
-			file = r.treePath(strings.TrimPrefix(a, "--locale-file="))
+			file = r.treePath(hc.Dir, strings.TrimPrefix(a, "--locale-file="))
 		case strings.HasPrefix(a, "-"):
 			return r.unhandled(fmt.Sprintf("update-locale option %s", a))
 		default:

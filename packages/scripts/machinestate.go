@@ -51,10 +51,10 @@ func cmdSshKeygen(r *run, hc interp.HandlerContext, args []string) error {
 	if file == "" || list == (typ != "") || !list && !pass {
 		return r.unhandledCommand(args)
 	}
-	if _, ok := r.lookPath("ssh-keygen"); !ok {
+	if _, ok := r.lookPath("/", "ssh-keygen"); !ok {
 		return r.notFound(hc, "ssh-keygen")
 	}
-	p := r.treePath(file)
+	p := r.treePath(hc.Dir, file)
 	if list {
 		if r.env.skippedKey(strings.TrimSuffix(p, ".pub")) {
 			return nil

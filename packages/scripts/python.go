@@ -158,12 +158,12 @@ func (r *run) py3compileFiles(hc interp.HandlerContext, o *py3compileArgs) ([]st
 		}
 	case len(o.dirs) > 0:
 		for _, d := range o.dirs {
-			e, err := r.env.Tree.Lookup(r.treePath(d), true)
+			e, err := r.env.Tree.Lookup(r.treePath(hc.Dir, d), true)
 			if err != nil {
 				continue
 			}
 			if e.Type == rootfs.TypeRegular && strings.HasSuffix(d, ".py") {
-				files = append(files, r.treePath(d))
+				files = append(files, r.treePath(hc.Dir, d))
 				continue
 			}
 			for _, p := range r.env.Tree.Paths() {
@@ -429,12 +429,12 @@ func cmdPython(r *run, hc interp.HandlerContext, args []string) error {
 			return r.unhandledCommand(args)
 		}
 	}
-	if i >= len(args) || r.treePath(args[i]) != "/usr/lib/python"+version+"/py_compile.py" {
+	if i >= len(args) || r.treePath(hc.Dir, args[i]) != "/usr/lib/python"+version+"/py_compile.py" {
 		return r.unhandled(fmt.Sprintf("command %q", shorten(strings.Join(args, " "))))
 	}
 	var jobs []pyCompileJob
 	for _, f := range args[i+1:] {
-		p := r.treePath(f)
+		p := r.treePath(hc.Dir, f)
 		jobs = append(jobs, pyCompileJob{src: p, pyc: pycPath(p, version, optimize)})
 	}
 	return r.pyCompile(hc, version, optimize, jobs)

@@ -133,8 +133,6 @@ type run struct {
 	umask uint32
 	// dsh is the instance deb-systemd-helper works on in this call.
 	dsh *dshInstance
-	// cwd is the interpreter's working directory when a handler runs.
-	cwd string
 	// virtual are the files process substitutions and sourced code left
 	// in memory.
 	virtual *virtualFiles
@@ -344,12 +342,12 @@ func (r *run) unhandled(what string) error {
 // in the image, under the tree's directory after the interpreter joined a
 // relative one with its working directory, or relative to that) into a
 // clean path inside the tree.
-func (r *run) treePath(p string) string {
+func (r *run) treePath(cwd, p string) string {
 	if !path.IsAbs(p) {
 		// A handler's relative operand is relative to the script's
 		// working directory (after a cd), and .. stops at the image's
 		// root, as it does there.
-		return path.Join(r.imagePath(r.cwd), p)
+		return path.Join(r.imagePath(cwd), p)
 	}
 	return r.imagePath(p)
 }
@@ -381,7 +379,7 @@ func (r *run) call(ctx context.Context, args []string) ([]string, error) {
 	if runtime.Callers(maxFrames, pc[:]) > 0 {
 		return nil, r.unhandled("function calls nested too deep")
 	}
-	r.cwd = interp.HandlerCtx(ctx).Dir
+	cwd := interp.HandlerCtx(ctx).Dir
 	switch args[0] {
 	case "command":
 		if len(args) >= 3 && (args[1] == "-v" || args[1] == "-V") {
@@ -394,7 +392,7 @@ func (r *run) call(ctx context.Context, args []string) ([]string, error) {
 		// script's, which the files it creates are made with.
 		return append([]string{"stamp-umask"}, args[1:]...), nil
 	}
-	return r.rewriteCall(args)
+	return r.rewriteCall(cwd, args)
 }
 
 // rewriteTrap keeps the traps that can fire offline: signal 0 is EXIT,
@@ -420,9 +418,9 @@ func (r *run) rewriteTrap(args []string) []string {
 }
 
 // lookPath finds an executable in the tree's PATH, as command -v does.
-func (r *run) lookPath(name string) (string, bool) {
+func (r *run) lookPath(cwd, name string) (string, bool) {
 	if strings.Contains(name, "/") {
-		e, err := r.env.Tree.Lookup(r.treePath(name), true)
+		e, err := r.env.Tree.Lookup(r.treePath(cwd, name), true)
 		return name, err == nil && e.Type == rootfs.TypeRegular && e.Perm&0o111 != 0
 	}
 	if builtins[name] {
@@ -457,13 +455,9 @@ func (r *run) open(ctx context.Context, name string, flag int, perm os.FileMode)
 	if name == "" {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
 	}
-	p := r.treePath(name)
-	if !path.IsAbs(name) {
-		// A redirection is opened before its command is called, so the
-		// directory is the interpreter's now (after a cd), not the one
-		// the last command was called in.
-		p = path.Join(r.imagePath(interp.HandlerCtx(ctx).Dir), name)
-	}
+	// A redirection is opened before its command is called: the
+	// directory is the interpreter's now (after a cd).
+	p := r.treePath(interp.HandlerCtx(ctx).Dir, name)
 	if p == "/dev/null" {
 		return devNull{}, nil
 	}
@@ -601,11 +595,13 @@ func (r *run) stat(ctx context.Context, name string, follow bool) (fs.FileInfo, 
 		// test -e "": no file, wherever the script is.
 		return nil, &fs.PathError{Op: "stat", Path: name, Err: fs.ErrNotExist}
 	}
-	if b, ok := r.virtualFile(r.treePath(name)); ok {
-		return rootfs.FileInfo(path.Base(name), &rootfs.Entry{Path: r.treePath(name),
+	// The interpreter hands stat an absolute path, joined with its
+	// working directory.
+	if b, ok := r.virtualFile(r.treePath("/", name)); ok {
+		return rootfs.FileInfo(path.Base(name), &rootfs.Entry{Path: r.treePath("/", name),
 			Inode: &rootfs.Inode{Type: rootfs.TypeFifo, Perm: 0o600, Size: int64(len(b))}}), nil
 	}
-	e, err := r.env.Tree.Lookup(r.treePath(name), follow)
+	e, err := r.env.Tree.Lookup(r.treePath("/", name), follow)
 	if err != nil {
 		return nil, err
 	}
@@ -622,7 +618,7 @@ type dirInfo struct{ fs.FileInfo }
 func (dirInfo) Size() int64 { return 4096 }
 
 func (r *run) readDir(ctx context.Context, name string) ([]fs.DirEntry, error) {
-	e, err := r.env.Tree.Lookup(r.treePath(name), true)
+	e, err := r.env.Tree.Lookup(r.treePath(interp.HandlerCtx(ctx).Dir, name), true)
 	if err != nil {
 		return nil, err
 	}

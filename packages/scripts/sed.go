@@ -104,7 +104,7 @@ func cmdSed(r *run, hc interp.HandlerContext, args []string) error {
 			return exit(1)
 		}
 		for _, f := range files {
-			p := r.treePath(f)
+			p := r.treePath(hc.Dir, f)
 			b, err := r.readFile(p)
 			if err != nil {
 				fmt.Fprintf(hc.Stderr, "sed: can't read %s: No such file or directory\n", f)
@@ -126,7 +126,7 @@ func cmdSed(r *run, hc interp.HandlerContext, args []string) error {
 		in, _ = r.inputs(hc, "sed", nil, false)
 	} else {
 		for _, f := range files {
-			b, err := r.readFile(r.treePath(f))
+			b, err := r.readFile(r.treePath(hc.Dir, f))
 			if err != nil && f != "-" {
 				fmt.Fprintf(hc.Stderr, "sed: can't read %s: No such file or directory\n", f)
 				return exit(2)

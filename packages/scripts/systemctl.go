@@ -51,7 +51,7 @@ func cmdJournalctl(r *run, hc interp.HandlerContext, args []string) error {
 		return r.unhandledCommand(args)
 	}
 	t := r.env.Tree
-	if _, ok := r.lookPath("journalctl"); !ok {
+	if _, ok := r.lookPath("/", "journalctl"); !ok {
 		return r.notFound(hc, "journalctl")
 	}
 	paths := journalcatalog.Choose(func(dir string) []string {

@@ -157,7 +157,6 @@ func (r *run) exec(ctx context.Context, args []string) error {
 		// Closed (<&-): a handler that reads it reads nothing.
 		hc.Stdin = strings.NewReader("")
 	}
-	r.cwd = hc.Dir
 	name := path.Base(args[0])
 	if strings.HasPrefix(name, "stamp-") && strings.Contains(args[0], "/") {
 		name = "" // stamp's own handlers are never a path in the image
@@ -176,7 +175,7 @@ func (r *run) exec(ctx context.Context, args []string) error {
 // fails as it would there; present, it goes to Env.Defer or stops the
 // script as unhandled.
 func (r *run) notHandled(hc interp.HandlerContext, args []string) error {
-	where, found := r.lookPath(args[0])
+	where, found := r.lookPath(hc.Dir, args[0])
 	if !found {
 		return r.notFound(hc, args[0])
 	}

@@ -21,16 +21,16 @@ import (
 
 // fileTest answers one unary file operator for the operand p, relative to
 // the script's working directory.
-func (r *run) fileTest(op, p string) bool {
+func (r *run) fileTest(cwd, op, p string) bool {
 	if p == "" {
 		return false
 	}
-	if v, ok := r.virtualFile(r.treePath(p)); ok {
+	if v, ok := r.virtualFile(r.treePath(cwd, p)); ok {
 		// A process substitution's output: it exists and reads as a pipe.
 		return op == "-e" || op == "-a" || op == "-r" || op == "-p" || op == "-s" && len(v) > 0
 	}
 	follow := op != "-h" && op != "-L"
-	e, err := r.env.Tree.Lookup(r.treePath(p), follow)
+	e, err := r.env.Tree.Lookup(r.treePath(cwd, p), follow)
 	if err != nil {
 		return false
 	}
@@ -75,12 +75,12 @@ func (r *run) fileTest(op, p string) bool {
 }
 
 // fileCompare answers -nt, -ot and -ef.
-func (r *run) fileCompare(a, op, b string) bool {
+func (r *run) fileCompare(cwd, a, op, b string) bool {
 	lookup := func(p string) *rootfs.Entry {
 		if p == "" {
 			return nil
 		}
-		e, err := r.env.Tree.Lookup(r.treePath(p), true)
+		e, err := r.env.Tree.Lookup(r.treePath(cwd, p), true)
 		if err != nil {
 			return nil
 		}
@@ -292,7 +292,7 @@ func (tp *testParser) unary(op, x string) (bool, error) {
 	case "-o":
 		return false, tp.r.unhandled(fmt.Sprintf("test -o %s (a shell option)", x))
 	}
-	return tp.r.fileTest(op, x), nil
+	return tp.r.fileTest(tp.hc.Dir, op, x), nil
 }
 
 func (tp *testParser) binary(x, op, y string) (bool, error) {
@@ -306,7 +306,7 @@ func (tp *testParser) binary(x, op, y string) (bool, error) {
 	case ">":
 		return x > y, nil
 	case "-nt", "-ot", "-ef":
-		return tp.r.fileCompare(x, op, y), nil
+		return tp.r.fileCompare(tp.hc.Dir, x, op, y), nil
 	}
 	a, err := testInt(x)
 	if err != nil {

@@ -35,7 +35,7 @@ func (r *run) inputs(hc interp.HandlerContext, tool string, files []string, quie
 			out = append(out, b...)
 			continue
 		}
-		b, err := r.readFile(r.treePath(f))
+		b, err := r.readFile(r.treePath(hc.Dir, f))
 		if err != nil {
 			if !quiet {
 				fmt.Fprintf(hc.Stderr, "%s: %s: No such file or directory\n", tool, f)
@@ -71,7 +71,7 @@ func cmdCat(r *run, hc interp.HandlerContext, args []string) error {
 			io.Copy(hc.Stdout, hc.Stdin)
 			continue
 		}
-		b, err := r.readFile(r.treePath(f))
+		b, err := r.readFile(r.treePath(hc.Dir, f))
 		if err != nil {
 			fmt.Fprintf(hc.Stderr, "cat: %s: %v\n", f, err)
 			code = 1
@@ -408,7 +408,7 @@ func cmdCmp(r *run, hc interp.HandlerContext, args []string) error {
 	}
 	var data [2][]byte
 	for i, f := range ops {
-		b, err := r.readFile(r.treePath(f))
+		b, err := r.readFile(r.treePath(hc.Dir, f))
 		if err != nil {
 			if !silent {
 				fmt.Fprintf(hc.Stderr, "cmp: %s: No such file or directory\n", f)
@@ -619,7 +619,7 @@ func cmdAwk(r *run, hc interp.HandlerContext, args []string) error {
 	if len(args) < 2 {
 		return exit(2)
 	}
-	if _, found := r.lookPath(path.Base(args[0])); !found {
+	if _, found := r.lookPath(hc.Dir, path.Base(args[0])); !found {
 		// awk is no Essential package: an image may lack it.
 		return r.notFound(hc, args[0])
 	}

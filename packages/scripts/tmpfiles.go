@@ -59,7 +59,7 @@ func cmdSystemdTmpfiles(r *run, hc interp.HandlerContext, args []string) error {
 			}
 		}
 		if strings.Contains(n, "/") {
-			b, err := r.readFile(r.treePath(n))
+			b, err := r.readFile(r.treePath(hc.Dir, n))
 			body, found = b, err == nil
 		}
 		if !found {

@@ -42,7 +42,7 @@ func cmdUcf(r *run, hc interp.HandlerContext, args []string) error {
 	if len(ops) != 2 {
 		return r.unhandledCommand(args)
 	}
-	newFile, dest := r.treePath(ops[0]), r.treePath(ops[1])
+	newFile, dest := r.treePath(hc.Dir, ops[0]), r.treePath(hc.Dir, ops[1])
 	if r.exists("/etc/ucf.conf") {
 		if b, _ := r.readFile("/etc/ucf.conf"); strings.TrimSpace(stripComments(string(b))) != "" {
 			return r.unhandled("ucf with settings in /etc/ucf.conf")

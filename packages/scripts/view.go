@@ -94,12 +94,12 @@ func (r *run) virtualFile(p string) ([]byte, bool) {
 // rewriteCall sends the builtins that would ask the host, or run code the
 // rewrite has not seen, to their image-side forms; commands run through
 // command or builtin are looked at past those words.
-func (r *run) rewriteCall(args []string) ([]string, error) {
+func (r *run) rewriteCall(cwd string, args []string) ([]string, error) {
 	i := 0
 	for i < len(args)-1 && (args[i] == "command" && !strings.HasPrefix(args[i+1], "-") || args[i] == "builtin") {
 		i++
 	}
-	rest, err := r.rewriteBuiltin(args[i:])
+	rest, err := r.rewriteBuiltin(cwd, args[i:])
 	if err != nil {
 		return nil, err
 	}
@@ -110,12 +110,12 @@ func (r *run) rewriteCall(args []string) ([]string, error) {
 	return append(append([]string(nil), args[:i]...), rest...), nil
 }
 
-func (r *run) rewriteBuiltin(args []string) ([]string, error) {
+func (r *run) rewriteBuiltin(cwd string, args []string) ([]string, error) {
 	switch args[0] {
 	case "[", "test", "pwd":
 		return append([]string{"stamp-" + args[0]}, args[1:]...), nil
 	case "cd":
-		return r.rewriteCd(args)
+		return r.rewriteCd(cwd, args)
 	case "dirs", "pushd", "popd":
 		return nil, r.unhandled(fmt.Sprintf("%s (the directory stack)", args[0]))
 	case "set", "export", "declare", "typeset", "readonly":
@@ -140,7 +140,7 @@ func (r *run) rewriteBuiltin(args []string) ([]string, error) {
 		if len(args) < 2 {
 			return args, nil
 		}
-		p, ok := r.sourcePath(args[1])
+		p, ok := r.sourcePath(cwd, args[1])
 		if !ok {
 			return args, nil
 		}
@@ -190,7 +190,7 @@ func (r *run) rewriteBuiltin(args []string) ([]string, error) {
 // rewriteCd gives cd the tree's directory of the image path it names, so
 // its search-permission check looks at the tree, never at the host; a
 // directory reached through a symlink is given resolved.
-func (r *run) rewriteCd(args []string) ([]string, error) {
+func (r *run) rewriteCd(cwd string, args []string) ([]string, error) {
 	var target string
 	switch {
 	case len(args) == 1:
@@ -205,7 +205,7 @@ func (r *run) rewriteCd(args []string) ([]string, error) {
 	default:
 		return nil, r.unhandledCommand(args)
 	}
-	p := r.treePath(target)
+	p := r.treePath(cwd, target)
 	if r.absoluteLinkOn(p) {
 		// The host would follow it out of the tree: give it resolved.
 		if rp, err := r.env.Tree.Resolve(p, true); err == nil {
@@ -239,11 +239,11 @@ func (r *run) absoluteLinkOn(p string) bool {
 // cmdVar prints $PWD or $OLDPWD as the image sees it.
 func cmdVar(r *run, hc interp.HandlerContext, args []string) error {
 	if len(args) == 2 && args[1] == "PWD" {
-		fmt.Fprint(hc.Stdout, r.treePath(hc.Dir))
+		fmt.Fprint(hc.Stdout, r.treePath(hc.Dir, hc.Dir))
 		return nil
 	}
 	if v := hc.Env.Get("OLDPWD"); len(args) == 2 && args[1] == "OLDPWD" && v.IsSet() {
-		fmt.Fprint(hc.Stdout, r.treePath(v.String()))
+		fmt.Fprint(hc.Stdout, r.treePath(hc.Dir, v.String()))
 	}
 	return nil
 }
@@ -251,16 +251,16 @@ func cmdVar(r *run, hc interp.HandlerContext, args []string) error {
 // sourcePath finds the file . names, as a shell does: a name with a slash
 // from the working directory, another through PATH, then the working
 // directory.
-func (r *run) sourcePath(name string) (string, bool) {
+func (r *run) sourcePath(cwd, name string) (string, bool) {
 	if strings.Contains(name, "/") {
-		return r.treePath(name), true
+		return r.treePath(cwd, name), true
 	}
 	for _, dir := range pathDirs {
 		if e, err := r.env.Tree.Lookup(dir+"/"+name, true); err == nil && e.Type == rootfs.TypeRegular {
 			return dir + "/" + name, true
 		}
 	}
-	return r.treePath(name), true
+	return r.treePath(cwd, name), true
 }
 
 // cmdPwd is pwd: the working directory in the image, with -P its symlinks
@@ -278,7 +278,7 @@ func cmdPwd(r *run, hc interp.HandlerContext, args []string) error {
 			return exit(2)
 		}
 	}
-	dir := r.treePath(hc.Dir)
+	dir := r.treePath(hc.Dir, hc.Dir)
 	if physical {
 		rp, err := r.env.Tree.Resolve(dir, true)
 		if err != nil {
@@ -297,9 +297,9 @@ func cmdFileTest(r *run, hc interp.HandlerContext, args []string) error {
 	var ok bool
 	switch {
 	case len(args) == 3:
-		ok = r.fileTest(args[1], args[2])
+		ok = r.fileTest(hc.Dir, args[1], args[2])
 	case len(args) == 4:
-		ok = r.fileCompare(args[2], args[1], args[3])
+		ok = r.fileCompare(hc.Dir, args[2], args[1], args[3])
 	}
 	if ok {
 		fmt.Fprintln(hc.Stdout, "1")
@@ -376,7 +376,7 @@ func (streamFile) Close() error { return nil }
 func cmdCommandV(r *run, hc interp.HandlerContext, args []string) error {
 	code := 0
 	for _, a := range args[1:] {
-		if p, ok := r.lookPath(a); ok {
+		if p, ok := r.lookPath(hc.Dir, a); ok {
 			fmt.Fprintln(hc.Stdout, p)
 		} else {
 			code = 1
@@ -391,7 +391,7 @@ func cmdWhich(r *run, hc interp.HandlerContext, args []string) error {
 		if strings.HasPrefix(a, "-") {
 			continue
 		}
-		if p, ok := r.lookPath(a); ok && !builtins[a] {
+		if p, ok := r.lookPath(hc.Dir, a); ok && !builtins[a] {
 			fmt.Fprintln(hc.Stdout, p)
 		} else {
 			code = 1
