@@ -259,6 +259,15 @@ ok() { echo "STAMP-CLUSTER ok $1"; }
 fail() { echo "STAMP-CLUSTER FAIL $1: $(echo "$2" | tr '\n' ' ' | cut -c1-800)"; }
 info() { sed "s|^|STAMP-INFO $1: |"; }
 echo "STAMP-INFO observer started at uptime $(up)"
+# When kubeadm init wrote what each of its phases leaves, in uptime, from
+# the files' mtimes: where its minutes under TCG go.
+boot=$(echo "$(date +%s.%N) $(up)" | awk '{ printf "%.3f", $1 - $2 }')
+for f in /run/kubeadm/kubeadm.yaml /etc/kubernetes/pki/apiserver.crt /etc/kubernetes/pki/front-proxy-client.crt \
+	/etc/kubernetes/pki/etcd/server.crt /etc/kubernetes/pki/apiserver-etcd-client.crt /etc/kubernetes/admin.conf \
+	/etc/kubernetes/scheduler.conf /etc/kubernetes/manifests/etcd.yaml /etc/kubernetes/manifests/kube-scheduler.yaml \
+	/var/lib/kubelet/config.yaml /run/cluster-api/bootstrap-success.complete; do
+	[ -e "$f" ] && stat -c '%.3Y %n' "$f" | awk -v b="$boot" '{ printf "STAMP-INFO kubeadm wrote %s at uptime %.1f\n", $2, $1 - b }'
+done
 if [ -f /run/cluster-api/bootstrap-success.complete ]; then
 	ok "kubeadm init"
 else
