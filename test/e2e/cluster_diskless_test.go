@@ -17,6 +17,10 @@ import (
 	"github.com/stamp-dev/stamp/test/harness"
 )
 
+// noDatasource is what cloud-init says on the console when it found no
+// seed.
+const noDatasource = "Datasource DataSourceNone"
+
 // disklessMemory is the diskless machine's memory: TestCluster's 4 GiB
 // and room for the root image and what the node writes, all in RAM.
 const disklessMemory = "6144"
@@ -27,7 +31,11 @@ const disklessMemory = "6144"
 // root image from an HTTP server on 127.0.0.1, the initramfs checks the
 // image and runs the tree from RAM (containerd's and kubelet's state on a
 // tmpfs of their own), and cloud-init fetches TestCluster's NoCloud seed
-// from the same server, named on the kernel command line (ds=nocloud;s=).
+// from the same server, named on the kernel command line
+// (ds=nocloud-net;s=URL: Debian bookworm's cloud-init 22.4 reads a seed
+// over the network only in that form; with ds=nocloud the seed is for its
+// local stage, which reads files alone, and the boot ends on no
+// datasource at all).
 // The observer's checks are TestCluster's. The user network is not
 // restricted, because a restricted one keeps the guest from the host's
 // server too; "no image pulled" still holds the node to what it carries.
@@ -57,7 +65,7 @@ func TestClusterDiskless(t *testing.T) {
 		t.Fatalf("%s has no kernel line:\n%s", formats.LiveScript, script)
 	}
 	diskless := kernelLine.ReplaceAllStringFunc(string(script), func(line string) string {
-		return fmt.Sprintf("%s ds=nocloud;s=http://10.0.2.2:%d/seed/", line, port)
+		return fmt.Sprintf("%s ds=nocloud-net;s=http://10.0.2.2:%d/seed/", line, port)
 	})
 	mux := http.NewServeMux()
 	mux.Handle("/", http.FileServer(http.Dir(bundle)))
@@ -68,14 +76,19 @@ func TestClusterDiskless(t *testing.T) {
 	t.Cleanup(func() { srv.Close() })
 	step("seed rendered and validated by kubeadm, served with the bundle")
 
-	b := harness.BootQEMU(t, []string{
+	// A boot that ends on no datasource never runs kubeadm: stop it there
+	// rather than at the timeout.
+	b := harness.BootQEMUUntil(t, []string{
 		"-smp", "2", "-m", disklessMemory,
 		"-netdev", fmt.Sprintf("user,id=n,bootfile=http://10.0.2.2:%d/diskless.ipxe", port),
 		"-device", "virtio-net-pci,netdev=n,mac=" + clusterMAC, "-boot", "n",
-	}, 60*time.Minute)
+	}, noDatasource, 60*time.Minute)
 	step("iPXE, the node from RAM, kubeadm init and the observer")
 	if strings.Contains(b.Log, "stamp-live: giving up") {
 		t.Fatalf("the live initramfs gave up; log ends:\n%s", b.Tail(40))
+	}
+	if strings.Contains(b.Log, noDatasource) {
+		t.Fatalf("cloud-init found no datasource: the seed at http://10.0.2.2:%d/seed/ was not read; log ends:\n%s", port, b.Tail(40))
 	}
 	checkClusterLog(t, b, "serial-diskless.log", clusterChecks)
 	if m := regexp.MustCompile(`the image found, checked and mounted in ([0-9.]+) s`).FindStringSubmatch(b.Log); m != nil {
