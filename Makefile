@@ -36,9 +36,11 @@ demo: deps build
 test: deps lint unit fuzz
 
 # deploy/ is a module of its own, so that only its test needs Kubernetes'
-# API types.
+# API types. The tests of what runs at once (a pipeline's stages) run again
+# under the race detector.
 unit:
 	$(GO) test -count=1 -timeout 45m ./...
+	$(GO) test -race -count=1 -run '^TestPipelineStagesKeepTheirDirectories$$' ./packages/scripts
 	cd deploy && $(GO) test -count=1 ./...
 
 # Every fuzz target runs briefly so a regression in a decoder shows in CI.
