@@ -18,12 +18,7 @@ import (
 // number of workers compressing its parts.
 func TestCpioSplit(t *testing.T) {
 	tree := tarTestTree(t)
-	var items []cpioItem
-	view := tree.View()
-	view.Walk(func(e *rootfs.Entry) error {
-		items = append(items, cpioItem{path: e.Path, in: e.Inode, tree: view})
-		return nil
-	})
+	items := cpioItemsOf(tree)
 	plan, err := planCpio(items)
 	if err != nil {
 		t.Fatal(err)
@@ -106,13 +101,7 @@ func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("no space
 // worker and the feeder stopped, instead of waiting for parts nobody
 // takes.
 func TestCpioSplitWriteFails(t *testing.T) {
-	tree := tarTestTree(t)
-	var items []cpioItem
-	view := tree.View()
-	view.Walk(func(e *rootfs.Entry) error {
-		items = append(items, cpioItem{path: e.Path, in: e.Inode, tree: view})
-		return nil
-	})
+	items := cpioItemsOf(tarTestTree(t))
 	done := make(chan error, 1)
 	go func() { done <- writeCpioSplit(context.Background(), failingWriter{}, compress.Zstd, items, 2, 64) }()
 	select {
@@ -123,4 +112,15 @@ func TestCpioSplitWriteFails(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("writeCpioSplit did not return after its writer failed")
 	}
+}
+
+// cpioItemsOf is every entry of tree as a cpio writer takes them.
+func cpioItemsOf(tree *rootfs.Tree) []cpioItem {
+	var items []cpioItem
+	view := tree.View()
+	view.Walk(func(e *rootfs.Entry) error {
+		items = append(items, cpioItem{path: e.Path, in: e.Inode, tree: view})
+		return nil
+	})
+	return items
 }
