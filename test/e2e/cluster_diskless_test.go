@@ -17,10 +17,6 @@ import (
 	"github.com/stamp-dev/stamp/test/harness"
 )
 
-// noDatasource is what cloud-init says on the console when it found no
-// seed.
-const noDatasource = "Datasource DataSourceNone"
-
 // disklessMemory is the diskless machine's memory: TestCluster's 4 GiB
 // and room for the root image and what the node writes, all in RAM.
 const disklessMemory = "6144"

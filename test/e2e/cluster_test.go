@@ -52,13 +52,18 @@ func TestCluster(t *testing.T) {
 		"network-config": clusterNetworkConfig,
 	})
 	step("seed rendered and validated by kubeadm")
-	b := harness.BootQEMU(t, []string{
+	// A boot that ends on no datasource never runs kubeadm: stop it there
+	// rather than at the timeout.
+	b := harness.BootQEMUUntil(t, []string{
 		"-bios", harness.OVMFPath, "-smp", "2", "-m", "4096",
 		"-drive", "file=" + disk + ",format=raw,if=virtio",
 		"-drive", "file=" + seed + ",format=raw,if=virtio",
 		"-nic", "user,restrict=on,model=virtio-net-pci,mac=" + clusterMAC,
-	}, 50*time.Minute)
+	}, noDatasource, 50*time.Minute)
 	step("boot, kubeadm init and the observer")
+	if strings.Contains(b.Log, noDatasource) {
+		t.Fatalf("cloud-init found no datasource: the seed disk was not read; log ends:\n%s", b.Tail(40))
+	}
 	checkClusterLog(t, b, "serial.log", clusterChecks)
 	if m := regexp.MustCompile(`STAMP-INFO ready at uptime ([0-9.]+)`).FindStringSubmatch(b.Log); m != nil {
 		t.Logf("boot to Ready: %s s after the kernel started (qemu ran %s in all); the node: %s", m[1], b.Took.Round(time.Second), clusterNodeMode(t))
@@ -207,6 +212,10 @@ func checkClusterLog(t *testing.T, b *harness.Boot, name string, want []string) 
 		}
 	}
 }
+
+// noDatasource is what cloud-init says on the console when it found no
+// seed.
+const noDatasource = "Datasource DataSourceNone"
 
 // clusterMAC is the node's first NIC, as clusterNetworkConfig matches it.
 const clusterMAC = "52:54:00:12:34:56"
