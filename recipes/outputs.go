@@ -168,6 +168,7 @@ func (d *decoder) size(n *yaml.Node, field string, auto bool) int64 {
 func (d *decoder) output(n *yaml.Node, field string) outputNode {
 	o := Output{Line: line(n), Field: field}
 	seen := d.mapping(n, field, map[string]handler{
+		whenKey:  func(*yaml.Node, string) {}, // evaluated before substitution (conditions)
 		"format": func(v *yaml.Node, f string) { o.Format = d.enum(v, f, "format", Formats()...) },
 		"name": func(v *yaml.Node, f string) {
 			o.Name = d.str(v, f)

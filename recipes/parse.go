@@ -157,7 +157,9 @@ func (d *decoder) recipe(n *yaml.Node) *Recipe {
 		"seal":      func(v *yaml.Node, f string) { r.Seal = d.seal(v, f) },
 		"outputs": func(v *yaml.Node, f string) {
 			d.list(v, f, func(item *yaml.Node, f string) {
-				outputs = append(outputs, d.output(item, f))
+				if !d.skipped[d.resolveQuiet(item)] {
+					outputs = append(outputs, d.output(item, f))
+				}
 			})
 		},
 		"offline-only": func(v *yaml.Node, f string) { r.OfflineOnly = d.boolean(v, f) },

@@ -18,8 +18,8 @@ import (
 // repositories; when: is that choice.
 const whenKey = "when"
 
-// conditions evaluates the when: of every item of customize.layers and
-// provision.layers before anything is substituted, and marks the items
+// conditions evaluates the when: of every item of customize.layers,
+// provision.layers and outputs before anything is substituted, and marks the items
 // whose condition does not hold as skipped: they are neither substituted
 // nor decoded, so a parameter only they use needs no value (and setting it
 // is an error, as for any parameter no field uses). Their indexes stay as
@@ -31,26 +31,32 @@ func (d *decoder) conditions(root *yaml.Node, ps *params) {
 		return
 	}
 	for i := 0; i+1 < len(root.Content); i += 2 {
-		phase := root.Content[i].Value
-		if phase != "customize" && phase != "provision" {
+		switch phase := root.Content[i].Value; phase {
+		case "customize", "provision":
+			d.conditionsOf(mappingValue(d.resolveQuiet(root.Content[i+1]), "layers"), child(phase, "layers"), ps)
+		case "outputs":
+			d.conditionsOf(d.resolveQuiet(root.Content[i+1]), phase, ps)
+		}
+	}
+}
+
+// conditionsOf marks the items of list (named field) whose when: does not
+// hold as skipped.
+func (d *decoder) conditionsOf(list *yaml.Node, field string, ps *params) {
+	if list == nil || list.Kind != yaml.SequenceNode {
+		return
+	}
+	for j, item := range list.Content {
+		it := d.resolveQuiet(item)
+		cond := mappingValue(it, whenKey)
+		if cond == nil {
 			continue
 		}
-		layers := mappingValue(d.resolveQuiet(root.Content[i+1]), "layers")
-		if layers == nil || layers.Kind != yaml.SequenceNode {
-			continue
-		}
-		for j, item := range layers.Content {
-			it := d.resolveQuiet(item)
-			cond := mappingValue(it, whenKey)
-			if cond == nil {
-				continue
+		if !d.when(cond, child(index(field, j), whenKey), ps) {
+			if d.skipped == nil {
+				d.skipped = map[*yaml.Node]bool{}
 			}
-			if !d.when(cond, child(index(child(phase, "layers"), j), whenKey), ps) {
-				if d.skipped == nil {
-					d.skipped = map[*yaml.Node]bool{}
-				}
-				d.skipped[it] = true
-			}
+			d.skipped[it] = true
 		}
 	}
 }

@@ -122,3 +122,70 @@ func TestWhenErrors(t *testing.T) {
 		})
 	}
 }
+
+// whenOutputsRecipe picks the disk's layout as the node recipe does: a
+// plain disk, or a sealed one whose key only it names; both make the
+// qcow2 of the raw that applies.
+const whenOutputsRecipe = `apiVersion: stamp.dev/v1alpha1
+kind: Recipe
+name: node
+params:
+  disk: {default: plain, choices: [plain, sealed]}
+  key: {description: the signing key}
+  cert: {description: its certificate}
+base:
+  tarball: ./base.tar
+outputs:
+  - when: {disk: plain}
+    format: raw
+    partitions: [{name: esp, type: esp, size: 64MiB}, {name: root, type: root}]
+    boot: {loader: systemd-boot}
+  - format: raw
+    when: {disk: sealed}
+    partitions: [{name: esp, type: esp, size: 64MiB}, {name: usr, type: usr}, {name: usr-verity, type: usr-verity}, {name: root, type: root}]
+    boot: {loader: uki, secureBoot: {key: "${key}", cert: "${cert}"}}
+  - {format: qcow2, from: raw}
+`
+
+func TestWhenPicksOutputs(t *testing.T) {
+	plain := mustParse(t, whenOutputsRecipe, Options{})
+	if len(plain.Outputs) != 2 || plain.Outputs[0].Boot == nil || plain.Outputs[0].Boot.Loader != "systemd-boot" ||
+		plain.Outputs[0].Field != "outputs[0]" || plain.Outputs[1].Field != "outputs[2]" {
+		t.Fatalf("plain: outputs %+v", plain.Outputs)
+	}
+	if _, used := plain.ParamValues()["key"]; used {
+		t.Error("plain: key counts as used")
+	}
+	sealed := mustParse(t, whenOutputsRecipe, Options{Set: map[string]string{"disk": "sealed", "key": "./db.key", "cert": "./db.crt"}})
+	if len(sealed.Outputs) != 2 || sealed.Outputs[0].Field != "outputs[1]" || sealed.Outputs[0].Boot.Loader != "uki" ||
+		!strings.HasSuffix(sealed.Outputs[0].Boot.SecureBoot.Key, "db.key") || sealed.Outputs[1].From != "raw" {
+		t.Fatalf("sealed: outputs %+v", sealed.Outputs)
+	}
+	// The outputs are not part of what decides the tree: both choices
+	// build, and cache, one tree.
+	if plain.TreeDigest != sealed.TreeDigest {
+		t.Error("choosing an output changed the recipe digest")
+	}
+
+	for _, c := range []struct {
+		name string
+		set  map[string]string
+		want string
+	}{
+		{"a parameter only a skipped output uses", map[string]string{"key": "./db.key"},
+			`--set key: parameter "key" is declared but no field uses it`},
+		{"required when its output applies", map[string]string{"disk": "sealed", "cert": "./db.crt"},
+			`params.key: parameter "key" has no default and no value`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := ParseWith([]byte(whenOutputsRecipe), "r.yaml", Options{Set: c.set}); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want one containing %q", err, c.want)
+			}
+		})
+	}
+	bad := strings.Replace(whenOutputsRecipe, "when: {disk: sealed}", "when: {disk: seald}", 1)
+	if _, err := ParseWith([]byte(bad), "r.yaml", Options{}); err == nil ||
+		!strings.Contains(err.Error(), `outputs[1].when.disk: "seald" is not one of parameter "disk"'s choices (plain, sealed)`) {
+		t.Fatalf("a misspelt choice: %v", err)
+	}
+}
