@@ -127,6 +127,7 @@ func init() {
 		{"true", cmdTrue},
 		{"ucf", cmdUcf},
 		{"ucfr", cmdUcfr},
+		{"udevadm", cmdUdevadm},
 		{"uname", cmdUname},
 		{"uniq", cmdUniq},
 		{"update-alternatives", cmdUpdateAlternatives},

@@ -129,6 +129,8 @@ var handlerCases = []handlerCase{
 	{name: "true", script: "/bin/true; echo $?", want: "0\nstatus 0\n"},
 	{name: "ucf", files: map[string]string{"/usr/share/p/x.conf": "new\n"}, script: "ucf /usr/share/p/x.conf /etc/x.conf; cat /etc/x.conf", want: "new\nstatus 0\n"},
 	{name: "ucfr", script: "ucfr p /etc/x.conf; cat /var/lib/ucf/registry", want: "p \t /etc/x.conf\nstatus 0\n"},
+	{name: "udevadm", files: map[string]string{"/usr/bin/udevadm": "", "/var/lib/dpkg/status": "Package: udev\nStatus: install ok installed\nVersion: 252.39-1~deb12u2\nArchitecture: amd64\n\n"},
+		script: "udevadm --version; udevadm control --reload-rules; echo $?; udevadm trigger --action=add --subsystem-match=tpm; echo $?", want: "252\n0\n0\nstatus 0\n"},
 	{name: "uname", script: "uname; uname -m; uname -r", want: "Linux\nx86_64\n6.1.0\nstatus 0\n"},
 	{name: "uniq", files: map[string]string{"/in": "a\na\nb\na\n"}, script: "uniq < /in; uniq -c < /in; uniq -u < /in", want: "unhandled: command \"uniq -u\""},
 	{name: "update-alternatives", files: map[string]string{"/usr/bin/vim.basic": ""}, script: "update-alternatives --install /usr/bin/vi vi /usr/bin/vim.basic 30; readlink /usr/bin/vi; readlink /etc/alternatives/vi", want: "/etc/alternatives/vi\n/usr/bin/vim.basic\nstatus 0\n"},
