@@ -60,6 +60,11 @@ type Sandbox struct {
 	// OutputHost, when set, is a host directory the program may write,
 	// seen inside at OutputDir; the caller reads back what it left there.
 	OutputHost string
+	// OutputAt, when set, is a directory of the tree where OutputHost is
+	// bound as well, hiding what the tree holds there: for a program that
+	// writes beside what it reads, into a directory no option of it
+	// moves. No part of its path may be a symlink.
+	OutputAt string
 
 	userns  bool // the build is not root: the program runs in a user namespace
 	checked bool // the tools and the namespace probe passed once
@@ -89,11 +94,12 @@ func (e *ExitError) Error() string {
 
 // setup runs in the new namespaces, as root, before chroot(2). Available
 // checked the mount points to be directories, not symlinks. Its arguments
-// are the tree, "ro" or "rw", and the host directory to bind at OutputDir
-// (or ""), then the environment, the host's chroot, the tree and the
-// program: the host's env and chroot start it, so the image needs neither.
+// are the tree, "ro" or "rw", the host directory to bind at OutputDir (or
+// "") and the tree's directory to bind it at too (or ""), then the
+// environment, the host's chroot, the tree and the program: the host's env
+// and chroot start it, so the image needs neither.
 const setup = `set -e
-root=$1; mode=$2; output=$3; shift 3
+root=$1; mode=$2; output=$3; at=$4; shift 4
 if [ "$mode" = ro ]; then
 	mount --bind "$root" "$root"
 	mount -o remount,bind,ro,nosuid,nodev "$root"
@@ -113,6 +119,7 @@ mkdir "$root/dev/pts" "$root/dev/shm"
 if [ -n "$output" ]; then
 	mkdir "$root` + OutputDir + `"
 	mount --bind "$output" "$root` + OutputDir + `"
+	if [ -n "$at" ]; then mount --bind "$output" "$root$at"; fi
 fi
 if [ -d "$root/tmp" ]; then mount -t tmpfs -o mode=1777 stamp-tmp "$root/tmp"; fi
 umask 022
@@ -202,6 +209,26 @@ func (s *Sandbox) Available() error {
 	if fi, err := os.Lstat(s.Tree.Dir() + "/tmp"); err == nil && !fi.IsDir() {
 		return errors.New("the tree's /tmp is not a directory; a sandbox mounts a fresh one there")
 	}
+	return s.checkOutputAt()
+}
+
+// checkOutputAt refuses an OutputAt that is not a directory of the tree
+// reached through directories alone: a symlink on the way would bind the
+// output over whatever it names on the host.
+func (s *Sandbox) checkOutputAt() error {
+	if s.OutputAt == "" {
+		return nil
+	}
+	if s.OutputHost == "" || !path.IsAbs(s.OutputAt) || path.Clean(s.OutputAt) != s.OutputAt || s.OutputAt == "/" {
+		return fmt.Errorf("sandbox: output directory at %q: an absolute, clean directory below / of the tree, with an output directory to bind", s.OutputAt)
+	}
+	p := s.Tree.Dir()
+	for _, c := range strings.Split(s.OutputAt[1:], "/") {
+		p += "/" + c
+		if fi, err := os.Lstat(p); err != nil || !fi.IsDir() {
+			return fmt.Errorf("sandbox: the tree's %s is not a directory reached through directories alone; the output directory cannot be bound there", s.OutputAt)
+		}
+	}
 	return nil
 }
 
@@ -246,6 +273,9 @@ func (s *Sandbox) Run(ctx context.Context, name string, env []string, argv ...st
 	if err := s.Tree.Materialize(ctx); err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
+	if err := s.checkOutputAt(); err != nil { // on the tree as materialized
+		return err
+	}
 	if !s.userns && !s.ReadOnly {
 		if err := s.showOwners(ctx); err != nil {
 			return err
@@ -268,7 +298,7 @@ func (s *Sandbox) Run(ctx context.Context, name string, env []string, argv ...st
 		return fmt.Errorf("%s: sandbox: %w", name, err)
 	}
 	args = append(args, "--kill-child", "--propagation", "private",
-		"/bin/sh", "-c", setup, "stamp-sandbox", s.Tree.Dir(), mode, s.OutputHost)
+		"/bin/sh", "-c", setup, "stamp-sandbox", s.Tree.Dir(), mode, s.OutputHost, s.OutputAt)
 	args = append(args, s.Environ(env)...)
 	args = append(args, chroot, s.Tree.Dir())
 	args = append(args, argv...)

@@ -203,3 +203,42 @@ echo made > ` + sandbox.OutputDir + `/made`
 		t.Errorf("uid_map %q: want one id mapped (a user namespace, even as root)", m)
 	}
 }
+
+// OutputAt binds the output directory over a directory of the tree too,
+// hiding what the tree holds there; a path through a symlink is refused
+// before anything runs.
+func TestOutputAt(t *testing.T) {
+	tr := baseTree(t)
+	for _, d := range []string{"/var/lib/x", "/var/lib/x/y"} {
+		if _, err := tr.MkdirAll(d, rootfs.Header{Perm: 0o755, MTime: epoch}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tr.Create("/var/lib/x/hidden", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, MTime: epoch}, strings.NewReader("h")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Create("/var/lib/link", rootfs.Header{Type: rootfs.TypeSymlink, Perm: 0o777, Target: "x", MTime: epoch}, nil); err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	if err := os.WriteFile(filepath.Join(out, "in"), []byte("input\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := &sandbox.Sandbox{Tree: tr, Epoch: epoch, ReadOnly: true, OutputHost: out, OutputAt: "/var/lib/x"}
+	script := `ls /var/lib/x > /var/lib/x/listed; cat /var/lib/x/in >> /var/lib/x/listed`
+	if err := s.Run(context.Background(), "at", nil, "/bin/sh", "-c", script); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(out, "listed")); string(b) != "in\nlisted\ninput\n" { // the redirection made listed before ls ran; hidden is not seen
+		t.Errorf("the program saw and wrote %q at /var/lib/x, want the output directory there", b)
+	}
+	if _, err := os.Lstat(tr.DiskPath("/var/lib/x/listed")); err == nil {
+		t.Error("the program wrote into the tree")
+	}
+	for _, at := range []string{"/var/lib/link", "/var/lib/x/../x", "var/lib/x", "/var/lib/none", "/"} {
+		s.OutputAt = at
+		if err := s.Run(context.Background(), "at", nil, "/bin/true"); err == nil || !strings.Contains(err.Error(), "output directory") {
+			t.Errorf("OutputAt %q: err = %v, want a refusal", at, err)
+		}
+	}
+}
