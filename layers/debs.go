@@ -894,9 +894,10 @@ func (l *Debs) firstBootUnit(ctx context.Context, env *Env, pkgs []string, comma
 
 // deferrable are the commands deferScripts may postpone one by one, leaving
 // the package that runs them configured.
-// systemd-hwdb is among them because its hwdb.bin records the path of every
-// source file, which, run on a scratch copy outside a chroot, would be the
-// scratch path.
+// systemd-hwdb is among them for builds where no program of the image may
+// run (its handler runs the image's own in the sandbox): its hwdb.bin
+// records the path of every source file, so it cannot be run on a scratch
+// copy outside a chroot, where that would be the scratch path.
 var deferrable = map[string]bool{"update-initramfs": true, "systemd-hwdb": true}
 
 // writeTreeFile writes a root-owned file into the tree at p (parents made

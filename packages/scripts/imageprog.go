@@ -75,6 +75,14 @@ func (ir *imageRun) done() { os.RemoveAll(ir.out) }
 // where the sandbox cannot work, or a program of an architecture the
 // machine cannot run makes the command unhandled, naming why.
 func (r *run) runImageProgram(hc interp.HandlerContext, what string, env []string, prepare func(*imageRun) error, argv ...string) (*imageRun, error) {
+	return r.runImageProgramAt(hc, what, "", env, prepare, argv...)
+}
+
+// runImageProgramAt is runImageProgram with the output directory also
+// bound at the tree's directory at (resolved, with no symlink on the way),
+// for a program that writes where it reads and takes no option to write
+// elsewhere; the output directory hides what the tree holds there.
+func (r *run) runImageProgramAt(hc interp.HandlerContext, what, at string, env []string, prepare func(*imageRun) error, argv ...string) (*imageRun, error) {
 	if r.env.NoPrograms {
 		return nil, r.unhandled(fmt.Sprintf("%s runs a program of the image, and this build runs none (offline-only)", what))
 	}
@@ -102,7 +110,7 @@ func (r *run) runImageProgram(hc interp.HandlerContext, what string, env []strin
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	var printed bytes.Buffer
-	p.box.OutputHost = out
+	p.box.OutputHost, p.box.OutputAt = out, at
 	p.box.Logf = func(_ string, args ...any) {
 		// "name: output", as Run logs it.
 		if len(args) == 2 {
@@ -110,7 +118,7 @@ func (r *run) runImageProgram(hc interp.HandlerContext, what string, env []strin
 		}
 	}
 	err = p.box.Run(r.ctx, what, env, argv...)
-	p.box.Logf, p.box.OutputHost = nil, ""
+	p.box.Logf, p.box.OutputHost, p.box.OutputAt = nil, "", ""
 	var ee *sandbox.ExitError
 	if errors.As(err, &ee) {
 		if ee.Output != "" {

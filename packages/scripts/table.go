@@ -119,6 +119,7 @@ func init() {
 		{"stamp-var", cmdVar},
 		{"stat", cmdStat},
 		{"systemctl", cmdSystemctl},
+		{"systemd-hwdb", cmdSystemdHwdb},
 		{"systemd-machine-id-setup", cmdMachineIDSetup},
 		{"systemd-sysusers", cmdSysusers},
 		{"systemd-tmpfiles", cmdSystemdTmpfiles},
