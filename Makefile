@@ -77,11 +77,13 @@ e2e-node: deps k8s-inputs
 # Boots out/e2e-node's raw image as Cluster API boots its first control-plane
 # machine (a kubeadm init seed) and waits, under TCG, for a Ready one-node
 # cluster; then boots two machines, the second joining as a worker; then the
-# node's live output with no disk, through iPXE, running from RAM. Makes out/e2e-node first when it is missing; after changing the
-# node recipe, run make e2e-node again.
+# node's live output with no disk, through iPXE, running from RAM; then
+# builds the node with disk=sealed and boots it under Secure Boot with its
+# own keys, a verified /usr and a software TPM. Makes out/e2e-node first
+# when it is missing; after changing the node recipe, run make e2e-node again.
 e2e-cluster: deps k8s-inputs
 	@test -f out/e2e-node/k8s-node.raw || $(MAKE) e2e-node
-	STAMP_E2E_CLUSTER_OUT=$(CURDIR)/out/e2e-cluster $(GO) test -tags node -count=1 -timeout 90m -v -run '^TestCluster(Join|Diskless)?$$' ./test/e2e
+	STAMP_E2E_CLUSTER_OUT=$(CURDIR)/out/e2e-cluster $(GO) test -tags node -count=1 -timeout 120m -v -run '^TestCluster(Join|Diskless|Sealed)?$$' ./test/e2e
 
 # The qemu boots make test leaves out (each a few minutes under TCG): Debian's
 # kernel mounting EROFS images and listing every entry, the live bundle's

@@ -72,8 +72,9 @@ func TestCluster(t *testing.T) {
 
 // clusterInitUserData is the user-data Cluster API's kubeadm bootstrap
 // provider renders for a first control-plane machine (kubeadm init, its
-// images from registry), with the observer after it, checked by kubeadm.
-func clusterInitUserData(t *testing.T, registry string, in *harness.K8sInputs) string {
+// images from registry), with the scripts first (written, then run in
+// turn) and the observer after it, checked by kubeadm.
+func clusterInitUserData(t *testing.T, registry string, in *harness.K8sInputs, first ...harness.SeedFile) string {
 	t.Helper()
 	before := clusterImagesBefore(t, in, registry)
 	podImage := registry + "/kube-proxy:" + harness.K8sVersion
@@ -98,6 +99,10 @@ func clusterInitUserData(t *testing.T, registry string, in *harness.K8sInputs) s
 		// wait for the API server is minutes with nothing on the console.
 		PreKubeadmCommands:  []string{before.Path, "setsid /run/stamp-cluster/progress.sh </dev/null >/dev/ttyS0 2>&1 &"},
 		PostKubeadmCommands: []string{"/run/stamp-cluster/observe.sh"},
+	}
+	for i := len(first) - 1; i >= 0; i-- {
+		k.Files = append(k.Files, first[i])
+		k.PostKubeadmCommands = append([]string{first[i].Path}, k.PostKubeadmCommands...)
 	}
 	userData, err := k.UserData()
 	if err != nil {

@@ -93,12 +93,19 @@ func MmdebstrapFor(t testing.TB, repo *DebRepo, o MmdebstrapOptions) string {
 }
 
 // MinbaseNodeRepoFor returns a signed repository of what MinbaseRequest and
-// the node's packages (NodeDebPackages) bring onto an empty system, built
-// once per machine. It is shared: copy it (CopyDebRepo) before changing it.
+// the node's packages (NodeDebPackages) bring onto an empty system, and
+// what the sealed node adds (NodeSealedPackages), built once per machine.
+// It is shared: copy it (CopyDebRepo) before changing it.
 func MinbaseNodeRepoFor(t testing.TB) *DebRepo {
 	t.Helper()
-	return debRepoOf(t, [][]string{MinbaseRequest, append([]string{"?essential", "?priority(required)", "usr-is-merged"}, NodeDebPackages...)})
+	return debRepoOf(t, [][]string{MinbaseRequest, append([]string{"?essential", "?priority(required)", "usr-is-merged"}, NodeDebPackages...),
+		NodeSealedPackages})
 }
+
+// NodeSealedPackages are what recipes/k8s-node.yaml adds from the Debian
+// mirror with disk=sealed: dmsetup, which opens the verified /usr, and the
+// TPM libraries systemd-pcrphase loads.
+var NodeSealedPackages = []string{"dmsetup", "libtss2-esys-3.0.2-0", "libtss2-mu0", "libtss2-rc0"}
 
 // ScriptDeb builds, under dir, a package name (Priority: optional, no
 // dependencies) holding the program /usr/bin/name-tool and the postinst
