@@ -285,16 +285,27 @@ func sealedReport(log string) map[string]string {
 }
 
 // predictedPCR11 reads the PCR 11 each output's subject carries in
-// provenance.json.
+// provenance.json: what the stub measures.
 func predictedPCR11(t *testing.T, out string) map[string]string {
+	t.Helper()
+	return predictedPCR11After(t, out, "")
+}
+
+// predictedPCR11After reads the PCR 11 predicted after a boot phase
+// ("after-sysinit", "after-ready"; "" for the stub's own), by output name.
+func predictedPCR11After(t *testing.T, out, phase string) map[string]string {
 	t.Helper()
 	st, err := attest.ReadStatement(filepath.Join(out, "provenance.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	key := "stamp.dev/uki.pcr11.sha256"
+	if phase != "" {
+		key += "." + phase
+	}
 	pred := map[string]string{}
 	for _, s := range st.Subject {
-		if v := s.Annotations["stamp.dev/uki.pcr11.sha256"]; v != "" {
+		if v := s.Annotations[key]; v != "" {
 			pred[s.Name] = v
 		}
 	}
