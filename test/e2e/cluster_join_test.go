@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"os"
@@ -28,7 +29,7 @@ const (
 	joinToken = "stampj.0123456789abcdef"
 )
 
-// TestClusterJoin boots two machines from make e2e-node's image at once:
+// TestClusterJoin boots two machines from make e2e-node's image, one after the other:
 // a control plane with TestCluster's seed (its API server on the cluster
 // network), and a worker whose seed is what Cluster API's kubeadm
 // bootstrap provider renders for a worker: kubeadm join with the bootstrap
@@ -111,8 +112,12 @@ func TestClusterJoin(t *testing.T) {
 	workerDisk, workerSeed := machine("worker", workerData, joinWorkerIP, joinWorkerMAC)
 	step("seeds rendered and validated by kubeadm")
 
-	// The worker listens on the socket network and the control plane
-	// connects, so the worker starts first, in the background.
+	// Cluster API renders a worker's bootstrap data only once the control
+	// plane is initialised, so the worker boots when kubeadm init has
+	// finished there (the observer starts), not beside it: two machines
+	// under TCG on two cores starting at once starve the control plane's
+	// controller-manager of its API server. The control plane listens on
+	// the socket network and the worker connects.
 	port := freePort(t)
 	workerLog := filepath.Join(dir, "worker-serial.log")
 	wl, err := os.Create(workerLog)
@@ -125,25 +130,42 @@ func TestClusterJoin(t *testing.T) {
 		"-drive", "file="+workerDisk+",format=raw,if=virtio",
 		"-drive", "file="+workerSeed+",format=raw,if=virtio",
 		"-nic", "user,restrict=on,model=virtio-net-pci,mac="+clusterMAC,
-		"-netdev", fmt.Sprintf("socket,id=cluster,listen=127.0.0.1:%d", port),
+		"-netdev", fmt.Sprintf("socket,id=cluster,connect=127.0.0.1:%d", port),
 		"-device", "virtio-net-pci,netdev=cluster,mac="+joinWorkerMAC)
 	wcmd.Stdout, wcmd.Stderr = wl, wl
-	if err := wcmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		wcmd.Process.Kill()
-		wcmd.Wait()
-	}()
-	time.Sleep(2 * time.Second)
-	b := harness.BootQEMU(t, []string{
+	var workerStarted time.Time
+	var workerErr error
+	t.Cleanup(func() {
+		if !workerStarted.IsZero() && wcmd.ProcessState == nil {
+			wcmd.Process.Kill()
+			wcmd.Wait()
+		}
+	})
+	initialised := []byte("STAMP-INFO observer started")
+	b := harness.BootQEMUWatching(t, []string{
 		"-bios", harness.OVMFPath, "-smp", "2", "-m", "4096",
 		"-drive", "file=" + cpDisk + ",format=raw,if=virtio",
 		"-drive", "file=" + cpSeed + ",format=raw,if=virtio",
 		"-nic", "user,restrict=on,model=virtio-net-pci,mac=" + clusterMAC,
-		"-netdev", fmt.Sprintf("socket,id=cluster,connect=127.0.0.1:%d", port),
+		"-netdev", fmt.Sprintf("socket,id=cluster,listen=127.0.0.1:%d", port),
 		"-device", "virtio-net-pci,netdev=cluster,mac=" + joinControlPlaneMAC,
+	}, func(log []byte) bool {
+		if workerStarted.IsZero() && workerErr == nil && bytes.Contains(log, initialised) {
+			if workerErr = wcmd.Start(); workerErr == nil {
+				workerStarted = time.Now()
+			}
+		}
+		return false
 	}, 60*time.Minute)
+	// BootQEMUWatching has stopped calling the watcher when it returns.
+	if !workerStarted.IsZero() {
+		wcmd.Process.Kill()
+		wcmd.Wait()
+		t.Logf("the worker ran for %s, from the control plane's kubeadm init", time.Since(workerStarted).Round(time.Second))
+	}
+	if workerErr != nil {
+		t.Fatalf("starting the worker: %v", workerErr)
+	}
 	step("both machines booted, init, join and the observer")
 	if wb, err := os.ReadFile(workerLog); err == nil {
 		for _, l := range strings.Split(string(wb), "\n") {

@@ -348,9 +348,11 @@ fi
 WORKER=` + worker + `
 if [ -n "$WORKER" ]; then
 	# A worker joins: it must become Ready, and the scheduler must place a
-	# pod there that runs to completion.
-	if kubectl wait --for=condition=Ready "node/$WORKER" --timeout=30m >/dev/null 2>&1 ||
-		{ sleep 60 && kubectl wait --for=condition=Ready "node/$WORKER" --timeout=20m >/dev/null 2>&1; }; then
+	# pod there that runs to completion. kubectl wait on a node not yet
+	# registered fails at once, so wait for the worker's Node first.
+	end=$(($(secs) + 1800))
+	until kubectl get "node/$WORKER" >/dev/null 2>&1 || [ "$(secs)" -ge $end ]; do sleep 10; done
+	if kubectl wait --for=condition=Ready "node/$WORKER" --timeout=20m >/dev/null 2>&1; then
 		ok "worker Ready"
 		echo "STAMP-INFO worker ready at uptime $(up)"
 	else

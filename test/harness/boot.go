@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -421,7 +422,7 @@ var qemuMachines = map[string][]string{
 // BootQEMUFor is BootQEMU for an architecture of qemuMachines.
 func BootQEMUFor(t testing.TB, arch string, args []string, timeout time.Duration) *Boot {
 	t.Helper()
-	return bootQEMU(t, arch, args, timeout, "")
+	return bootQEMU(t, arch, args, timeout, nil)
 }
 
 // BootQEMUUntil is BootQEMU that ends qemu as soon as the serial log shows
@@ -429,10 +430,20 @@ func BootQEMUFor(t testing.TB, arch string, args []string, timeout time.Duration
 // ever, and its last words say when there is nothing more to see.
 func BootQEMUUntil(t testing.TB, args []string, until string, timeout time.Duration) *Boot {
 	t.Helper()
-	return bootQEMU(t, "amd64", args, timeout, until)
+	return bootQEMU(t, "amd64", args, timeout, func(log []byte) bool { return bytes.Contains(log, []byte(until)) })
 }
 
-func bootQEMU(t testing.TB, arch string, args []string, timeout time.Duration, until string) *Boot {
+// BootQEMUWatching is BootQEMU that shows watch the serial log so far,
+// twice a second, from a goroutine of its own, and ends qemu once watch
+// answers true: a test that starts a second machine only when the first
+// has got somewhere, as Cluster API starts a worker only once the control
+// plane is initialised.
+func BootQEMUWatching(t testing.TB, args []string, watch func(log []byte) bool, timeout time.Duration) *Boot {
+	t.Helper()
+	return bootQEMU(t, "amd64", args, timeout, watch)
+}
+
+func bootQEMU(t testing.TB, arch string, args []string, timeout time.Duration, watch func([]byte) bool) *Boot {
 	t.Helper()
 	machine, ok := qemuMachines[arch]
 	if !ok {
@@ -463,17 +474,23 @@ func bootQEMU(t testing.TB, arch string, args []string, timeout time.Duration, u
 	cmd := exec.CommandContext(ctx, qemu, full...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	start := time.Now()
-	if until != "" {
+	var watching sync.WaitGroup
+	if watch != nil {
 		stop := make(chan struct{})
+		// Stopped and waited for before bootQEMU returns, so watch never
+		// runs after its caller has moved on.
+		defer watching.Wait()
 		defer close(stop)
+		watching.Add(1)
 		go func() {
+			defer watching.Done()
 			for {
 				select {
 				case <-stop:
 					return
 				case <-time.After(500 * time.Millisecond):
 				}
-				if log, err := os.ReadFile(b.LogPath); err == nil && bytes.Contains(log, []byte(until)) {
+				if log, err := os.ReadFile(b.LogPath); err == nil && watch(log) {
 					cancel()
 					return
 				}
