@@ -73,8 +73,8 @@ func TestClusterJoin(t *testing.T) {
 		APIServerEndpoint: joinControlPlaneIP + ":6443",
 		Token:             joinToken,
 		CACertHashes:      []string{pki.CACertHash()},
-		// The worker boots beside the control plane and waits for its API
-		// server, minutes away under TCG.
+		// The API server answers by the time the worker boots; the bound
+		// is for a control plane that TCG on a busy machine slows down.
 		DiscoveryTimeout:   30 * time.Minute,
 		NodeIP:             joinWorkerIP,
 		Files:              []harness.SeedFile{progress},
