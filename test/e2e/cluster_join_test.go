@@ -62,6 +62,15 @@ func TestClusterJoin(t *testing.T) {
 		NodeIP:           joinControlPlaneIP,
 		BootstrapToken:   joinToken,
 		PKI:              pki,
+		// While the worker boots, two emulated machines share two cores
+		// and the API server can take more than the 5 s a lease renewal
+		// waits (half the 10 s renew deadline): the controller-manager and
+		// the scheduler lose their leases, exit, and back off for minutes,
+		// and a worker's certificate waits for the controller-manager to
+		// sign it. Longer leases, in the KubeadmControlPlane's
+		// clusterConfiguration as a user sets them for slow machines.
+		ControllerManagerArgs: slowLeases,
+		SchedulerArgs:         slowLeases,
 		Files: []harness.SeedFile{
 			{Path: "/run/stamp-cluster/observe.sh", Owner: "root:root", Permissions: "0755", Content: clusterObserver(podImage, "worker")},
 			progress, before,
@@ -181,6 +190,11 @@ func TestClusterJoin(t *testing.T) {
 	}
 	checkClusterLog(t, b, "join-serial.log", append(clusterChecks, "worker Ready", "pod scheduled on the worker Succeeded", "pod on the worker"))
 }
+
+// slowLeases are the leader-election flags TestClusterJoin gives the
+// controller-manager and the scheduler: four times the default lease and
+// renew deadline, the retry period as it is.
+var slowLeases = map[string]string{"leader-elect-lease-duration": "60s", "leader-elect-renew-deadline": "40s"}
 
 // joinNetworkConfig is the second NIC's entry under clusterNetworkConfig's
 // ethernets: a static address on the cluster network, as Metal3 and

@@ -9,9 +9,11 @@ import (
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
+	"maps"
 	"math/big"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -43,6 +45,10 @@ type KubeadmInit struct {
 	BootstrapToken string
 	// PKI is the cluster's certificate authorities; nil makes new ones.
 	PKI *ClusterPKI
+	// ControllerManagerArgs and SchedulerArgs are clusterConfiguration.
+	// controllerManager.extraArgs and scheduler.extraArgs, flag name to
+	// value, as a KubeadmControlPlane's spec sets them.
+	ControllerManagerArgs, SchedulerArgs map[string]string
 	// Files are KubeadmConfig.spec.files, written after the certificates.
 	Files []SeedFile
 	// PreKubeadmCommands and PostKubeadmCommands are the spec fields of
@@ -207,7 +213,7 @@ func (k KubeadmInit) clusterConfiguration() string {
 apiVersion: kubeadm.k8s.io/v1beta4
 clusterName: ` + k.ClusterName + `
 controlPlaneEndpoint: ` + k.ControlPlaneEndpoint + `
-controllerManager: {}
+controllerManager:` + extraArgs(k.ControllerManagerArgs) + `
 dns: {}
 etcd: {}
 imageRepository: ` + k.ImageRepository + `
@@ -217,8 +223,21 @@ networking:
   dnsDomain: cluster.local
   podSubnet: ` + k.PodSubnet + `
   serviceSubnet: ` + k.ServiceSubnet + `
-scheduler: {}
+scheduler:` + extraArgs(k.SchedulerArgs) + `
 `
+}
+
+// extraArgs is a component's value in the ClusterConfiguration: v1beta4's
+// list of extraArgs, sorted by name, or {} when there are none.
+func extraArgs(args map[string]string) string {
+	if len(args) == 0 {
+		return " {}"
+	}
+	s := "\n  extraArgs:"
+	for _, name := range slices.Sorted(maps.Keys(args)) {
+		s += "\n  - name: " + name + "\n    value: " + strconv.Quote(args[name])
+	}
+	return s
 }
 
 // initConfiguration is the InitConfiguration: the bootstrap token and

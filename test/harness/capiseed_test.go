@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/pem"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -19,9 +20,10 @@ import (
 func TestKubeadmInitUserData(t *testing.T) {
 	k := KubeadmInit{ClusterName: "c1", KubernetesVersion: K8sVersion, ControlPlaneEndpoint: "10.0.2.15:6443",
 		ImageRepository: "127.0.0.1:5000", PodSubnet: "10.85.0.0/16", ServiceSubnet: "10.96.0.0/12",
-		ControlPlaneTimeout: 20 * time.Minute,
-		Files:               []SeedFile{{Path: "/run/x.sh", Owner: "root:root", Permissions: "0755", Content: "#!/bin/sh\n\necho 'x'\n"}},
-		PreKubeadmCommands:  []string{"echo pre"}, PostKubeadmCommands: []string{"sh /run/x.sh"}}
+		ControlPlaneTimeout:   20 * time.Minute,
+		ControllerManagerArgs: map[string]string{"leader-elect-renew-deadline": "40s", "leader-elect-lease-duration": "60s"},
+		Files:                 []SeedFile{{Path: "/run/x.sh", Owner: "root:root", Permissions: "0755", Content: "#!/bin/sh\n\necho 'x'\n"}},
+		PreKubeadmCommands:    []string{"echo pre"}, PostKubeadmCommands: []string{"sh /run/x.sh"}}
 	ud, err := k.UserData()
 	if err != nil {
 		t.Fatal(err)
@@ -78,6 +80,17 @@ func TestKubeadmInitUserData(t *testing.T) {
 			break
 		}
 		kinds = append(kinds, m["kind"].(string)+" "+m["apiVersion"].(string))
+		if m["kind"] == "ClusterConfiguration" {
+			// extraArgs sorted by name; a component with none is {}.
+			want := []any{map[string]any{"name": "leader-elect-lease-duration", "value": "60s"},
+				map[string]any{"name": "leader-elect-renew-deadline", "value": "40s"}}
+			if got := m["controllerManager"].(map[string]any)["extraArgs"]; fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("controllerManager.extraArgs %v, want %v", got, want)
+			}
+			if got := m["scheduler"].(map[string]any); len(got) != 0 {
+				t.Errorf("scheduler %v, want {}", got)
+			}
+		}
 		if m["kind"] == "InitConfiguration" {
 			nr := m["nodeRegistration"].(map[string]any)
 			if nr["name"] != "{{ ds.meta_data.local_hostname }}" || nr["imagePullPolicy"] != "IfNotPresent" {
