@@ -85,12 +85,13 @@ e2e-cluster: deps k8s-inputs
 	@test -f out/e2e-node/k8s-node.raw || $(MAKE) e2e-node
 	STAMP_E2E_CLUSTER_OUT=$(CURDIR)/out/e2e-cluster $(GO) test -tags node -count=1 -timeout 120m -v -run '^TestCluster(Join|Diskless|Sealed)?$$' ./test/e2e
 
-# The qemu boots make test leaves out (each a few minutes under TCG): Debian's
-# kernel mounting EROFS images and listing every entry, the live bundle's
-# initramfs fetching its image from stamp.root=URL, a damaged image refused,
-# the iso under OVMF and SeaBIOS as a CD, a USB stick and a disk, and an arm64
-# system bootstrapped from arm64 .debs booted under AAVMF. make test keeps one
-# live boot (through iPXE, TestLiveBoot) and the arm64 disk boot (TestARM64Boots).
+# The qemu boots make test leaves out: Debian's kernel mounting EROFS images
+# and listing every entry, the live bundle's initramfs fetching its image
+# from stamp.root=URL, the iso as a USB stick under OVMF and a disk under
+# SeaBIOS, and an arm64 system bootstrapped from arm64 .debs booted under
+# AAVMF. make test boots the live bundle through iPXE, has a damaged image
+# refused and boots the iso as a CD under OVMF and SeaBIOS (TestLiveBoot),
+# and boots the arm64 disk (TestARM64Boots).
 e2e-boot: deps
 	$(GO) test -tags boot -count=1 -timeout 60m -v -run '^(TestErofsKernelMount|TestLiveBootVariants|TestARM64BaseDebsBoots)$$' ./test/e2e
 

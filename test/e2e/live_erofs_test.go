@@ -167,12 +167,15 @@ func liveNetBoot(t *testing.T, bundle string) (func(script string) []string, int
 
 // A recipe's erofs output, the live bundle and the iso made from it are
 // the same byte for byte as root and as uid 65534; the iso reads back as
-// the erofs output's tree; and the bundle boots through iPXE from an HTTP
+// the erofs output's tree; the bundle boots through iPXE from an HTTP
 // server on 127.0.0.1 (qemu user networking, TCG), iPXE fetching the image
-// and the initramfs checking it, into the tree running from RAM. It is
-// make test's one boot of the live system; the other ways it boots (the
-// initramfs fetching the image, a damaged image refused, the iso under
-// each firmware and medium) are TestLiveBootVariants, in make e2e-boot.
+// and the initramfs checking it, into the tree running from RAM; an image
+// whose sha256 is not the one the kernel command line names is refused,
+// with the reason on the console; and the iso boots the same system with
+// no network as a CD-ROM under OVMF (El Torito's EFI image, systemd-boot)
+// and under SeaBIOS (El Torito's GRUB). The other ways it boots (the
+// initramfs fetching the image, the iso as a USB stick and a disk) are
+// TestLiveBootVariants, in make e2e-boot.
 func TestLiveBoot(t *testing.T) {
 	t.Parallel()
 	dir, out1, out2 := liveBuild(t)
@@ -202,7 +205,8 @@ func TestLiveBoot(t *testing.T) {
 		}
 	}
 
-	boot, _ := liveNetBoot(t, filepath.Join(out1, "live.live"))
+	bundle := filepath.Join(out1, "live.live")
+	boot, _ := liveNetBoot(t, bundle)
 	t.Run("ipxe", func(t *testing.T) {
 		log := harness.RunQEMU(t, boot(formats.LiveScript), liveMarker, bootTimeout)
 		if !strings.Contains(log, "iPXE") {
@@ -210,4 +214,68 @@ func TestLiveBoot(t *testing.T) {
 		}
 		checkLiveRootLog(t, log)
 	})
+
+	// Another image than the one the command line's sha256 names.
+	good, err := os.ReadFile(filepath.Join(bundle, formats.LiveRoot))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := append([]byte(nil), good...)
+	bad[len(bad)/2] ^= 0x40
+	script, err := os.ReadFile(filepath.Join(bundle, formats.LiveScript))
+	if err != nil {
+		t.Fatal(err)
+	}
+	badScript := strings.NewReplacer("initrd="+formats.LiveRoot, "initrd=bad.erofs",
+		"initrd "+formats.LiveRoot+" ", "initrd bad.erofs ").Replace(string(script))
+	if badScript == string(script) {
+		t.Fatalf("the bundle's script names no %s to replace:\n%s", formats.LiveRoot, script)
+	}
+	writeFiles(t, bundle, map[string]string{"bad.erofs": string(bad), "bad.ipxe": badScript})
+	t.Run("refused", func(t *testing.T) {
+		b := harness.BootQEMU(t, boot("bad.ipxe"), bootTimeout)
+		switch {
+		case b.TimedOut:
+			t.Fatalf("qemu did not stop within %s; log ends:\n%s", bootTimeout, b.Tail(30))
+		case strings.Contains(b.Log, liveMarker):
+			t.Fatalf("a damaged image booted; log ends:\n%s", b.Tail(30))
+		case !regexp.MustCompile(`stamp-live: the root image's sha256 is [0-9a-f]{64}, not the [0-9a-f]{64} it must be: refusing to boot it`).MatchString(b.Log):
+			t.Fatalf("no refusal on the console; log ends:\n%s", b.Tail(30))
+		}
+	})
+
+	for _, c := range liveISOBoots(filepath.Join(out1, "live.iso"))[:2] {
+		t.Run("iso-"+c.name, func(t *testing.T) { bootLiveISO(t, c.args) })
+	}
+}
+
+// liveISOBoot is one way of booting the live iso with no network.
+type liveISOBoot struct {
+	name string
+	args []string // qemu's, beside -m and -nic none
+}
+
+// liveISOBoots are the iso as a CD-ROM under OVMF and under SeaBIOS
+// (TestLiveBoot), then copied to a USB stick under OVMF and to a disk
+// under SeaBIOS (TestLiveBootVariants).
+func liveISOBoots(iso string) []liveISOBoot {
+	return []liveISOBoot{
+		{"cd-uefi", []string{"-bios", harness.OVMFPath, "-drive", "if=none,id=cd,media=cdrom,readonly=on,format=raw,file=" + iso,
+			"-device", "ide-cd,drive=cd,bootindex=0"}},
+		{"cd-bios", []string{"-drive", "if=none,id=cd,media=cdrom,readonly=on,format=raw,file=" + iso, "-device", "ide-cd,drive=cd,bootindex=0"}},
+		{"usb-uefi", []string{"-bios", harness.OVMFPath, "-drive", "if=none,id=stick,format=raw,snapshot=on,file=" + iso,
+			"-device", "qemu-xhci", "-device", "usb-storage,drive=stick,bootindex=0"}},
+		{"disk-bios", []string{"-drive", "if=none,id=hd,format=raw,snapshot=on,file=" + iso, "-device", "ide-hd,drive=hd,bootindex=0"}},
+	}
+}
+
+// bootLiveISO boots the live iso one way and checks the system it runs,
+// which must have found its root image on the medium.
+func bootLiveISO(t *testing.T, args []string) {
+	t.Helper()
+	log := harness.RunQEMU(t, append([]string{"-m", "1024", "-nic", "none"}, args...), liveMarker, 2*bootTimeout)
+	if strings.Contains(log, "fetching") {
+		t.Errorf("the initramfs fetched the image instead of finding it beside itself")
+	}
+	checkLiveRootLog(t, log)
 }
