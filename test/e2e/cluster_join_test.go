@@ -150,7 +150,6 @@ func TestClusterJoin(t *testing.T) {
 			wcmd.Wait()
 		}
 	})
-	initialised := []byte("STAMP-INFO observer started")
 	b := harness.BootQEMUWatching(t, []string{
 		"-bios", harness.OVMFPath, "-smp", "2", "-m", "4096",
 		"-drive", "file=" + cpDisk + ",format=raw,if=virtio",
@@ -159,7 +158,7 @@ func TestClusterJoin(t *testing.T) {
 		"-netdev", fmt.Sprintf("socket,id=cluster,listen=127.0.0.1:%d", port),
 		"-device", "virtio-net-pci,netdev=cluster,mac=" + joinControlPlaneMAC,
 	}, func(log []byte) bool {
-		if workerStarted.IsZero() && workerErr == nil && bytes.Contains(log, initialised) {
+		if workerStarted.IsZero() && workerErr == nil && bytes.Contains(log, []byte(observerStarted)) {
 			if workerErr = wcmd.Start(); workerErr == nil {
 				workerStarted = time.Now()
 			}
@@ -174,6 +173,9 @@ func TestClusterJoin(t *testing.T) {
 	}
 	if workerErr != nil {
 		t.Fatalf("starting the worker: %v", workerErr)
+	}
+	if workerStarted.IsZero() {
+		t.Errorf("the control plane never printed %q, so the worker never booted", observerStarted)
 	}
 	step("both machines booted, init, join and the observer")
 	if wb, err := os.ReadFile(workerLog); err == nil {

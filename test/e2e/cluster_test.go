@@ -256,6 +256,10 @@ var clusterChecks = []string{
 	"pod resolves kubernetes.default through coredns",
 }
 
+// observerStarted is the observer's first line: kubeadm init has ended,
+// the sentinel written or not.
+const observerStarted = "STAMP-INFO observer started"
+
 // clusterObserver is the script the seed's postKubeadmCommands run on the
 // node: it waits for each milestone, prints STAMP-CLUSTER ok or FAIL per
 // check and STAMP-INFO facts, then powers the node off.
@@ -272,7 +276,7 @@ secs() { cut -d. -f1 /proc/uptime; }
 ok() { echo "STAMP-CLUSTER ok $1"; }
 fail() { echo "STAMP-CLUSTER FAIL $1: $(echo "$2" | tr '\n' ' ' | cut -c1-800)"; }
 info() { sed "s|^|STAMP-INFO $1: |"; }
-echo "STAMP-INFO observer started at uptime $(up)"
+echo "` + observerStarted + ` at uptime $(up)"
 # When kubeadm init wrote what each of its phases leaves, in uptime, from
 # the files' mtimes: where its minutes under TCG go.
 boot=$(echo "$(date +%s.%N) $(up)" | awk '{ printf "%.3f", $1 - $2 }')
