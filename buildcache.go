@@ -33,6 +33,8 @@ const (
 	// recordOutput is one output's files, written from a tree with a given
 	// digest and the output's options.
 	recordOutput = "output"
+	// recordParts (partstore.go) is where an output's compressed parts lie
+	// in its files, for the next build of it to take.
 )
 
 // buildCache is the phase and output cache of one build: it finds what an
@@ -461,6 +463,7 @@ func (bc *buildCache) fileOutput(ctx context.Context, subject string, parts []ca
 		bc.log.WithError(err).Warnf("cache: cannot store output %s", subject)
 		return
 	}
+	blobs := map[string]cache.RecordBlob{}
 	for _, n := range names {
 		d, err := bc.c.Adopt(ctx, filepath.Join(staging, n), sums[n])
 		if err != nil {
@@ -471,7 +474,9 @@ func (bc *buildCache) fileOutput(ctx context.Context, subject string, parts []ca
 		if err != nil {
 			return
 		}
-		r.Blobs = append(r.Blobs, cache.RecordBlob{Name: n, Digest: d, Size: fi.Size()})
+		b := cache.RecordBlob{Name: n, Digest: d, Size: fi.Size()}
+		r.Blobs = append(r.Blobs, b)
+		blobs[n] = b
 	}
 	od := outputData{Files: res.Files, Adds: res.Adds, Warnings: res.Warnings}
 	for _, f := range res.Facts {
@@ -480,6 +485,7 @@ func (bc *buildCache) fileOutput(ctx context.Context, subject string, parts []ca
 	data, _ := json.Marshal(od)
 	r.Data = data
 	bc.file(ctx, r)
+	bc.fileParts(subject, r.Key, res.Parts, blobs)
 }
 
 // restoreOutput writes a cached output's files into staging, each re-hashed

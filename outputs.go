@@ -314,7 +314,16 @@ func (j *outputJob) writeOutput(ctx context.Context, p *outputPlan, st *staged) 
 		src.From = filepath.Join(st.dir, st.mainFile[out.From])
 		src.FromAdds = st.addsOf[out.From]
 	}
+	parts := j.bc.partStore(p.subject(rec))
+	if parts != nil {
+		src.Parts = parts
+	}
 	res, err := f.Write(ctx, src, p.spec, st.dir, p.base)
+	if parts != nil {
+		if n := parts.close(); n > 0 && res != nil {
+			j.o.log().Infof("cache: %d of the %d compressed parts of output %s unchanged since its last build, taken from it", n, len(res.Parts), out.Name)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s (%s): %w", out.Field, out.Format, err)
 	}

@@ -58,6 +58,10 @@ type CpioOptions struct {
 	// reads one archive; GNU cpio and bsdtar stop at the first trailer, so
 	// only an initramfs is split.
 	Split bool
+	// Parts, for a split archive, supplies parts compressed before
+	// (PartStore); Filed, when set, gets every part, its File left "".
+	Parts PartStore
+	Filed *[]FilePart
 	// partSize and workers, when not 0, replace cpioPartSize and the
 	// number of cores of a split archive (for tests: neither changes what
 	// the kernel unpacks, and workers never changes a byte).
@@ -115,7 +119,7 @@ func WriteCpio(ctx context.Context, t *rootfs.Sealed, w io.Writer, o CpioOptions
 	write := writeCpioItems
 	if o.Split && o.Compression != compress.None && o.Compression != "" {
 		write = func(ctx context.Context, w io.Writer, alg compress.Algorithm, items []cpioItem) error {
-			return writeCpioSplit(ctx, w, alg, items, o.workers, o.partSize)
+			return writeCpioSplit(ctx, w, alg, items, o.workers, o.partSize, o.Parts, o.Filed)
 		}
 	}
 	if err := write(ctx, w, o.Compression, items); err != nil {
@@ -240,9 +244,12 @@ func planCpio(items []cpioItem) (*cpioPlan, error) {
 	return p, nil
 }
 
-func writeCpioItem(ctx context.Context, rw cpio.RecordWriter, it *cpioItem, plan *cpioPlan, last bool, probe []byte) error {
+// cpioHeader is the record of an item as the archive holds it, without
+// its content: last says whether the item is the path of its inode that
+// carries the data.
+func cpioHeader(it *cpioItem, plan *cpioPlan, last bool) cpio.Record {
 	in := it.in
-	info := cpio.Info{
+	rec := cpio.Record{Info: cpio.Info{
 		Ino:   plan.ino[in],
 		Mode:  cpioTypeBits[in.Type] | uint64(in.Perm&07777),
 		UID:   uint64(in.UID),
@@ -250,23 +257,31 @@ func writeCpioItem(ctx context.Context, rw cpio.RecordWriter, it *cpioItem, plan
 		NLink: uint64(plan.links[in]),
 		MTime: uint64(cpioMTime(in.MTime)),
 		Name:  it.path,
-	}
-	rec := cpio.Record{Info: info}
+	}}
 	switch in.Type {
 	case rootfs.TypeDir:
 		rec.NLink = 2 + uint64(plan.subdirs[it.path])
 	case rootfs.TypeSymlink:
 		rec.FileSize = uint64(len(in.Target))
-		rec.ReaderAt = strings.NewReader(in.Target)
 	case rootfs.TypeChar, rootfs.TypeBlock:
 		rec.Rmajor, rec.Rminor = uint64(in.Major), uint64(in.Minor)
 	case rootfs.TypeRegular:
-		if !last {
-			// GNU cpio and the kernel link the earlier paths of a group
-			// to the file the last one fills.
-			break
+		// GNU cpio and the kernel link the earlier paths of a group to
+		// the file the last one fills.
+		if last {
+			rec.FileSize = uint64(in.Size)
 		}
-		rec.FileSize = uint64(in.Size)
+	}
+	return rec
+}
+
+func writeCpioItem(ctx context.Context, rw cpio.RecordWriter, it *cpioItem, plan *cpioPlan, last bool, probe []byte) error {
+	in := it.in
+	rec := cpioHeader(it, plan, last)
+	switch {
+	case in.Type == rootfs.TypeSymlink:
+		rec.ReaderAt = strings.NewReader(in.Target)
+	case in.Type == rootfs.TypeRegular && last:
 		if it.tree == nil {
 			rec.ReaderAt = bytes.NewReader(it.data)
 			break

@@ -2,6 +2,8 @@ package formats
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"runtime"
@@ -28,6 +30,8 @@ type cpioPart struct {
 	start, end int
 	size       int64    // bytes of archive, before compression
 	out        *partBuf // the part, compressed
+	key        string   // cpioPartKey, when parts are filed or reused
+	sum        string   // hex sha256 of out, when parts are filed
 	err        error
 	done       chan struct{}
 }
@@ -64,7 +68,11 @@ func cpioParts(items []cpioItem, plan *cpioPlan, partSize int64) []*cpioPart {
 // and alg, and the parts are joined in order, so the output depends on
 // neither the number of cores nor the timing. Inode numbers are counted
 // over the whole series, as in one archive.
-func writeCpioSplit(ctx context.Context, w io.Writer, alg compress.Algorithm, items []cpioItem, workers int, partSize int64) error {
+//
+// A part store, when given, supplies each part it holds under the part's
+// key (cpioPartKey) instead of its being compressed; filed, when set, gets
+// every part with its key, its offset in w's stream and its sha256.
+func writeCpioSplit(ctx context.Context, w io.Writer, alg compress.Algorithm, items []cpioItem, workers int, partSize int64, store PartStore, filed *[]FilePart) error {
 	plan, err := planCpio(items)
 	if err != nil {
 		return err
@@ -97,7 +105,8 @@ func writeCpioSplit(ctx context.Context, w io.Writer, alg compress.Algorithm, it
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			pw := &cpioPartWriter{alg: alg, items: items, plan: plan, probe: make([]byte, 1)}
+			pw := &cpioPartWriter{alg: alg, items: items, plan: plan, probe: make([]byte, 1),
+				store: store, keyed: store != nil || filed != nil, summed: filed != nil}
 			for p := range work {
 				p.out = &partBuf{pool: chunks}
 				p.err = pw.write(ctx, p)
@@ -125,6 +134,7 @@ func writeCpioSplit(ctx context.Context, w io.Writer, alg compress.Algorithm, it
 			}
 		}
 	}()
+	var off int64
 	for _, p := range parts {
 		select {
 		case <-p.done:
@@ -134,6 +144,11 @@ func writeCpioSplit(ctx context.Context, w io.Writer, alg compress.Algorithm, it
 		if p.err != nil {
 			return p.err
 		}
+		n := p.out.len()
+		if filed != nil && p.key != "" {
+			*filed = append(*filed, FilePart{Key: p.key, Offset: off, Size: n, SHA256: p.sum})
+		}
+		off += n
 		for _, c := range p.out.chunks {
 			if _, err := w.Write(c); err != nil {
 				return fmt.Errorf("cpio: %w", err)
@@ -190,6 +205,32 @@ func (pb *partBuf) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+// len is how many bytes the part holds.
+func (pb *partBuf) len() int64 {
+	var n int64
+	for _, c := range pb.chunks {
+		n += int64(len(c))
+	}
+	return n
+}
+
+// reset discards what the part holds.
+func (pb *partBuf) reset() {
+	for _, c := range pb.chunks {
+		pb.pool.put(c)
+	}
+	pb.chunks = nil
+}
+
+// sum is the hex sha256 of what the part holds.
+func (pb *partBuf) sum() string {
+	h := sha256.New()
+	for _, c := range pb.chunks {
+		h.Write(c)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
 // bytes is the part, joined (for tests).
 func (pb *partBuf) bytes() []byte { return slices.Concat(pb.chunks...) }
 
@@ -203,10 +244,66 @@ type cpioPartWriter struct {
 	// one's equal ("a new, independent stream"), without its tables and
 	// window allocated again for every part.
 	zw io.WriteCloser
+	// store supplies parts compressed before; keyed computes each part's
+	// key, summed its sha256.
+	store         PartStore
+	keyed, summed bool
 }
 
-// write writes the items of p as one compressed archive into p.out.
+// write writes the items of p as one compressed archive into p.out, or
+// takes it from the part store.
 func (pw *cpioPartWriter) write(ctx context.Context, p *cpioPart) error {
+	if pw.keyed {
+		p.key = cpioPartKey(pw.alg, pw.items, p.start, p.end, pw.plan)
+	}
+	if pw.store != nil && p.key != "" {
+		if pw.store.Part(p.key, p.out) {
+			if pw.summed {
+				p.sum = p.out.sum()
+			}
+			return nil
+		}
+		p.out.reset()
+	}
+	if err := pw.compress(ctx, p); err != nil {
+		return err
+	}
+	if pw.summed {
+		p.sum = p.out.sum()
+	}
+	return nil
+}
+
+// cpioPartKey names what the part [start, end) of items holds before
+// compression: every header as the archive holds it, each file's content
+// by its sha256, and the codec. Compression is deterministic, so two parts
+// with one key compress to the same bytes (under one stamp: the conductor
+// keeps parts apart by stamp's own digest). "" when a file's content has
+// no digest to name it by.
+func cpioPartKey(alg compress.Algorithm, items []cpioItem, start, end int, plan *cpioPlan) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "stamp cpio part 1 %s\n", alg)
+	for i := start; i < end; i++ {
+		it := &items[i]
+		last := i == plan.last[it.in]
+		r := cpioHeader(it, plan, last)
+		var content string
+		switch {
+		case it.in.Type == rootfs.TypeSymlink:
+			content = it.in.Target
+		case it.in.Type == rootfs.TypeRegular && last:
+			if it.in.Digest == "" {
+				return ""
+			}
+			content = it.in.Digest
+		}
+		fmt.Fprintf(h, "%d %o %d %d %d %d %d %d %d %q %q\n", r.Ino, r.Mode, r.UID, r.GID, r.NLink, r.MTime, r.FileSize, r.Rmajor, r.Rminor, r.Name, content)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// compress writes the items of p as one compressed archive into p.out.
+func (pw *cpioPartWriter) compress(ctx context.Context, p *cpioPart) error {
 	var cw io.WriteCloser
 	if r, ok := pw.zw.(interface{ Reset(io.Writer) }); ok {
 		r.Reset(p.out)

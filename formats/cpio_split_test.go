@@ -3,14 +3,18 @@ package formats
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stamp-dev/stamp/rootfs"
 	"github.com/stamp-dev/stamp/rootfs/compress"
+	"github.com/stamp-dev/stamp/rootfs/rootfstest"
 )
 
 // A split initramfs reads back as the tree, is a series of archives none
@@ -49,7 +53,7 @@ func TestCpioSplit(t *testing.T) {
 			// Each part is what a fresh encoder makes of it: the one a
 			// worker uses again for its next part carries nothing over.
 			var split, fresh bytes.Buffer
-			if err := writeCpioSplit(context.Background(), &split, a, items, 1, partSize); err != nil {
+			if err := writeCpioSplit(context.Background(), &split, a, items, 1, partSize, nil, nil); err != nil {
 				t.Fatal(err)
 			}
 			for _, p := range cpioParts(items, plan, partSize) {
@@ -103,7 +107,9 @@ func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("no space
 func TestCpioSplitWriteFails(t *testing.T) {
 	items := cpioItemsOf(tarTestTree(t))
 	done := make(chan error, 1)
-	go func() { done <- writeCpioSplit(context.Background(), failingWriter{}, compress.Zstd, items, 2, 64) }()
+	go func() {
+		done <- writeCpioSplit(context.Background(), failingWriter{}, compress.Zstd, items, 2, 64, nil, nil)
+	}()
 	select {
 	case err := <-done:
 		if err == nil || !strings.Contains(err.Error(), "no space left") {
@@ -123,4 +129,108 @@ func cpioItemsOf(tree *rootfs.Tree) []cpioItem {
 		return nil
 	})
 	return items
+}
+
+// memParts is a PartStore over the bytes of an archive written before.
+type memParts struct {
+	data  []byte
+	parts map[string]FilePart
+	taken int
+}
+
+func newMemParts(data []byte, filed []FilePart) *memParts {
+	m := &memParts{data: data, parts: map[string]FilePart{}}
+	for _, p := range filed {
+		m.parts[p.Key] = p
+	}
+	return m
+}
+
+func (m *memParts) Part(key string, w io.Writer) bool {
+	p, ok := m.parts[key]
+	if !ok {
+		return false
+	}
+	b := m.data[p.Offset : p.Offset+p.Size]
+	if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != p.SHA256 {
+		w.Write(b[:len(b)/2]) // what a store may have written before it knew
+		return false
+	}
+	w.Write(b)
+	m.taken++
+	return true
+}
+
+// A split archive takes from a part store the parts whose content did not
+// change, and its bytes are those of an archive written without one: after
+// one file changed, with a part spoiled in the store, with another codec.
+func TestCpioSplitPartStore(t *testing.T) {
+	const partSize = 64
+	write := func(tree *rootfs.Tree, a compress.Algorithm, store PartStore) ([]byte, []FilePart) {
+		t.Helper()
+		var filed []FilePart
+		data := writeCpioBytes(t, tree, CpioOptions{Compression: a, MTime: tarEpoch, Split: true, partSize: partSize, workers: 2, Parts: store, Filed: &filed})
+		return data, filed
+	}
+	tree := tarTestTree(t)
+	first, filed := write(tree, compress.Zstd, nil)
+	if len(filed) < 5 {
+		t.Fatalf("%d parts filed, want several", len(filed))
+	}
+	var off int64
+	for i, p := range filed {
+		if p.Offset != off || p.Size <= 0 || p.Key == "" || p.SHA256 == "" {
+			t.Fatalf("part %d: %+v, want it at offset %d with a key and a sum", i, p, off)
+		}
+		off += p.Size
+	}
+	if off != int64(len(first)) {
+		t.Fatalf("the parts cover %d bytes of %d", off, len(first))
+	}
+
+	t.Run("unchanged", func(t *testing.T) {
+		store := newMemParts(first, filed)
+		got, again := write(tree, compress.Zstd, store)
+		if !bytes.Equal(got, first) || !slices.Equal(again, filed) {
+			t.Fatal("an archive taken from the store differs from the one it was filed from")
+		}
+		if store.taken != len(filed) {
+			t.Errorf("%d of %d parts taken from the store", store.taken, len(filed))
+		}
+	})
+	t.Run("one file changed", func(t *testing.T) {
+		changed := tarTestTree(t)
+		if err := changed.Remove("/home/capi/.profile"); err != nil {
+			t.Fatal(err)
+		}
+		rootfstest.Add(t, changed, "/home/capi/.profile", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, UID: 1000, GID: 1000, MTime: tarEpoch}, "export PATH MANPATH\n")
+		want, _ := write(changed, compress.Zstd, nil)
+		store := newMemParts(first, filed)
+		got, _ := write(changed, compress.Zstd, store)
+		if !bytes.Equal(got, want) {
+			t.Fatal("an archive partly taken from the store differs from one written whole")
+		}
+		if store.taken != len(filed)-1 {
+			t.Errorf("%d of %d parts taken from the store after one file changed, want all but one", store.taken, len(filed))
+		}
+	})
+	t.Run("spoiled", func(t *testing.T) {
+		spoiled := slices.Clone(first)
+		spoiled[filed[1].Offset] ^= 0xff
+		store := newMemParts(spoiled, filed)
+		got, _ := write(tree, compress.Zstd, store)
+		if !bytes.Equal(got, first) {
+			t.Fatal("a spoiled part in the store reached the archive")
+		}
+		if store.taken != len(filed)-1 {
+			t.Errorf("%d of %d parts taken from the store with one spoiled", store.taken, len(filed))
+		}
+	})
+	t.Run("other codec", func(t *testing.T) {
+		store := newMemParts(first, filed)
+		want, _ := write(tree, compress.Gzip, nil)
+		if got, _ := write(tree, compress.Gzip, store); !bytes.Equal(got, want) || store.taken != 0 {
+			t.Errorf("a gzip archive took %d zstd parts", store.taken)
+		}
+	})
 }

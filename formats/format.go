@@ -33,6 +33,9 @@ type Source struct {
 	Log     logrus.FieldLogger
 	// Progress starts a progress display; nil shows nothing.
 	Progress rootfs.Progress
+	// Parts, when set, holds compressed parts of this output as earlier
+	// builds wrote them (PartStore); nil compresses every part.
+	Parts PartStore
 }
 
 // Spec is one output as the recipe asks for it: what every format has, and
@@ -97,6 +100,9 @@ type Result struct {
 	// hash, the signer's certificate. The manifest and provenance.json
 	// carry them.
 	Facts []Fact
+	// Parts are the compressed parts of the output's files, for the
+	// conductor to file in a PartStore for the next build.
+	Parts []FilePart
 }
 
 // ViewAddition is an entry a format may add to its own view of the tree:

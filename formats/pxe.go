@@ -74,6 +74,9 @@ type PXEOptions struct {
 	// arm64 kernel as an Image, decompressed when the tree's is gzip'd),
 	// and it picks the default command line. Empty checks nothing.
 	Arch string
+	// Parts supplies the initramfs's parts as an earlier build compressed
+	// them (PartStore); nil compresses them all.
+	Parts PartStore
 }
 
 // PXEBundle says what WritePXE wrote.
@@ -86,6 +89,8 @@ type PXEBundle struct {
 	Adds []string
 	// Warnings name what the live system loses.
 	Warnings []string
+	// Parts are the initramfs's compressed parts, File being PXEInitrd.
+	Parts []FilePart
 	// sums are the hex sha256 of Files, hashed as they were written, by
 	// their names under the directory that holds the bundle's (what
 	// Result.Sums wants).
@@ -160,12 +165,16 @@ func WritePXE(ctx context.Context, t *rootfs.Sealed, dir string, o PXEOptions) (
 			if alg == "" {
 				alg = compress.Zstd
 			}
-			return WriteCpio(ctx, t, w, CpioOptions{Compression: alg, Extra: extra, MTime: o.MTime, Adds: &b.Adds, Split: true})
+			return WriteCpio(ctx, t, w, CpioOptions{Compression: alg, Extra: extra, MTime: o.MTime, Adds: &b.Adds, Split: true,
+				Parts: o.Parts, Filed: &b.Parts})
 		}
 		return appendLive(ctx, w, o.FromCpio, extra, o.MTime, &b.Adds)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pxe: %w", err)
+	}
+	for i := range b.Parts {
+		b.Parts[i].File = PXEInitrd
 	}
 	generated := pxeConfigs(o.Name, cmdline)
 	for _, g := range generated {
@@ -338,7 +347,8 @@ func (pxeFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base s
 	if err != nil {
 		return nil, err
 	}
-	o := PXEOptions{Compression: cpioCompression(so.Compression), FromCpio: src.From, MTime: src.Epoch, Name: src.Name, Cmdline: so.Cmdline, Arch: src.Arch}
+	o := PXEOptions{Compression: cpioCompression(so.Compression), FromCpio: src.From, MTime: src.Epoch, Name: src.Name, Cmdline: so.Cmdline, Arch: src.Arch,
+		Parts: src.Parts}
 	name := base + ".pxe"
 	bdir := filepath.Join(dir, name)
 	if err := os.Mkdir(bdir, 0o755); err != nil {
@@ -350,6 +360,10 @@ func (pxeFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base s
 		return nil, err
 	}
 	res := &Result{Files: []string{name}, Warnings: b.Warnings, Sums: b.sums}
+	for _, p := range b.Parts {
+		p.File = name + "/" + p.File
+		res.Parts = append(res.Parts, p)
+	}
 	for _, a := range b.Adds {
 		// The initramfs's additions are named as a reader names them; the
 		// bundle's own files, like an OCI image's blobs, are its structure,

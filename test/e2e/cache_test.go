@@ -6,11 +6,14 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -530,4 +533,48 @@ func TestCachePrune(t *testing.T) {
 	if r := stampAs65534(t, dir, nil, "cache", "prune", "--cache-dir", cache); r.code != 1 || !strings.Contains(r.stderr, "not writable") {
 		t.Fatalf("uid 65534 pruning root's cache: exit %d\n%s", r.code, r.stderr)
 	}
+}
+
+// TestOutputPartsAfterChange changes one small file of a recipe whose pxe
+// initramfs is several compressed parts: the rebuild takes every part from
+// the last build's output but two, the changed file's and that of the
+// tree's own record of its build (/usr/lib/stamp/manifest.json, which
+// names the recipe's digest), and writes what a build without the cache
+// writes.
+func TestOutputPartsAfterChange(t *testing.T) {
+	recipe := func(motd string) string {
+		return proofRecipe("e2e-parts", fmt.Sprintf("        - {path: /etc/motd, content: %q}\n", motd)+
+			"        - {path: /opt/a.bin, from: ./a.bin}\n"+
+			"        - {path: /opt/b.bin, from: ./b.bin}\n"+
+			"        - {path: /opt/c.bin, from: ./c.bin}\n", nil, "outputs:\n  - {format: pxe}\n")
+	}
+	dir := proofDir(t, map[string]string{"recipe.yaml": recipe("one\n")})
+	// Three files of 20 MiB that do not compress, each past the size of
+	// a part, so the initramfs is at least three parts.
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, name := range []string{"a.bin", "b.bin", "c.bin"} {
+		data := make([]byte, 20<<20)
+		for i := range data {
+			data[i] = byte(rng.Uint32())
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cache := filepath.Join(dir, "cache")
+	build := cachedBuilder(t, dir, cache)
+	build("one")
+	writeFiles(t, dir, map[string]string{"recipe.yaml": recipe("two\n")})
+	two := build("two")
+	m := regexp.MustCompile(`cache: (\d+) of the (\d+) compressed parts of output pxe unchanged`).FindStringSubmatch(two.stderr)
+	if m == nil {
+		t.Fatalf("the rebuild took no part from the last build:\n%s", lastLines(two.stderr, 20))
+	}
+	taken, _ := strconv.Atoi(m[1])
+	all, _ := strconv.Atoi(m[2])
+	if all < 4 || taken != all-2 {
+		t.Fatalf("the rebuild took %d of %d parts, want all but the two that changed", taken, all)
+	}
+	build("two-cold", "--no-cache")
+	sameOutputDirs(t, filepath.Join(dir, "two"), filepath.Join(dir, "two-cold"))
 }

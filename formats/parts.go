@@ -1,0 +1,30 @@
+package formats
+
+import "io"
+
+// PartStore holds the compressed parts of outputs written before, under the
+// key of what each part holds before compression. A writer whose output is
+// a series of independently compressed parts (a split initramfs) asks it
+// for each part before compressing one: after a one-line change most parts
+// hold exactly what they held in the last build, and compressing them again
+// is most of the output's time. Compression is deterministic, so a part
+// taken from the store is the bytes compressing would give: the store
+// changes how fast an output is written, never what it holds.
+type PartStore interface {
+	// Part writes the compressed part filed under key into w and reports
+	// whether it had one, whole and matching the sha256 it was filed with.
+	// On false the caller discards whatever w got and compresses the part
+	// itself.
+	Part(key string, w io.Writer) bool
+}
+
+// FilePart is a compressed part of an output file, as a PartStore files
+// it: Size bytes at Offset of File (a name in the output directory) with
+// sha256 SHA256, holding what Key names.
+type FilePart struct {
+	File   string `json:"file"`
+	Key    string `json:"key"`
+	Offset int64  `json:"offset"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}

@@ -1,0 +1,149 @@
+package stamp
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"github.com/stamp-dev/stamp/formats"
+	"github.com/stamp-dev/stamp/layers/cache"
+)
+
+// recordParts files where the compressed parts of an output lie in its
+// blobs (formats.PartStore), under the subject of the output, so that the
+// next build of it takes the parts that did not change instead of
+// compressing them again. Only the subject's last one is read. The record
+// is this machine's: it is never shared, since what it saves is this
+// machine's CPU and the blobs it points into are already filed.
+const recordParts = "parts"
+
+// partsData is a parts record's own data.
+type partsData struct {
+	// Stamp is the digest of the stamp that compressed the parts: another
+	// stamp may compress the same bytes differently.
+	Stamp string             `json:"stamp"`
+	Parts []formats.FilePart `json:"parts"`
+}
+
+// fileParts files the parts of an output just filed under outputKey;
+// blobs are the digests of its files by name.
+func (bc *buildCache) fileParts(subject, outputKey string, parts []formats.FilePart, blobs map[string]cache.RecordBlob) {
+	if !bc.write || len(parts) == 0 {
+		return
+	}
+	r := &cache.Record{Kind: recordParts, Subject: subject, Parts: []cache.Part{{Name: "output", Digest: outputKey}}}
+	r.Key = cache.KeyOf(r.Parts)
+	seen := map[string]bool{}
+	for _, p := range parts {
+		b, ok := blobs[p.File]
+		if !ok {
+			return
+		}
+		if !seen[p.File] {
+			seen[p.File] = true
+			r.Blobs = append(r.Blobs, b)
+		}
+	}
+	r.Data, _ = json.Marshal(partsData{Stamp: bc.self, Parts: parts})
+	if err := bc.c.PutRecord(r); err != nil {
+		bc.log.WithError(err).Warnf("cache: cannot file the parts of %s", subject)
+	}
+}
+
+// partStore is the formats.PartStore of one output: the parts the last
+// build of its subject filed. nil when there are none to take.
+func (bc *buildCache) partStore(subject string) *outputParts {
+	if !bc.read {
+		return nil
+	}
+	r := bc.c.LastRecord(recordParts, subject)
+	if r == nil {
+		return nil
+	}
+	var d partsData
+	if err := json.Unmarshal(r.Data, &d); err != nil || d.Stamp != bc.self {
+		return nil
+	}
+	blobs := map[string]string{}
+	for _, b := range r.Blobs {
+		blobs[b.Name] = b.Digest
+	}
+	s := &outputParts{c: bc.c, byKey: map[string]partAt{}, files: map[string]*os.File{}}
+	for _, p := range d.Parts {
+		if digest, ok := blobs[p.File]; ok && p.Key != "" && p.Size > 0 {
+			s.byKey[p.Key] = partAt{blob: digest, off: p.Offset, size: p.Size, sum: p.SHA256}
+		}
+	}
+	if len(s.byKey) == 0 {
+		return nil
+	}
+	return s
+}
+
+type partAt struct {
+	blob      string
+	off, size int64
+	sum       string
+}
+
+// outputParts reads parts out of the blobs an earlier build filed. Every
+// part is checked against its sha256 as it is copied: a blob changed since
+// (an output written to through its hard link) costs only the parts it
+// spoils, which are compressed again.
+type outputParts struct {
+	c     *cache.Cache
+	byKey map[string]partAt
+
+	mu    sync.Mutex
+	files map[string]*os.File // nil: the blob could not be opened
+	taken atomic.Int64
+}
+
+func (s *outputParts) Part(key string, w io.Writer) bool {
+	at, ok := s.byKey[key]
+	if !ok {
+		return false
+	}
+	f := s.open(at.blob)
+	if f == nil {
+		return false
+	}
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(w, h), io.NewSectionReader(f, at.off, at.size))
+	if err != nil || n != at.size || hex.EncodeToString(h.Sum(nil)) != at.sum {
+		return false
+	}
+	s.taken.Add(1)
+	return true
+}
+
+func (s *outputParts) open(digest string) *os.File {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, ok := s.files[digest]
+	if !ok {
+		var err error
+		if f, err = s.c.OpenFile(digest); err != nil {
+			f = nil
+		}
+		s.files[digest] = f
+	}
+	return f
+}
+
+// close closes the blobs and says how many parts were taken.
+func (s *outputParts) close() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, f := range s.files {
+		if f != nil {
+			f.Close()
+		}
+	}
+	s.files = map[string]*os.File{}
+	return s.taken.Load()
+}
