@@ -74,8 +74,8 @@ func (bc *buildCache) partStore(subject string) *outputParts {
 	}
 	s := &outputParts{c: bc.c, byKey: map[string]partAt{}, files: map[string]*os.File{}}
 	for _, p := range d.Parts {
-		if digest, ok := blobs[p.File]; ok && p.Key != "" && p.Size > 0 {
-			s.byKey[p.Key] = partAt{blob: digest, off: p.Offset, size: p.Size, sum: p.SHA256}
+		if digest, ok := blobs[p.File]; ok && p.Key != "" && p.Size >= 0 {
+			s.byKey[p.Key] = partAt{blob: digest, off: p.Offset, size: p.Size, sum: p.SHA256, meta: p.Meta}
 		}
 	}
 	if len(s.byKey) == 0 {
@@ -87,7 +87,7 @@ func (bc *buildCache) partStore(subject string) *outputParts {
 type partAt struct {
 	blob      string
 	off, size int64
-	sum       string
+	sum, meta string
 }
 
 // outputParts reads parts out of the blobs an earlier build filed. Every
@@ -103,22 +103,22 @@ type outputParts struct {
 	taken atomic.Int64
 }
 
-func (s *outputParts) Part(key string, w io.Writer) bool {
+func (s *outputParts) Part(key string, w io.Writer) (string, bool) {
 	at, ok := s.byKey[key]
 	if !ok {
-		return false
+		return "", false
 	}
 	f := s.open(at.blob)
 	if f == nil {
-		return false
+		return "", false
 	}
 	h := sha256.New()
 	n, err := io.Copy(io.MultiWriter(w, h), io.NewSectionReader(f, at.off, at.size))
 	if err != nil || n != at.size || hex.EncodeToString(h.Sum(nil)) != at.sum {
-		return false
+		return "", false
 	}
 	s.taken.Add(1)
-	return true
+	return at.meta, true
 }
 
 func (s *outputParts) open(digest string) *os.File {

@@ -257,7 +257,7 @@ func (pw *cpioPartWriter) write(ctx context.Context, p *cpioPart) error {
 		p.key = cpioPartKey(pw.alg, pw.items, p.start, p.end, pw.plan)
 	}
 	if pw.store != nil && p.key != "" {
-		if pw.store.Part(p.key, p.out) {
+		if _, ok := pw.store.Part(p.key, p.out); ok {
 			if pw.summed {
 				p.sum = p.out.sum()
 			}

@@ -146,19 +146,19 @@ func newMemParts(data []byte, filed []FilePart) *memParts {
 	return m
 }
 
-func (m *memParts) Part(key string, w io.Writer) bool {
+func (m *memParts) Part(key string, w io.Writer) (string, bool) {
 	p, ok := m.parts[key]
 	if !ok {
-		return false
+		return "", false
 	}
 	b := m.data[p.Offset : p.Offset+p.Size]
 	if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != p.SHA256 {
 		w.Write(b[:len(b)/2]) // what a store may have written before it knew
-		return false
+		return "", false
 	}
 	w.Write(b)
 	m.taken++
-	return true
+	return p.Meta, true
 }
 
 // A split archive takes from a part store the parts whose content did not

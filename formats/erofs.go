@@ -30,8 +30,9 @@ func (erofsFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base
 		return nil, err
 	}
 	name := base + ".erofs"
+	var filed []erofs.FiledSegment
 	o := erofs.Options{Compression: erofs.Compression(so.Compression), UUID: disk.ErofsUUID(src.Seed, spec.Name),
-		Epoch: src.Epoch, Log: src.Log}
+		Epoch: src.Epoch, Log: src.Log, Segments: src.Parts, Filed: &filed}
 	if src.Progress != nil {
 		var content int64
 		src.Tree.Walk(func(e *rootfs.Entry) error {
@@ -49,5 +50,5 @@ func (erofsFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base
 	if err != nil {
 		return nil, fmt.Errorf("erofs: %w", err)
 	}
-	return &Result{Files: []string{name}}, nil
+	return &Result{Files: []string{name}, Parts: erofsParts(name, filed)}, nil
 }

@@ -88,6 +88,10 @@ func (liveFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base 
 	for _, a := range b.adds {
 		res.Adds = append(res.Adds, "# live file "+name+"/"+a)
 	}
+	for _, p := range b.parts {
+		p.File = name + "/" + p.File
+		res.Parts = append(res.Parts, p)
+	}
 	return res, nil
 }
 
@@ -96,6 +100,7 @@ type liveBundle struct {
 	files []string
 	adds  []string
 	sums  map[string]string // as Result.Sums wants them
+	parts []FilePart        // the root image's segments, in the bundle
 }
 
 func writeLive(ctx context.Context, src *Source, spec *Spec, so *LiveSpec, dir string) (*liveBundle, error) {
@@ -132,13 +137,16 @@ func writeLive(ctx context.Context, src *Source, spec *Spec, so *LiveSpec, dir s
 		bw.sums[LiveRoot] = sum
 		bw.files = append(bw.files, LiveRoot)
 	} else {
+		var filed []erofs.FiledSegment
 		err := writeFile(rootPath, func(f *os.File) error {
-			_, err := erofs.Write(ctx, t, f, erofs.Options{UUID: disk.ErofsUUID(src.Seed, spec.Name), Epoch: src.Epoch, Log: src.Log})
+			_, err := erofs.Write(ctx, t, f, erofs.Options{UUID: disk.ErofsUUID(src.Seed, spec.Name), Epoch: src.Epoch, Log: src.Log,
+				Segments: src.Parts, Filed: &filed})
 			return err
 		})
 		if err != nil {
 			return nil, err
 		}
+		b.parts = erofsParts(LiveRoot, filed)
 		sum, _, err := hashio.File(rootPath, false)
 		if err != nil {
 			return nil, err

@@ -1,6 +1,10 @@
 package formats
 
-import "io"
+import (
+	"io"
+
+	"github.com/stamp-dev/stamp/disk/erofs"
+)
 
 // PartStore holds the compressed parts of outputs written before, under the
 // key of what each part holds before compression. A writer whose output is
@@ -11,20 +15,33 @@ import "io"
 // taken from the store is the bytes compressing would give: the store
 // changes how fast an output is written, never what it holds.
 type PartStore interface {
-	// Part writes the compressed part filed under key into w and reports
-	// whether it had one, whole and matching the sha256 it was filed with.
-	// On false the caller discards whatever w got and compresses the part
-	// itself.
-	Part(key string, w io.Writer) bool
+	// Part writes the compressed part filed under key into w, and reports
+	// whether it had one, whole and matching the sha256 it was filed with,
+	// and the Meta it was filed with. On false the caller discards
+	// whatever w got and compresses the part itself.
+	Part(key string, w io.Writer) (meta string, ok bool)
 }
 
 // FilePart is a compressed part of an output file, as a PartStore files
 // it: Size bytes at Offset of File (a name in the output directory) with
-// sha256 SHA256, holding what Key names.
+// sha256 SHA256, holding what Key names. Meta is what else the writer
+// needs to use the part again, in its own form (an EROFS segment's
+// extents).
 type FilePart struct {
 	File   string `json:"file"`
 	Key    string `json:"key"`
 	Offset int64  `json:"offset"`
 	Size   int64  `json:"size"`
 	SHA256 string `json:"sha256"`
+	Meta   string `json:"meta,omitempty"`
+}
+
+// erofsParts are the segments an EROFS image written at the start of file
+// filed, as parts of file.
+func erofsParts(file string, segs []erofs.FiledSegment) []FilePart {
+	parts := make([]FilePart, 0, len(segs))
+	for _, s := range segs {
+		parts = append(parts, FilePart{File: file, Key: s.Key, Offset: s.Offset, Size: s.Size, SHA256: s.SHA256, Meta: s.Meta})
+	}
+	return parts
 }

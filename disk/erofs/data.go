@@ -2,6 +2,8 @@ package erofs
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"sync"
@@ -25,7 +27,12 @@ type segment struct {
 	blocks     []byte   // the blocks to write: compressed clusters, or raw data
 	extents    []extent // for compressed clusters
 	compressed bool     // blocks are clusters; else raw content
-	err        error
+	// key is segmentKey's, when segments are filed or reused; sum the
+	// sha256 of the clusters, when filed; plain says a file of one
+	// segment was kept plain because compressing it gains nothing.
+	key, sum string
+	plain    bool
+	err      error
 }
 
 // extent is a run of a file's content stored in one physical cluster.
@@ -52,19 +59,21 @@ func (p *plan) segments() []*segment {
 
 // compressor is one worker's state.
 type compressor struct {
+	t    *rootfs.Sealed
 	bufs *bufPool
 	enc  *lz4.Encoder
 	in   []byte
+	// store supplies segments compressed before; keyed computes each
+	// segment's key, summed the sha256 of its clusters.
+	store         SegmentStore
+	keyed, summed bool
 }
 
-// work reads a segment and, unless the image is uncompressed, compresses
-// it into clusters. A file of one segment whose clusters would take more
-// room than its plain blocks and tail is kept plain.
-func (c *compressor) work(t *rootfs.Sealed, s *segment, codec Compression) {
-	f, err := t.Open(s.n.path)
+// read reads a segment's content into the worker's buffer.
+func (c *compressor) read(s *segment) ([]byte, error) {
+	f, err := c.t.Open(s.n.path)
 	if err != nil {
-		s.err = err
-		return
+		return nil, err
 	}
 	defer f.Close()
 	if cap(c.in) < int(s.size) {
@@ -75,7 +84,46 @@ func (c *compressor) work(t *rootfs.Sealed, s *segment, codec Compression) {
 		if err == nil || err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
-		s.err = fmt.Errorf("%s: reading at %d: %w", s.n.path, s.off, err)
+		return nil, fmt.Errorf("%s: reading at %d: %w", s.n.path, s.off, err)
+	}
+	return in, nil
+}
+
+// work reads a segment and, unless the image is uncompressed, compresses
+// it into clusters, or takes it from the segment store. A file of one
+// segment whose clusters would take more room than its plain blocks and
+// tail is kept plain.
+func (c *compressor) work(s *segment, codec Compression) {
+	if c.keyed {
+		s.key = segmentKey(s.n.in.Digest, s.off, s.size, codec)
+	}
+	if c.store == nil || s.key == "" || !c.reuse(s, s.key) {
+		c.compress(s, codec)
+	}
+	if c.summed && s.compressed && s.err == nil {
+		sum := sha256.Sum256(s.blocks)
+		s.sum = hex.EncodeToString(sum[:])
+	}
+}
+
+// keepPlain says whether a file of one segment is better stored plain than
+// as clusters of n bytes and their indexes.
+func (s *segment) keepPlain(n int) bool {
+	plain := s.size / blockSize * blockSize
+	if tail := s.size % blockSize; tail > 0 {
+		if s.n.inlineable(tail) {
+			plain += tail
+		} else {
+			plain += blockSize
+		}
+	}
+	return int64(n)+compactIndexBytes(s.size, align(s.n.headerSize(), 8)) >= plain
+}
+
+func (c *compressor) compress(s *segment, codec Compression) {
+	in, err := c.read(s)
+	if err != nil {
+		s.err = err
 		return
 	}
 	if codec == None {
@@ -112,19 +160,9 @@ func (c *compressor) work(t *rootfs.Sealed, s *segment, codec Compression) {
 		at += blockSize
 	}
 	out = out[:at]
-	if s.off == 0 && s.last {
-		plain := s.size / blockSize * blockSize
-		if tail := s.size % blockSize; tail > 0 {
-			if s.n.inlineable(tail) {
-				plain += tail
-			} else {
-				plain += blockSize
-			}
-		}
-		if int64(len(out))+compactIndexBytes(s.size, align(s.n.headerSize(), 8)) >= plain {
-			s.blocks = append(out[:0], in...)
-			return
-		}
+	if s.off == 0 && s.last && s.keepPlain(len(out)) {
+		s.blocks, s.plain = append(out[:0], in...), true
+		return
 	}
 	s.blocks, s.extents, s.compressed = out, exts, true
 }
@@ -158,12 +196,12 @@ func compressAll(ctx context.Context, t *rootfs.Sealed, o *Options, segs []*segm
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := &compressor{bufs: bufs}
+			c := &compressor{t: t, bufs: bufs, store: o.Segments, keyed: o.Segments != nil || o.Filed != nil, summed: o.Filed != nil}
 			if o.Compression != None {
 				c.enc = lz4.NewEncoder(settings)
 			}
 			for s := range work {
-				c.work(t, s, o.Compression)
+				c.work(s, o.Compression)
 				close(s.done)
 			}
 		}()

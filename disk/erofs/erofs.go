@@ -88,6 +88,11 @@ type Options struct {
 	Progress func(n int64)
 	// Log gets a summary line; nil logs nothing.
 	Log logrus.FieldLogger
+	// Segments, when set, supplies segments of files as an earlier image
+	// compressed them (SegmentStore); Filed, when set, gets every segment
+	// this image files for a later one. Neither changes a byte.
+	Segments SegmentStore
+	Filed    *[]FiledSegment
 }
 
 // Summary says what Write made.

@@ -121,6 +121,14 @@ func (w *writer) writeSegment(s *segment) error {
 			data = data[:cut]
 		}
 	}
+	if w.o.Filed != nil && s.key != "" {
+		switch {
+		case s.compressed:
+			*w.o.Filed = append(*w.o.Filed, FiledSegment{Key: s.key, Offset: w.next * blockSize, Size: int64(len(data)), SHA256: s.sum, Meta: encodeExtents(s.extents)})
+		case s.plain:
+			*w.o.Filed = append(*w.o.Filed, FiledSegment{Key: s.key, SHA256: emptySHA256, Meta: metaPlain})
+		}
+	}
 	if len(data) > 0 {
 		if err := w.out.write(w.next, data); err != nil {
 			return err

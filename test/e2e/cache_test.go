@@ -540,13 +540,14 @@ func TestCachePrune(t *testing.T) {
 // the last build's output but two, the changed file's and that of the
 // tree's own record of its build (/usr/lib/stamp/manifest.json, which
 // names the recipe's digest), and writes what a build without the cache
-// writes.
+// writes. Its erofs image takes every segment of the files that did not
+// change.
 func TestOutputPartsAfterChange(t *testing.T) {
 	recipe := func(motd string) string {
 		return proofRecipe("e2e-parts", fmt.Sprintf("        - {path: /etc/motd, content: %q}\n", motd)+
 			"        - {path: /opt/a.bin, from: ./a.bin}\n"+
 			"        - {path: /opt/b.bin, from: ./b.bin}\n"+
-			"        - {path: /opt/c.bin, from: ./c.bin}\n", nil, "outputs:\n  - {format: pxe}\n")
+			"        - {path: /opt/c.bin, from: ./c.bin}\n", nil, "outputs:\n  - {format: pxe}\n  - {format: erofs}\n")
 	}
 	dir := proofDir(t, map[string]string{"recipe.yaml": recipe("one\n")})
 	// Three files of 20 MiB that do not compress, each past the size of
@@ -574,6 +575,18 @@ func TestOutputPartsAfterChange(t *testing.T) {
 	all, _ := strconv.Atoi(m[2])
 	if all < 4 || taken != all-2 {
 		t.Fatalf("the rebuild took %d of %d parts, want all but the two that changed", taken, all)
+	}
+	// The erofs image files a segment of each 4 MiB of every file of 64
+	// KiB or more (the three files' 60 MiB are 15 of them); of those only
+	// the tree's record changed. /etc/motd is too small to be filed.
+	m = regexp.MustCompile(`cache: (\d+) of the (\d+) compressed parts of output erofs unchanged`).FindStringSubmatch(two.stderr)
+	if m == nil {
+		t.Fatalf("the rebuild's erofs image took no segment from the last build:\n%s", lastLines(two.stderr, 20))
+	}
+	taken, _ = strconv.Atoi(m[1])
+	all, _ = strconv.Atoi(m[2])
+	if all < 16 || taken != all-1 {
+		t.Fatalf("the rebuild's erofs image took %d of %d segments, want all but the record's", taken, all)
 	}
 	build("two-cold", "--no-cache")
 	sameOutputDirs(t, filepath.Join(dir, "two"), filepath.Join(dir, "two-cold"))

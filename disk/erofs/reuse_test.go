@@ -1,0 +1,144 @@
+package erofs
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"os"
+	"slices"
+	"testing"
+
+	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/rootfs/rootfstest"
+)
+
+// memSegments is a SegmentStore over the bytes of an image written before.
+type memSegments struct {
+	data  []byte
+	segs  map[string]FiledSegment
+	taken int
+}
+
+func newMemSegments(data []byte, filed []FiledSegment) *memSegments {
+	m := &memSegments{data: data, segs: map[string]FiledSegment{}}
+	for _, s := range filed {
+		m.segs[s.Key] = s
+	}
+	return m
+}
+
+func (m *memSegments) Part(key string, w io.Writer) (string, bool) {
+	s, ok := m.segs[key]
+	if !ok {
+		return "", false
+	}
+	b := m.data[s.Offset : s.Offset+s.Size]
+	if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != s.SHA256 {
+		return "", false
+	}
+	w.Write(b)
+	m.taken++
+	return s.Meta, true
+}
+
+// An image takes from a segment store the segments of files whose content
+// it holds, and its bytes are those of an image written without one:
+// unchanged, after one file changed, with a segment spoiled in the store.
+func TestSegmentStore(t *testing.T) {
+	tr := mixedTree(t)
+	write := func(tr *rootfs.Tree, store SegmentStore) ([]byte, []FiledSegment) {
+		t.Helper()
+		var filed []FiledSegment
+		o := testOptions()
+		o.Segments, o.Filed = store, &filed
+		img, _ := writeImage(t, tr, o)
+		data, err := os.ReadFile(img)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data, filed
+	}
+	first, filed := write(tr, nil)
+	plain, compressed := 0, 0
+	for _, s := range filed {
+		if s.Meta == metaPlain {
+			plain++
+		} else {
+			compressed++
+		}
+	}
+	// su (70,000 bytes of text), big (three segments), noise-big (two)
+	// and zeros (two) are compressed; noise (50,000 random bytes) is too
+	// small to file.
+	if compressed != 8 || plain != 0 {
+		t.Fatalf("%d compressed and %d plain segments filed, want 8 and 0: %+v", compressed, plain, filed)
+	}
+
+	t.Run("unchanged", func(t *testing.T) {
+		store := newMemSegments(first, filed)
+		got, again := write(tr, store)
+		if !bytes.Equal(got, first) || !slices.Equal(again, filed) {
+			t.Fatal("an image taken from the store differs from the one it was filed from")
+		}
+		if store.taken != len(filed) {
+			t.Errorf("%d of %d segments taken from the store", store.taken, len(filed))
+		}
+	})
+	t.Run("one file changed", func(t *testing.T) {
+		changed := mixedTree(t)
+		if err := changed.Remove("/usr/bin/su"); err != nil {
+			t.Fatal(err)
+		}
+		rootfstest.Add(t, changed, "/usr/bin/su", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o4755, MTime: testEpoch}, content(11, 80000))
+		sealTree(t, changed)
+		want, wantFiled := write(changed, nil)
+		if bytes.Equal(want, first) {
+			t.Fatal("the changed tree writes the same image")
+		}
+		store := newMemSegments(first, filed)
+		got, _ := write(changed, store)
+		if !bytes.Equal(got, want) {
+			t.Fatal("an image partly taken from the store differs from one written whole")
+		}
+		// su-link keeps su's old content, so only the new su's segment
+		// is not in the store.
+		if store.taken != len(wantFiled)-1 {
+			t.Errorf("%d of %d segments taken after one file changed, want all but its one", store.taken, len(wantFiled))
+		}
+	})
+	t.Run("spoiled", func(t *testing.T) {
+		spoiled := slices.Clone(first)
+		spoiled[filed[0].Offset+100] ^= 0xff
+		store := newMemSegments(spoiled, filed)
+		if got, _ := write(tr, store); !bytes.Equal(got, first) {
+			t.Fatal("a spoiled segment in the store reached the image")
+		}
+		if store.taken != len(filed)-1 {
+			t.Errorf("%d of %d segments taken with one spoiled", store.taken, len(filed))
+		}
+	})
+}
+
+// A file whose clusters would take more room than its blocks is kept plain
+// and filed as such, and an image taken from the store keeps it plain
+// without compressing it.
+func TestSegmentStorePlain(t *testing.T) {
+	tr := rootfstest.New(t, testEpoch)
+	rootfstest.Add(t, tr, "/noise", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, MTime: testEpoch}, noise(7, 300000))
+	sealTree(t, tr)
+	var filed []FiledSegment
+	o := testOptions()
+	o.Filed = &filed
+	img, _ := writeImage(t, tr, o)
+	first, _ := os.ReadFile(img)
+	if len(filed) != 1 || filed[0].Meta != metaPlain || filed[0].Size != 0 {
+		t.Fatalf("filed %+v, want one plain segment", filed)
+	}
+	store := newMemSegments(first, filed)
+	o.Filed, o.Segments = nil, store
+	img, _ = writeImage(t, tr, o)
+	if got, _ := os.ReadFile(img); !bytes.Equal(got, first) || store.taken != 1 {
+		t.Fatalf("taken %d; same bytes: %v", store.taken, bytes.Equal(got, first))
+	}
+}
