@@ -33,8 +33,11 @@ const (
 	// recordOutput is one output's files, written from a tree with a given
 	// digest and the output's options.
 	recordOutput = "output"
-	// recordParts (partstore.go) is where an output's compressed parts lie
-	// in its files, for the next build of it to take.
+	// recordParts is where an output's compressed parts lie in its files,
+	// for the next build of it to take (partstore.go). Only the subject's
+	// last one is read, and it is never shared: what it saves is this
+	// machine's CPU, and the blobs it points into are already filed.
+	recordParts = "parts"
 )
 
 // buildCache is the phase and output cache of one build: it finds what an

@@ -13,14 +13,6 @@ import (
 	"github.com/stamp-dev/stamp/layers/cache"
 )
 
-// recordParts files where the compressed parts of an output lie in its
-// blobs (formats.PartStore), under the subject of the output, so that the
-// next build of it takes the parts that did not change instead of
-// compressing them again. Only the subject's last one is read. The record
-// is this machine's: it is never shared, since what it saves is this
-// machine's CPU and the blobs it points into are already filed.
-const recordParts = "parts"
-
 // partsData is a parts record's own data.
 type partsData struct {
 	// Stamp is the digest of the stamp that compressed the parts: another
