@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/stamp-dev/stamp/layers"
@@ -224,7 +226,8 @@ func (bc *buildCache) restorePhases(ctx context.Context, phases []phase, kept []
 		if err != nil {
 			return nil, 0, 0, err
 		}
-		if err := bc.restorePhase(ctx, r, tree); err != nil {
+		inPlace, err := bc.restorePhase(ctx, r, tree)
+		if err != nil {
 			bc.log.WithError(err).Warnf("cache: cannot restore %s; building it", k.what)
 			tree.Close()
 			if err := os.RemoveAll(dir); err != nil {
@@ -232,7 +235,11 @@ func (bc *buildCache) restorePhases(ctx context.Context, phases []phase, kept []
 			}
 			continue
 		}
-		bc.log.Infof("cache: the tree after %s is in the cache (key %s): %d entries restored", k.what, r.Key, tree.Len())
+		how := ""
+		if inPlace {
+			how = ", their content read in place from the cache"
+		}
+		bc.log.Infof("cache: the tree after %s is in the cache (key %s): %d entries restored%s", k.what, r.Key, tree.Len(), how)
 		if k.n == len(phases[i].steps) {
 			return tree, i + 1, 0, nil
 		}
@@ -242,7 +249,9 @@ func (bc *buildCache) restorePhases(ctx context.Context, phases []phase, kept []
 	return tree, 0, 0, err
 }
 
-func (bc *buildCache) restorePhase(ctx context.Context, r *cache.Record, tree *rootfs.Tree) error {
+// restorePhase makes the tree r keeps in tree, and says whether its files'
+// content stays in the cache, where they point.
+func (bc *buildCache) restorePhase(ctx context.Context, r *cache.Record, tree *rootfs.Tree) (inPlace bool, err error) {
 	var manifest, content, refsBlob string
 	for _, b := range r.Blobs {
 		switch b.Name {
@@ -255,37 +264,78 @@ func (bc *buildCache) restorePhase(ctx context.Context, r *cache.Record, tree *r
 		}
 	}
 	if manifest == "" || content == "" {
-		return fmt.Errorf("%w: phase record %s lacks its manifest or content", cache.ErrBadRecord, r.Key)
+		return false, fmt.Errorf("%w: phase record %s lacks its manifest or content", cache.ErrBadRecord, r.Key)
 	}
 	m, err := bc.readBlob(manifest)
 	if err != nil {
-		return err
+		return false, err
 	}
 	entries, err := rootfs.ParseManifest(bytes.NewReader(m))
 	if err != nil {
-		return fmt.Errorf("phase record %s: %w", r.Key, err)
+		return false, fmt.Errorf("phase record %s: %w", r.Key, err)
 	}
 	var refs []rootfs.Ref
 	if refsBlob != "" {
 		b, err := bc.readBlob(refsBlob)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if err := json.Unmarshal(b, &refs); err != nil {
-			return fmt.Errorf("%w: phase record %s: references: %v", cache.ErrBadRecord, r.Key, err)
+			return false, fmt.Errorf("%w: phase record %s: references: %v", cache.ErrBadRecord, r.Key, err)
 		}
+	}
+	if tree.KeepsReferences() {
+		// The content blob is kept in the cache as an archive is: the
+		// files point into it, so none is written or hashed again (the
+		// blob is verified as a whole when it is opened).
+		h, err := cache.ParseDigest(content)
+		if err != nil {
+			return false, err
+		}
+		if all, size := contentRefs(entries, refs, h); size == bc.blobSize(content) {
+			return true, tree.Restore(ctx, entries, strings.NewReader(""), all)
+		}
+		return false, fmt.Errorf("%w: phase record %s: its content is not the size its manifest says", cache.ErrBadRecord, r.Key)
 	}
 	rc, err := bc.c.Open(content)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer rc.Close()
 	if err := tree.Restore(ctx, entries, rc, refs); err != nil {
-		return err
+		return false, err
 	}
 	// Read to the end, where the reader checks the whole blob's hash.
 	if n, err := io.Copy(io.Discard, rc); err != nil || n != 0 {
-		return fmt.Errorf("phase record %s: %d bytes of content left over (%v)", r.Key, n, err)
+		return false, fmt.Errorf("phase record %s: %d bytes of content left over (%v)", r.Key, n, err)
 	}
-	return nil
+	return false, nil
+}
+
+// contentRefs adds to refs a reference into the content blob content (hex)
+// for every regular file with content that refs does not name, at its
+// place in what Tree.WriteContent wrote: each hard-link group once, in the
+// byte order of the paths. It also returns the blob's size that makes.
+func contentRefs(entries []*rootfs.Entry, refs []rootfs.Ref, content string) ([]rootfs.Ref, int64) {
+	named := make(map[string]bool, len(refs))
+	for _, r := range refs {
+		named[r.Path] = true
+	}
+	all := slices.Clone(refs)
+	seen := map[*rootfs.Inode]bool{}
+	var off int64
+	for _, e := range entries {
+		if e.Type != rootfs.TypeRegular || seen[e.Inode] {
+			continue
+		}
+		seen[e.Inode] = true
+		if named[e.Path] {
+			continue
+		}
+		if e.Size > 0 {
+			all = append(all, rootfs.Ref{Path: e.Path, Archive: content, Offset: off})
+		}
+		off += e.Size
+	}
+	return all, off
 }

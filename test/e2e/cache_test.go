@@ -310,6 +310,11 @@ outputs:
 	if !started(third) {
 		t.Fatalf("a change in customize after its packages did not start from the kept tree:\n%s", lastLines(third.stderr, 30))
 	}
+	// The kept tree's files point into its content in the cache: none is
+	// written to the work directory or hashed again.
+	if !strings.Contains(third.stderr, "their content read in place from the cache") {
+		t.Fatalf("the kept tree was restored by copying its files:\n%s", lastLines(third.stderr, 30))
+	}
 	build("full-third", "--no-cache")
 	sameOutputDirs(t, filepath.Join(dir, "full-third"), filepath.Join(dir, "third"))
 	if bytes.Equal(mustReadFile(t, filepath.Join(dir, "second", "SHA256SUMS")), mustReadFile(t, filepath.Join(dir, "third", "SHA256SUMS"))) {
