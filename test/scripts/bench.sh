@@ -181,7 +181,7 @@ bench_node() {
 		cat "$WORK/node.out" >&2
 		return 1
 	fi
-	grep -E '^(Benchmark|---|\s+node_bench_test)' "$WORK/node.out" || true
+	grep -E '^(Benchmark|---|\s+node_bench_test|node: )' "$WORK/node.out" || true
 }
 
 bench_serve() {
