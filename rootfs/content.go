@@ -56,7 +56,8 @@ type contentRef struct {
 }
 
 // archiveWriter keeps the uncompressed stream an extraction reads, and knows
-// how far it has read. Writing into a store, it hashes what it writes, on a
+// how far it has read. Without out it only counts: the stream is an archive
+// the store already keeps (ExtractOptions.Kept). Writing into a store, it hashes what it writes, on a
 // goroutine of its own, so that the archive is filed under its sha256.
 type archiveWriter struct {
 	a     *archive
@@ -111,7 +112,7 @@ func (w *archiveWriter) Read(p []byte) (int, error) {
 		return 0, w.err
 	}
 	n, err := w.r.Read(p)
-	for q := p[:n]; len(q) > 0 && w.err == nil; {
+	for q := p[:n]; w.out != nil && len(q) > 0 && w.err == nil; {
 		c := copy(w.bufs[w.cur][w.fill:], q)
 		w.fill += c
 		q = q[c:]

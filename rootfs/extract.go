@@ -39,6 +39,13 @@ type ExtractOptions struct {
 	// Tree.Materialize). Without either (Options.Archives,
 	// Options.ContentDir) it does nothing.
 	ByReference bool
+	// Kept, with ByReference in a tree that keeps references
+	// (Tree.KeepsReferences), is the sha256 (hex) under which the tree's
+	// archive store already keeps the archive r reads from its start: an
+	// image layer unpacked before, filed under its diff ID. Files then
+	// point into that copy, and nothing is written or hashed whole again;
+	// the store verified the copy when it opened it.
+	Kept string
 
 	archive *archiveWriter
 }
@@ -195,7 +202,22 @@ func Extract(ctx context.Context, t *Tree, r io.Reader, o ExtractOptions) (n int
 			err = werr
 		}
 	}()
-	if o.ByReference && (t.opts.ContentDir != "" || t.opts.Archives != nil) && t.lower == nil {
+	if o.ByReference && o.Kept != "" && t.KeepsReferences() {
+		a, err := t.openKept(o.Kept)
+		if err != nil {
+			return 0, fmt.Errorf("the archive kept as %s: %w", o.Kept, err)
+		}
+		aw := &archiveWriter{a: a, r: r}
+		defer func() {
+			if err == nil {
+				_, err = io.Copy(io.Discard, aw)
+			}
+			if err == nil && aw.n != a.size {
+				err = fmt.Errorf("read %d bytes of the archive kept as %s, which has %d", aw.n, o.Kept, a.size)
+			}
+		}()
+		o.archive, r = aw, aw
+	} else if o.ByReference && (t.opts.ContentDir != "" || t.opts.Archives != nil) && t.lower == nil {
 		aw, err := t.newArchive(r)
 		if err != nil {
 			return 0, err

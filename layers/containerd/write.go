@@ -1,6 +1,7 @@
 package containerd
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -653,6 +654,27 @@ func (w *writer) unpack(ctx context.Context, s *snapshot) error {
 	for p := s.parent; p != nil; p = p.parent {
 		lowers = append(lowers, w.snapshotDir("snapshots", fmt.Sprint(p.ID), "fs"))
 	}
+	opts := rootfs.ExtractOptions{
+		Origin:      w.o.Origin(s.layer.Digest.String(), ""),
+		ByReference: w.t.KeepsReferences(),
+		Snapshot:    &rootfs.Snapshot{Dir: dir + "/fs", Overlay: s.parent != nil, Parent: w.lowerDir(lowers)},
+	}
+	if opts.ByReference && w.c.Has(s.diffID) {
+		// An earlier unpack kept the layer uncompressed, filed under its
+		// sha256, which is the diff ID the image's config names: unpack
+		// from that copy, with nothing to decompress or keep again. A
+		// copy that fails its check is gone from the cache by then, and
+		// the layer is unpacked as the first time.
+		if f, err := w.c.OpenFile(s.diffID); err == nil {
+			defer f.Close()
+			opts.Kept = strings.TrimPrefix(s.diffID, "sha256:")
+			if _, err := rootfs.Extract(ctx, w.t, bufio.NewReaderSize(f, 1<<20), opts); err != nil {
+				return err
+			}
+			s.Inodes, s.Size = usage(w.t, dir+"/fs")
+			return nil
+		}
+	}
 	r, err := w.c.Open(s.layer.Digest.String())
 	if err != nil {
 		return err
@@ -666,11 +688,6 @@ func (w *writer) unpack(ctx context.Context, s *snapshot) error {
 	hash := sha256.New()
 	n := &countWriter{}
 	tee := io.TeeReader(dr, io.MultiWriter(hash, n))
-	opts := rootfs.ExtractOptions{
-		Origin:      w.o.Origin(s.layer.Digest.String(), ""),
-		ByReference: w.t.KeepsReferences(),
-		Snapshot:    &rootfs.Snapshot{Dir: dir + "/fs", Overlay: s.parent != nil, Parent: w.lowerDir(lowers)},
-	}
 	if _, err := rootfs.Extract(ctx, w.t, tee, opts); err != nil {
 		return err
 	}

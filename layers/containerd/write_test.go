@@ -59,6 +59,13 @@ type fixture struct {
 
 func newFixture(t *testing.T, version, config string) *fixture {
 	t.Helper()
+	return newFixtureOf(t, version, config, harness.TarLayer)
+}
+
+// newFixtureOf is newFixture with layers made by layer: uncompressed, or
+// gzipped as registries serve them.
+func newFixtureOf(t *testing.T, version, config string, layer func(testing.TB, ...harness.TarFile) v1.Layer) *fixture {
+	t.Helper()
 	c, err := cache.Open(filepath.Join(t.TempDir(), "cache"), cache.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +78,7 @@ func newFixture(t *testing.T, version, config string) *fixture {
 	if config != "" {
 		rootfstest.File(t, tree, ConfigPath, 0o644, epoch, config)
 	}
-	lower := harness.TarLayer(t,
+	lower := layer(t,
 		harness.TarFile{Name: "etc/", Type: tar.TypeDir, Mode: 0o755},
 		harness.TarFile{Name: "etc/hidden", Body: "hidden"},
 		harness.TarFile{Name: "big", Body: strings.Repeat("0123456789abcdef", 200000)},
@@ -80,7 +87,7 @@ func newFixture(t *testing.T, version, config string) *fixture {
 		harness.TarFile{Name: "srv/", Type: tar.TypeDir, Mode: 0o750, UID: 5, GID: 5, Xattrs: map[string]string{"user.a": "1", "trusted.x": "no"}},
 		harness.TarFile{Name: "lnk", Type: tar.TypeSymlink, Link: "/etc"},
 	)
-	upper := harness.TarLayer(t,
+	upper := layer(t,
 		harness.TarFile{Name: "etc/.wh.hidden", UID: 3, GID: 3},
 		harness.TarFile{Name: "opq/.wh..wh..opq"},
 		harness.TarFile{Name: "opq/new", Body: "new"},
@@ -345,4 +352,85 @@ func TestReadState(t *testing.T) {
 			t.Errorf("state lacks %q:\n%s", want, got)
 		}
 	}
+}
+
+// A layer unpacked by reference once is kept uncompressed under its diff
+// ID; the next write unpacks from that copy, without the compressed blob,
+// and a copy that fails its check is unpacked from the blob again. Either
+// way the tree is the same.
+func TestWriteFromKeptLayers(t *testing.T) {
+	discard := true
+	byRef := func(t *testing.T, f *fixture) *rootfs.Tree {
+		t.Helper()
+		tree, err := rootfs.New(filepath.Join(t.TempDir(), "tree"), rootfs.Options{DefaultMTime: epoch, Archives: f.cache.Archives()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tree.Close() })
+		rootfstest.File(t, tree, "/var/lib/dpkg/status", 0o644, epoch, string(read(t, f.tree, "/var/lib/dpkg/status")))
+		f.tree = tree
+		if _, err := f.write(t, Options{DiscardLayers: &discard}); err != nil {
+			t.Fatal(err)
+		}
+		return tree
+	}
+	blobPath := func(t *testing.T, f *fixture, d string) string {
+		t.Helper()
+		p, err := f.cache.Path(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	f := newFixtureOf(t, "1.6.20~ds1-1", "", harness.GzipLayer)
+	want := manifest(t, byRef(t, f))
+	cfg, err := f.app.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, err := f.app.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var compressed []string
+	for _, l := range layers {
+		d, err := l.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		compressed = append(compressed, d.String())
+	}
+
+	t.Run("kept", func(t *testing.T) {
+		for _, d := range compressed {
+			if err := os.Remove(blobPath(t, f, d)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tree := byRef(t, f)
+		if got := manifest(t, tree); got != want {
+			t.Errorf("from the kept layers:\n%s\nwant\n%s", got, want)
+		}
+		if got := string(read(t, tree, "/var/lib/containerd/io.containerd.snapshotter.v1.overlayfs/snapshots/1/fs/big")); got != strings.Repeat("0123456789abcdef", 200000) {
+			t.Errorf("a file of the kept layer reads %d bytes, not its content", len(got))
+		}
+	})
+
+	t.Run("spoilt", func(t *testing.T) {
+		g := newFixtureOf(t, "1.6.20~ds1-1", "", harness.GzipLayer)
+		byRef(t, g)
+		p := blobPath(t, g, cfg.RootFS.DiffIDs[0].String())
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[len(b)/2] ^= 1
+		os.Chmod(p, 0o644)
+		if err := os.WriteFile(p, b, 0o444); err != nil {
+			t.Fatal(err)
+		}
+		if got := manifest(t, byRef(t, g)); got != want {
+			t.Errorf("after the kept copy was spoilt:\n%s\nwant\n%s", got, want)
+		}
+	})
 }
