@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"sync"
-	"sync/atomic"
 
 	"github.com/stamp-dev/stamp/formats"
 	"github.com/stamp-dev/stamp/layers/cache"
@@ -64,7 +63,7 @@ func (bc *buildCache) partStore(subject string) *outputParts {
 	for _, b := range r.Blobs {
 		blobs[b.Name] = b.Digest
 	}
-	s := &outputParts{c: bc.c, byKey: map[string]partAt{}, files: map[string]*os.File{}}
+	s := &outputParts{c: bc.c, byKey: map[string]partAt{}, files: map[string]*os.File{}, taken: map[string]bool{}}
 	for _, p := range d.Parts {
 		if digest, ok := blobs[p.File]; ok && p.Key != "" && p.Size >= 0 {
 			s.byKey[p.Key] = partAt{blob: digest, off: p.Offset, size: p.Size, sum: p.SHA256, meta: p.Meta}
@@ -92,7 +91,9 @@ type outputParts struct {
 
 	mu    sync.Mutex
 	files map[string]*os.File // nil: the blob could not be opened
-	taken atomic.Int64
+	// taken holds the keys of the parts taken: files of the same content
+	// take one part many times.
+	taken map[string]bool
 }
 
 func (s *outputParts) Part(key string, w io.Writer) (string, bool) {
@@ -109,7 +110,9 @@ func (s *outputParts) Part(key string, w io.Writer) (string, bool) {
 	if err != nil || n != at.size || hex.EncodeToString(h.Sum(nil)) != at.sum {
 		return "", false
 	}
-	s.taken.Add(1)
+	s.mu.Lock()
+	s.taken[key] = true
+	s.mu.Unlock()
 	return at.meta, true
 }
 
@@ -137,5 +140,5 @@ func (s *outputParts) close() int64 {
 		}
 	}
 	s.files = map[string]*os.File{}
-	return s.taken.Load()
+	return int64(len(s.taken))
 }

@@ -15,9 +15,11 @@ import (
 
 // memSegments is a SegmentStore over the bytes of an image written before.
 type memSegments struct {
-	data  []byte
-	segs  map[string]FiledSegment
-	taken int
+	data []byte
+	segs map[string]FiledSegment
+	// taken counts the segments written from the store, and missed the
+	// keys asked for that it did not give.
+	taken, missed int
 }
 
 func newMemSegments(data []byte, filed []FiledSegment) *memSegments {
@@ -31,10 +33,12 @@ func newMemSegments(data []byte, filed []FiledSegment) *memSegments {
 func (m *memSegments) Part(key string, w io.Writer) (string, bool) {
 	s, ok := m.segs[key]
 	if !ok {
+		m.missed++
 		return "", false
 	}
 	b := m.data[s.Offset : s.Offset+s.Size]
 	if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != s.SHA256 {
+		m.missed++
 		return "", false
 	}
 	w.Write(b)
@@ -68,11 +72,19 @@ func TestSegmentStore(t *testing.T) {
 			compressed++
 		}
 	}
-	// su (70,000 bytes of text), big (three segments), noise-big (two)
-	// and zeros (two) are compressed; noise (50,000 random bytes) is too
-	// small to file.
-	if compressed != 8 || plain != 0 {
-		t.Fatalf("%d compressed and %d plain segments filed, want 8 and 0: %+v", compressed, plain, filed)
+	// Every segment of a file with content is filed, once for each
+	// content: su, wall, big (three segments), noise-big (two), zeros
+	// (two) and the text files of more than two blocks are compressed;
+	// noise and the rest are kept plain, the 300 files of "x" filed once.
+	if compressed != 11 || plain != 29 {
+		t.Fatalf("%d compressed and %d plain segments filed, want 11 and 29: %+v", compressed, plain, filed)
+	}
+	keys := map[string]bool{}
+	for _, s := range filed {
+		if keys[s.Key] {
+			t.Fatalf("segment %s filed twice", s.Key)
+		}
+		keys[s.Key] = true
 	}
 
 	t.Run("unchanged", func(t *testing.T) {
@@ -81,8 +93,8 @@ func TestSegmentStore(t *testing.T) {
 		if !bytes.Equal(got, first) || !slices.Equal(again, filed) {
 			t.Fatal("an image taken from the store differs from the one it was filed from")
 		}
-		if store.taken != len(filed) {
-			t.Errorf("%d of %d segments taken from the store", store.taken, len(filed))
+		if store.missed != 0 || store.taken == 0 {
+			t.Errorf("%d segments taken from the store, %d not", store.taken, store.missed)
 		}
 	})
 	t.Run("one file changed", func(t *testing.T) {
@@ -103,19 +115,20 @@ func TestSegmentStore(t *testing.T) {
 		}
 		// su-link keeps su's old content, so only the new su's segment
 		// is not in the store.
-		if store.taken != len(wantFiled)-1 {
-			t.Errorf("%d of %d segments taken after one file changed, want all but its one", store.taken, len(wantFiled))
+		if store.missed != 1 || len(wantFiled) != len(filed)+1 {
+			t.Errorf("%d segments not in the store after one file changed (%d filed, %d before), want its one", store.missed, len(wantFiled), len(filed))
 		}
 	})
 	t.Run("spoiled", func(t *testing.T) {
 		spoiled := slices.Clone(first)
-		spoiled[filed[0].Offset+100] ^= 0xff
+		i := slices.IndexFunc(filed, func(s FiledSegment) bool { return s.Size > 100 })
+		spoiled[filed[i].Offset+100] ^= 0xff
 		store := newMemSegments(spoiled, filed)
 		if got, _ := write(tr, store); !bytes.Equal(got, first) {
 			t.Fatal("a spoiled segment in the store reached the image")
 		}
-		if store.taken != len(filed)-1 {
-			t.Errorf("%d of %d segments taken with one spoiled", store.taken, len(filed))
+		if store.missed != 1 {
+			t.Errorf("%d segments refused with one spoiled", store.missed)
 		}
 	})
 }

@@ -20,6 +20,9 @@ type writer struct {
 	cur     *node
 	curExts []extent
 	curRaw  bool
+	// filed holds the keys already given to Options.Filed: files of the
+	// same content (a node has hundreds) are filed once.
+	filed map[string]bool
 }
 
 func (w *writer) run() error {
@@ -121,7 +124,11 @@ func (w *writer) writeSegment(s *segment) error {
 			data = data[:cut]
 		}
 	}
-	if w.o.Filed != nil && s.key != "" {
+	if w.o.Filed != nil && s.key != "" && !w.filed[s.key] && (s.compressed || s.plain) {
+		if w.filed == nil {
+			w.filed = map[string]bool{}
+		}
+		w.filed[s.key] = true
 		switch {
 		case s.compressed:
 			*w.o.Filed = append(*w.o.Filed, FiledSegment{Key: s.key, Offset: w.next * blockSize, Size: int64(len(data)), SHA256: s.sum, Meta: encodeExtents(s.extents)})
