@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/stamp-dev/stamp/formats"
@@ -131,11 +132,19 @@ func (st *staged) waitHashing() {
 	}
 }
 
+// outputsAtOnce is how many outputs are written at the same time. Writing
+// a disk is mostly the kernel copying pages and a compressed image mostly
+// the compressor, so two overlap well on two cores; more would multiply
+// the compressors' buffers for little.
+const outputsAtOnce = 2
+
 // writeOutputs writes every output into a staging directory inside the
 // output directory and moves the files to their final names only when all of
 // them, the manifest and the sums are complete. An output the cache holds is
 // taken from it; j.tree is nil when every output is, and then a cached output
-// that cannot be restored is errNotRestored.
+// that cannot be restored is errNotRestored. Outputs are written
+// outputsAtOnce at a time, each once the output it is made from is done,
+// and added to the manifest in the recipe's order.
 func writeOutputs(ctx context.Context, j *outputJob) ([]string, error) {
 	if err := os.MkdirAll(j.o.OutputDir, 0o755); err != nil {
 		return nil, fmt.Errorf("output dir: %w", err)
@@ -148,10 +157,86 @@ func writeOutputs(ctx context.Context, j *outputJob) ([]string, error) {
 	st := &staged{dir: staging, mainFile: map[string]string{}, factsOf: map[string][]formats.Fact{},
 		addsOf: map[string][]string{}, known: map[string]string{}}
 	defer st.waitHashing()
-	for _, p := range j.plans {
-		if err := j.stageOutput(ctx, st, p); err != nil {
-			return nil, err
+	if j.tree != nil {
+		// The tree sorts its paths once, on first use; the writers
+		// share it from here on, and only read.
+		j.tree.Paths()
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	made := make([]*madeOutput, len(j.plans))
+	byName := map[string]*madeOutput{}
+	for i, p := range j.plans {
+		made[i] = &madeOutput{done: make(chan struct{})}
+		byName[p.out.Name] = made[i]
+	}
+	var wg sync.WaitGroup
+	// Nothing may still write into staging, or read it, when it is removed.
+	defer func() {
+		wg.Wait()
+		for _, m := range made {
+			if m.hashing != nil {
+				<-m.hashing.done
+			}
 		}
+	}()
+	// Outputs take their turns in the recipe's order; one made from
+	// another waits for it without holding a turn.
+	slots := make(chan struct{}, outputsAtOnce)
+	acquire := func() error {
+		select {
+		case slots <- struct{}{}:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	for i, p := range j.plans {
+		m := made[i]
+		var from *madeOutput
+		if p.out.From != "" {
+			if from = byName[p.out.From]; from == nil {
+				m.err = fmt.Errorf("%s.from: no output named %q", p.out.Field, p.out.From)
+				close(m.done)
+				continue
+			}
+		} else if m.err = acquire(); m.err != nil {
+			close(m.done)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer close(m.done)
+			if from != nil {
+				<-from.done
+				if from.err != nil {
+					m.err = errOutputSkipped
+					return
+				}
+				if m.err = acquire(); m.err != nil {
+					return
+				}
+			}
+			defer func() { <-slots }()
+			m.res, m.restored, m.err = j.makeOutput(ctx, staging, p, from)
+			switch {
+			case m.err != nil:
+				cancel()
+			case !m.restored:
+				// Hashed while the other outputs are written.
+				m.hashing = hashOutput(staging, p, m.res)
+			}
+		}()
+	}
+	for _, m := range made {
+		<-m.done
+	}
+	if err := firstOutputError(made); err != nil {
+		return nil, err
+	}
+	for i, p := range j.plans {
+		j.stageOutput(st, p, made[i])
 	}
 	if err := j.collectSums(ctx, st); err != nil {
 		return nil, err
@@ -163,41 +248,81 @@ func writeOutputs(ctx context.Context, j *outputJob) ([]string, error) {
 	return all, publish(ctx, staging, j.o.OutputDir, all)
 }
 
-// stageOutput restores p's output from the cache or writes it, into
-// staging, and adds it to the manifest.
-func (j *outputJob) stageOutput(ctx context.Context, st *staged, p *outputPlan) error {
-	out, log := p.out, j.o.log()
-	start := time.Now()
-	var res *formats.Result
-	var err error
-	if p.hit != nil {
-		if res, err = j.bc.restoreOutput(ctx, p.hit, st.dir); err != nil {
-			if j.tree == nil {
-				return fmt.Errorf("%s: %w: %v", out.Field, errNotRestored, err)
+// errOutputSkipped is an output not written because the one it is made
+// from failed.
+var errOutputSkipped = errors.New("not written: the output it is made from failed")
+
+// madeOutput is one output as it is made: restored from the cache or
+// written, then hashed unless restored.
+type madeOutput struct {
+	done     chan struct{}
+	res      *formats.Result
+	restored bool
+	err      error
+	hashing  *pendingSums
+}
+
+// firstOutputError is the error of the first output, in the recipe's
+// order, that failed on its own: not one skipped or stopped because
+// another had failed first.
+func firstOutputError(made []*madeOutput) error {
+	var first error
+	for _, m := range made {
+		switch {
+		case m.err == nil:
+		case errors.Is(m.err, errOutputSkipped) || errors.Is(m.err, context.Canceled):
+			if first == nil {
+				first = m.err
 			}
-			log.WithError(err).Warnf("cache: cannot restore output %s; writing it", out.Name)
-			res = nil
-		} else {
-			log.Infof("%s from the cache in %s", res.Files[0], time.Since(start).Round(time.Millisecond))
+		default:
+			return m.err
 		}
 	}
-	if res == nil {
+	return first
+}
+
+// makeOutput restores p's output from the cache or writes it into
+// staging; from is the output p is made from, done, or nil. A written
+// output starts being hashed as soon as it is complete.
+func (j *outputJob) makeOutput(ctx context.Context, staging string, p *outputPlan, from *madeOutput) (*formats.Result, bool, error) {
+	out, log := p.out, j.o.log()
+	start := time.Now()
+	if p.hit != nil {
+		res, err := j.bc.restoreOutput(ctx, p.hit, staging)
+		if err == nil {
+			log.Infof("%s from the cache in %s", res.Files[0], time.Since(start).Round(time.Millisecond))
+			return res, true, nil
+		}
 		if j.tree == nil {
-			return fmt.Errorf("%s: %w: not in the cache", out.Field, errNotRestored)
+			return nil, false, fmt.Errorf("%s: %w: %v", out.Field, errNotRestored, err)
 		}
-		if res, err = j.writeOutput(ctx, p, st); err != nil {
-			return err
-		}
-		log.Infof("wrote %s in %s", res.Files[0], time.Since(start).Round(time.Millisecond))
-		st.hashing = append(st.hashing, hashOutput(st.dir, p, res))
-	} else {
+		log.WithError(err).Warnf("cache: cannot restore output %s; writing it", out.Name)
+	}
+	if j.tree == nil {
+		return nil, false, fmt.Errorf("%s: %w: not in the cache", out.Field, errNotRestored)
+	}
+	res, err := j.writeOutput(ctx, p, staging, from)
+	if err != nil {
+		return nil, false, err
+	}
+	log.Infof("wrote %s in %s", res.Files[0], time.Since(start).Round(time.Millisecond))
+	return res, false, nil
+}
+
+// stageOutput adds a made output to the manifest, and its hashing, when
+// it was written, to what collectSums waits for.
+func (j *outputJob) stageOutput(st *staged, p *outputPlan, m *madeOutput) {
+	out, res := p.out, m.res
+	if m.restored {
 		for name, h := range res.Sums {
 			st.known[name] = h
 		}
+	} else {
+		st.hashing = append(st.hashing, m.hashing)
 	}
 	st.addsOf[out.Name] = res.Adds
 	for _, w := range res.Warnings {
-		log.Warnf("%s: %s", out.Name, w)
+		j.o.log().Warnf("%s: %s", out.Name, w)
 	}
 	st.mainFile[out.Name] = res.Files[0]
 	st.files = append(st.files, res.Files...)
@@ -209,7 +334,6 @@ func (j *outputJob) stageOutput(ctx context.Context, st *staged, p *outputPlan) 
 	for _, a := range res.Adds {
 		st.manifest.WriteString(a + "\n")
 	}
-	return nil
 }
 
 // collectSums waits for the hashing of every written output, and files
@@ -293,8 +417,9 @@ func publish(ctx context.Context, staging, outDir string, all []string) error {
 	return nil
 }
 
-// writeOutput writes one output from the tree into staging.
-func (j *outputJob) writeOutput(ctx context.Context, p *outputPlan, st *staged) (*formats.Result, error) {
+// writeOutput writes one output from the tree into staging; from is the
+// output it is made from, done, or nil.
+func (j *outputJob) writeOutput(ctx context.Context, p *outputPlan, staging string, from *madeOutput) (*formats.Result, error) {
 	out := p.out
 	f, err := formats.Lookup(out.Format)
 	if err != nil {
@@ -310,15 +435,15 @@ func (j *outputJob) writeOutput(ctx context.Context, p *outputPlan, st *staged) 
 	rec := j.rec
 	src := &formats.Source{Tree: j.tree, Epoch: j.ep, Name: rec.Name, Arch: rec.Arch, Seed: seed(rec),
 		WorkDir: scratch, Log: j.o.log().WithField("output", out.Name), Progress: j.o.Progress}
-	if out.From != "" {
-		src.From = filepath.Join(st.dir, st.mainFile[out.From])
-		src.FromAdds = st.addsOf[out.From]
+	if from != nil {
+		src.From = filepath.Join(staging, from.res.Files[0])
+		src.FromAdds = from.res.Adds
 	}
 	parts := j.bc.partStore(p.subject(rec))
 	if parts != nil {
 		src.Parts = parts
 	}
-	res, err := f.Write(ctx, src, p.spec, st.dir, p.base)
+	res, err := f.Write(ctx, src, p.spec, staging, p.base)
 	if parts != nil {
 		if n := parts.close(); n > 0 && res != nil {
 			j.o.log().Infof("cache: %d of the %d compressed parts of output %s unchanged since its last build, taken from it", n, len(res.Parts), out.Name)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -220,5 +221,27 @@ func TestInterruptedBuildLeavesNothing(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(work); len(ents) != 0 {
 		t.Fatalf("interrupted build left its work dir: %v", ents)
+	}
+}
+
+// Outputs are written two at a time: one that fails stops the others,
+// the error names it (not an output stopped because of it, nor the one
+// made from it), and nothing lands in the output directory.
+func TestFailedOutputLeavesNothing(t *testing.T) {
+	dir := t.TempDir()
+	rng := rand.New(rand.NewPCG(3, 4))
+	blob := make([]byte, 24<<20)
+	for i := range blob {
+		blob[i] = byte(rng.Uint32())
+	}
+	recipe := strings.Replace(tinyRecipe, "  - {format: tar}\n",
+		"  - {format: tar}\n  - {format: erofs}\n  - {format: raw, size: 16MiB}\n  - {format: qcow2, from: raw}\n  - {format: cpio}\n", 1)
+	writeFiles(t, dir, map[string]string{"recipe.yaml": recipe,
+		"base.tar": string(hostileTar(t, tarMember{name: "etc/hostname", body: "a\n"}, tarMember{name: "opt/blob", body: string(blob)}))})
+	out := filepath.Join(dir, "out")
+	stamp(t, dir, nil, "build", "recipe.yaml", "-o", out, "--cache-dir", filepath.Join(dir, "cache"), "--no-cache").
+		mustFail(t, 1, "outputs[2] (raw)", "the tree needs")
+	if files := finalFiles(t, out); len(files) != 0 {
+		t.Fatalf("a failed build left %v", files)
 	}
 }
