@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 )
 
 // Ref says that the content of the regular file at Path, and of its hard
@@ -76,6 +77,11 @@ func (t *Tree) WriteContent(ctx context.Context, w io.Writer) error {
 // the path; a referenced file is not hashed again, since its archive is
 // verified as a whole when it is opened.
 func (t *Tree) Restore(ctx context.Context, entries []*Entry, content io.Reader, refs []Ref) error {
+	t.dirs = &dirFDs{open: map[string]*os.File{}}
+	defer func() {
+		t.dirs.close()
+		t.dirs = nil
+	}()
 	byPath := make(map[string]Ref, len(refs))
 	for _, r := range refs {
 		byPath[r.Path] = r

@@ -3,6 +3,8 @@ package rootfs_test
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +28,13 @@ func TestRestoreRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	rootfstest.Symlink(t, a, "/bin", "usr/bin", ep)
+	// Directories and symlinks deeper down, past the descriptors Restore
+	// keeps open.
+	for i := range 80 {
+		d := fmt.Sprintf("/usr/lib/m%02d/sub", i)
+		rootfstest.Dir(t, a, d, 0o750, ep)
+		rootfstest.Symlink(t, a, d+"/link", "../../m00", ep)
+	}
 	rootfstest.Add(t, a, "/dev/null", rootfs.Header{Type: rootfs.TypeChar, Perm: 0o666, Major: 1, Minor: 3, MTime: ep}, "")
 	rootfstest.Add(t, a, "/empty", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, MTime: ep}, "")
 
@@ -53,6 +62,16 @@ func TestRestoreRoundTrip(t *testing.T) {
 	}
 	if got := string(rootfstest.Read(t, b, "/usr/bin/ping4")); got != strings.Repeat("ELF", 5000) {
 		t.Fatalf("hard link content %q", got[:10])
+	}
+	// What Restore made on disk is what the index recorded of it.
+	if ch, err := b.Rescan(ctx, rootfs.Origin{Layer: "test"}); err != nil || len(ch.Added)+len(ch.Modified)+len(ch.Removed) > 0 {
+		t.Fatalf("the restored directory differs from its index: %+v, %v", ch, err)
+	}
+	if target, err := os.Readlink(b.DiskPath("/usr/lib/m79/sub/link")); err != nil || target != "../../m00" {
+		t.Fatalf("a restored symlink reads %q, %v", target, err)
+	}
+	if fi, err := os.Stat(b.DiskPath("/usr/lib/m42/sub")); err != nil || !fi.IsDir() {
+		t.Fatalf("a restored directory: %v", err)
 	}
 
 	// Content that is not what the manifest says is refused, naming the path.

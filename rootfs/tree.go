@@ -63,6 +63,8 @@ type Tree struct {
 	opts    Options
 	entries map[string]*Entry
 	sorted  []string // cache of sorted paths; nil when stale
+	// dirs, while Restore runs, holds directories open to make entries in.
+	dirs *dirFDs
 	// bufs are filled alternately, so one can be read into while the
 	// hasher still reads the other.
 	bufs   [2][]byte
@@ -534,6 +536,9 @@ func diskMode(in *Inode) os.FileMode {
 }
 
 func (t *Tree) createOnDisk(full string, in *Inode, r io.Reader) error {
+	if t.dirs != nil && t.lower == nil && full != "/" && (in.Type == TypeDir || in.Type == TypeSymlink && in.Target != "") {
+		return t.dirs.create(t, full, in)
+	}
 	name := rel(full)
 	if err := t.mkdirUpper(name); err != nil {
 		return err

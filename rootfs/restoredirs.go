@@ -1,0 +1,94 @@
+package rootfs
+
+import (
+	"os"
+	"path"
+
+	"golang.org/x/sys/unix"
+)
+
+// dirFDs keeps directories of the tree open while Restore makes a tree's
+// directories and symlinks, thousands of them in byte order of path, so
+// that each is made relative to its parent's descriptor. Through os.Root
+// every one cost a walk of its path a component at a time, three times
+// over (make, chmod, lstat): 1.6 s of restoring a node's tree.
+//
+// A parent is opened through os.Root, and each entry is made with the *at
+// calls that never follow its last component, so the tree's symlinks are
+// no more followed than os.Root follows them. Nothing is removed or
+// renamed while Restore runs, so an open directory stays the tree's.
+type dirFDs struct {
+	open map[string]*os.File // by full path
+}
+
+// maxOpenDirs bounds the descriptors held; past it they are all closed,
+// and reopened as they are needed.
+const maxOpenDirs = 64
+
+func (d *dirFDs) close() {
+	for _, f := range d.open {
+		f.Close()
+	}
+	clear(d.open)
+}
+
+func (d *dirFDs) keep(full string, f *os.File) {
+	if len(d.open) >= maxOpenDirs {
+		d.close()
+	}
+	d.open[full] = f
+}
+
+// parent returns the open directory holding full.
+func (d *dirFDs) parent(t *Tree, full string) (*os.File, error) {
+	dir := path.Dir(full)
+	if f := d.open[dir]; f != nil {
+		return f, nil
+	}
+	f, err := t.root.Open(rel(dir))
+	if err != nil {
+		return nil, err
+	}
+	d.keep(dir, f)
+	return f, nil
+}
+
+// create makes the directory or symlink in at full as createOnDisk and
+// syncDisk would, recording its state on disk.
+func (d *dirFDs) create(t *Tree, full string, in *Inode) error {
+	p, err := d.parent(t, full)
+	if err != nil {
+		return err
+	}
+	pfd, name := int(p.Fd()), path.Base(full)
+	var st unix.Stat_t
+	switch in.Type {
+	case TypeDir:
+		if err := unix.Mkdirat(pfd, name, 0o700); err != nil {
+			return &os.PathError{Op: "mkdirat", Path: full, Err: err}
+		}
+		fd, err := unix.Openat(pfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return &os.PathError{Op: "openat", Path: full, Err: err}
+		}
+		f := os.NewFile(uintptr(fd), full)
+		if err := unix.Fchmod(fd, uint32(diskMode(in).Perm())); err != nil {
+			f.Close()
+			return &os.PathError{Op: "chmod", Path: full, Err: err}
+		}
+		if err := unix.Fstat(fd, &st); err != nil {
+			f.Close()
+			return &os.PathError{Op: "stat", Path: full, Err: err}
+		}
+		d.keep(full, f)
+	case TypeSymlink:
+		if err := unix.Symlinkat(in.Target, pfd, name); err != nil {
+			return &os.PathError{Op: "symlinkat", Path: full, Err: err}
+		}
+		if err := unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return &os.PathError{Op: "stat", Path: full, Err: err}
+		}
+	}
+	in.disk = diskState{ino: st.Ino, ctime: st.Ctim.Nano(), mode: st.Mode, uid: st.Uid, gid: st.Gid}
+	return nil
+}
