@@ -1,8 +1,6 @@
 package stamp
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"io"
 	"os"
@@ -10,6 +8,7 @@ import (
 
 	"github.com/stamp-dev/stamp/formats"
 	"github.com/stamp-dev/stamp/layers/cache"
+	"github.com/stamp-dev/stamp/rootfs/hashio"
 )
 
 // partsData is a parts record's own data.
@@ -66,7 +65,7 @@ func (bc *buildCache) partStore(subject string) *outputParts {
 	s := &outputParts{c: bc.c, byKey: map[string]partAt{}, files: map[string]*os.File{}, taken: map[string]bool{}}
 	for _, p := range d.Parts {
 		if digest, ok := blobs[p.File]; ok && p.Key != "" && p.Size >= 0 {
-			s.byKey[p.Key] = partAt{blob: digest, off: p.Offset, size: p.Size, sum: p.SHA256, meta: p.Meta}
+			s.byKey[p.Key] = partAt{blob: digest, off: p.Offset, size: p.Size, sum: p.Sum, meta: p.Meta}
 		}
 	}
 	if len(s.byKey) == 0 {
@@ -81,10 +80,11 @@ type partAt struct {
 	sum, meta string
 }
 
-// outputParts reads parts out of the blobs an earlier build filed. Every
-// part is checked against its sha256 as it is copied: a blob changed since
-// (an output written to through its hard link) costs only the parts it
-// spoils, which are compressed again.
+// outputParts reads parts out of the blobs an earlier build filed. The
+// cache checks a blob against its sha256 as it opens it (or knows it
+// unchanged since it last did), and every part is checked against its part
+// sum as it is copied, which keeps a wrong offset filed from reaching an
+// output: a part that fails is compressed again.
 type outputParts struct {
 	c     *cache.Cache
 	byKey map[string]partAt
@@ -105,9 +105,9 @@ func (s *outputParts) Part(key string, w io.Writer) (string, bool) {
 	if f == nil {
 		return "", false
 	}
-	h := sha256.New()
+	h := hashio.NewPartSum()
 	n, err := io.Copy(io.MultiWriter(w, h), io.NewSectionReader(f, at.off, at.size))
-	if err != nil || n != at.size || hex.EncodeToString(h.Sum(nil)) != at.sum {
+	if err != nil || n != at.size || hashio.PartSumHex(h) != at.sum {
 		return "", false
 	}
 	s.mu.Lock()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stamp-dev/stamp/rootfs"
 	"github.com/stamp-dev/stamp/rootfs/compress"
+	"github.com/stamp-dev/stamp/rootfs/hashio"
 )
 
 // cpioPartSize is about how many bytes of archive (headers, names and
@@ -31,7 +32,7 @@ type cpioPart struct {
 	size       int64    // bytes of archive, before compression
 	out        *partBuf // the part, compressed
 	key        string   // cpioPartKey, when parts are filed or reused
-	sum        string   // hex sha256 of out, when parts are filed
+	sum        string   // part sum of out (hashio.PartSum), when parts are filed
 	err        error
 	done       chan struct{}
 }
@@ -146,7 +147,7 @@ func writeCpioSplit(ctx context.Context, w io.Writer, alg compress.Algorithm, it
 		}
 		n := p.out.len()
 		if filed != nil && p.key != "" {
-			*filed = append(*filed, FilePart{Key: p.key, Offset: off, Size: n, SHA256: p.sum})
+			*filed = append(*filed, FilePart{Key: p.key, Offset: off, Size: n, Sum: p.sum})
 		}
 		off += n
 		for _, c := range p.out.chunks {
@@ -222,13 +223,13 @@ func (pb *partBuf) reset() {
 	pb.chunks = nil
 }
 
-// sum is the hex sha256 of what the part holds.
+// sum is the part sum of what the part holds.
 func (pb *partBuf) sum() string {
-	h := sha256.New()
+	h := hashio.NewPartSum()
 	for _, c := range pb.chunks {
 		h.Write(c)
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	return hashio.PartSumHex(h)
 }
 
 // bytes is the part, joined (for tests).
@@ -245,7 +246,7 @@ type cpioPartWriter struct {
 	// window allocated again for every part.
 	zw io.WriteCloser
 	// store supplies parts compressed before; keyed computes each part's
-	// key, summed its sha256.
+	// key, summed its part sum.
 	store         PartStore
 	keyed, summed bool
 }

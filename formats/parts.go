@@ -16,7 +16,7 @@ import (
 // changes how fast an output is written, never what it holds.
 type PartStore interface {
 	// Part writes the compressed part filed under key into w, and reports
-	// whether it had one, whole and matching the sha256 it was filed with,
+	// whether it had one, whole and matching the part sum it was filed with,
 	// and the Meta it was filed with. On false the caller discards
 	// whatever w got and compresses the part itself.
 	Part(key string, w io.Writer) (meta string, ok bool)
@@ -24,7 +24,7 @@ type PartStore interface {
 
 // FilePart is a compressed part of an output file, as a PartStore files
 // it: Size bytes at Offset of File (a name in the output directory) with
-// sha256 SHA256, holding what Key names. Meta is what else the writer
+// part sum Sum (hashio.PartSum), holding what Key names. Meta is what else the writer
 // needs to use the part again, in its own form (an EROFS segment's
 // extents).
 type FilePart struct {
@@ -32,7 +32,7 @@ type FilePart struct {
 	Key    string `json:"key"`
 	Offset int64  `json:"offset"`
 	Size   int64  `json:"size"`
-	SHA256 string `json:"sha256"`
+	Sum    string `json:"sum"`
 	Meta   string `json:"meta,omitempty"`
 }
 
@@ -41,7 +41,7 @@ type FilePart struct {
 func erofsParts(file string, segs []erofs.FiledSegment) []FilePart {
 	parts := make([]FilePart, 0, len(segs))
 	for _, s := range segs {
-		parts = append(parts, FilePart{File: file, Key: s.Key, Offset: s.Offset, Size: s.Size, SHA256: s.SHA256, Meta: s.Meta})
+		parts = append(parts, FilePart{File: file, Key: s.Key, Offset: s.Offset, Size: s.Size, Sum: s.Sum, Meta: s.Meta})
 	}
 	return parts
 }

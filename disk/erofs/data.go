@@ -2,14 +2,13 @@ package erofs
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"sync"
 
 	"github.com/stamp-dev/stamp/disk/erofs/lz4"
 	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/rootfs/hashio"
 )
 
 // segmentSize is how much of a file one worker compresses at a time; a
@@ -101,8 +100,7 @@ func (c *compressor) work(s *segment, codec Compression) {
 		c.compress(s, codec)
 	}
 	if c.summed && s.compressed && s.err == nil {
-		sum := sha256.Sum256(s.blocks)
-		s.sum = hex.EncodeToString(sum[:])
+		s.sum = hashio.PartSum(s.blocks)
 	}
 }
 

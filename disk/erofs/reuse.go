@@ -21,7 +21,7 @@ type SegmentStore interface {
 }
 
 // FiledSegment is a segment of the image as a SegmentStore files it: Size
-// bytes at Offset of the image, with sha256 SHA256, and the extents of its
+// bytes at Offset of the image, with part sum Sum (hashio.PartSum), and the extents of its
 // clusters in Meta. A file kept plain because compressing it gains nothing
 // is filed with no bytes and Meta metaPlain, so that a later image need not
 // compress it to find that out again.
@@ -29,14 +29,11 @@ type FiledSegment struct {
 	Key    string
 	Offset int64
 	Size   int64
-	SHA256 string
+	Sum    string
 	Meta   string
 }
 
 const metaPlain = "plain"
-
-// emptySHA256 is the sha256 of no bytes, a plain file's filed segment's.
-const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 // segmentKey names what a segment holds: the file's content by its sha256,
 // where the segment lies in it, and the codec. "" when the content has no

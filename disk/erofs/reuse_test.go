@@ -2,14 +2,13 @@ package erofs
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"io"
 	"os"
 	"slices"
 	"testing"
 
 	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/rootfs/hashio"
 	"github.com/stamp-dev/stamp/rootfs/rootfstest"
 )
 
@@ -37,7 +36,7 @@ func (m *memSegments) Part(key string, w io.Writer) (string, bool) {
 		return "", false
 	}
 	b := m.data[s.Offset : s.Offset+s.Size]
-	if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != s.SHA256 {
+	if hashio.PartSum(b) != s.Sum {
 		m.missed++
 		return "", false
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/rootfs/hashio"
 )
 
 // writer writes one image.
@@ -131,9 +132,9 @@ func (w *writer) writeSegment(s *segment) error {
 		w.filed[s.key] = true
 		switch {
 		case s.compressed:
-			*w.o.Filed = append(*w.o.Filed, FiledSegment{Key: s.key, Offset: w.next * blockSize, Size: int64(len(data)), SHA256: s.sum, Meta: encodeExtents(s.extents)})
+			*w.o.Filed = append(*w.o.Filed, FiledSegment{Key: s.key, Offset: w.next * blockSize, Size: int64(len(data)), Sum: s.sum, Meta: encodeExtents(s.extents)})
 		case s.plain:
-			*w.o.Filed = append(*w.o.Filed, FiledSegment{Key: s.key, SHA256: emptySHA256, Meta: metaPlain})
+			*w.o.Filed = append(*w.o.Filed, FiledSegment{Key: s.key, Sum: hashio.PartSum(nil), Meta: metaPlain})
 		}
 	}
 	if len(data) > 0 {
