@@ -33,17 +33,16 @@ const (
 	exitUsage  = 2
 )
 
-// memoryLimit is the heap size past which the Go runtime collects
-// garbage harder, unless GOMEMLIMIT says otherwise. Outputs are written two
-// at a time, each with its compressors' buffers, and the collector's
-// default pacing let a node build's RSS reach 476 MiB against the 512 MiB
-// a build should stay under.
-const memoryLimit = 384 << 20
+// buildMemoryLimit is the heap size past which the Go runtime collects
+// garbage harder in a command that runs one build, unless GOMEMLIMIT says
+// otherwise. Outputs are written two at a time, each with its
+// compressors' buffers, and the collector's default pacing let a node
+// build's RSS reach 476 MiB against the 512 MiB a build should stay
+// under. stamp serve, which runs several builds at once, keeps the
+// runtime's default.
+const buildMemoryLimit = 384 << 20
 
 func main() {
-	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(memoryLimit)
-	}
 	os.Exit(run(os.Args, os.Getenv))
 }
 
@@ -500,6 +499,9 @@ func act(c *cli.Context, code *int, getenv func(string) string, fn func(*recipes
 	if c.NArg() != 1 {
 		*code = exitUsage
 		return fmt.Errorf("%s needs exactly one RECIPE argument", c.Command.Name)
+	}
+	if getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(buildMemoryLimit)
 	}
 	log, err := newLogger(c)
 	if err != nil {
