@@ -46,7 +46,7 @@ type archive struct {
 	// kept archives belong to the tree's ArchiveStore, which outlives the
 	// tree: they are closed, never removed.
 	kept bool
-	size int64 // of a kept archive opened again (see openKept)
+	size int64 // of a kept archive
 }
 
 // contentRef says where a regular file's bytes are: Size bytes of a at off.
@@ -165,7 +165,7 @@ func (w *archiveWriter) finish() error {
 	if err == nil && w.store != nil {
 		var p string
 		if p, err = w.store.Keep(w.a.path, sum); err == nil {
-			w.a.path, w.a.kept, w.a.sum = p, true, sum
+			w.a.path, w.a.kept, w.a.sum, w.a.size = p, true, sum, w.n
 		}
 	}
 	if err != nil {

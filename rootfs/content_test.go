@@ -406,3 +406,44 @@ func TestCopyRange(t *testing.T) {
 		}
 	}
 }
+
+// An archive a tree has just kept can be extracted again from the store
+// (ExtractOptions.Kept), as an image layer at two places of one image's
+// chain is: the second extraction points into the same archive.
+func TestExtractKeptTwice(t *testing.T) {
+	ctx := context.Background()
+	data := referenceArchive(t)
+	a, err := New(filepath.Join(t.TempDir(), "a"), Options{DefaultMTime: epoch, Archives: dirStore{t.TempDir()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	if _, err := Extract(ctx, a, bytes.NewReader(data), ExtractOptions{ByReference: true, Map: func(p string) (string, bool) { return "/one" + p, true }}); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	if _, err := Extract(ctx, a, bytes.NewReader(data), ExtractOptions{ByReference: true, Kept: hex.EncodeToString(sum[:]),
+		Map: func(p string) (string, bool) { return "/two" + p, true }}); err != nil {
+		t.Fatalf("extracting the kept archive again: %v", err)
+	}
+	f, err := a.View().Open("/two/usr/bin/big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got, _ := io.ReadAll(f)
+	want, _ := io.ReadAll(mustOpen(t, a, "/one/usr/bin/big"))
+	if len(got) == 0 || !bytes.Equal(got, want) {
+		t.Fatalf("the second extraction reads %d bytes, the first %d", len(got), len(want))
+	}
+}
+
+func mustOpen(t *testing.T, tr *Tree, p string) io.Reader {
+	t.Helper()
+	f, err := tr.View().Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}

@@ -203,9 +203,11 @@ func Extract(ctx context.Context, t *Tree, r io.Reader, o ExtractOptions) (n int
 		}
 	}()
 	if o.ByReference && o.Kept != "" && t.KeepsReferences() {
-		a, err := t.openKept(o.Kept)
-		if err != nil {
-			return 0, fmt.Errorf("the archive kept as %s: %w", o.Kept, err)
+		// The deferred checks below set Extract's own err: nothing here
+		// may shadow it.
+		a, kerr := t.openKept(o.Kept)
+		if kerr != nil {
+			return 0, fmt.Errorf("the archive kept as %s: %w", o.Kept, kerr)
 		}
 		aw := &archiveWriter{a: a, r: r}
 		defer func() {
@@ -218,9 +220,9 @@ func Extract(ctx context.Context, t *Tree, r io.Reader, o ExtractOptions) (n int
 		}()
 		o.archive, r = aw, aw
 	} else if o.ByReference && (t.opts.ContentDir != "" || t.opts.Archives != nil) && t.lower == nil {
-		aw, err := t.newArchive(r)
-		if err != nil {
-			return 0, err
+		aw, aerr := t.newArchive(r)
+		if aerr != nil {
+			return 0, aerr
 		}
 		defer func() {
 			// Read to the end: the caller may verify what follows the
