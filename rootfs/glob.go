@@ -2,6 +2,7 @@ package rootfs
 
 import (
 	"path"
+	"sort"
 	"strings"
 )
 
@@ -52,14 +53,67 @@ func matchSegs(pat, segs []string, trailing bool) bool {
 }
 
 // Glob returns every path in the tree matching pattern, in byte order.
+// Only the paths under the pattern's leading literal segments are matched:
+// they are one run of the sorted paths, found by binary search, so that
+// sealing, which globs once per log file, does not read every path each
+// time.
 func (t *Tree) Glob(pattern string) []string {
-	var out []string
-	for _, p := range t.Paths() {
-		if p != "/" && Match(pattern, p) {
+	g := compileGlob(pattern)
+	paths := t.Paths()
+	if g.prefix != "" {
+		paths = paths[sort.SearchStrings(paths, g.prefix):]
+	}
+	var out, segs []string
+	for _, p := range paths {
+		if !strings.HasPrefix(p, g.prefix) {
+			break
+		}
+		if p == "/" {
+			continue
+		}
+		segs = appendSegs(segs[:0], p)
+		if matchSegs(g.segs, segs, g.trailing) {
 			out = append(out, p)
 		}
 	}
 	return out
+}
+
+// glob is a pattern split once, to match many paths.
+type glob struct {
+	segs     []string
+	trailing bool
+	// prefix is the pattern's leading segments that hold no wildcard or
+	// escape, as a path ("" when the first one does): every path it
+	// matches starts with it.
+	prefix string
+}
+
+func compileGlob(pattern string) glob {
+	g := glob{segs: splitPath(pattern), trailing: strings.HasSuffix(pattern, "/**")}
+	for _, s := range g.segs {
+		if strings.ContainsAny(s, `*?[\`) {
+			break
+		}
+		g.prefix += "/" + s
+	}
+	return g
+}
+
+// appendSegs appends the segments of the path p to segs, as splitPath
+// returns them, without allocating a slice per path.
+func appendSegs(segs []string, p string) []string {
+	for p != "" {
+		i := strings.IndexByte(p, '/')
+		if i < 0 {
+			i = len(p)
+		}
+		if c := p[:i]; c != "" && c != "." {
+			segs = append(segs, c)
+		}
+		p = p[min(i+1, len(p)):]
+	}
+	return segs
 }
 
 // RemoveGlob removes every entry matching pattern and returns what it removed
