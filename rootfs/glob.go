@@ -11,7 +11,8 @@ import (
 // segments, except that a trailing "/**" needs at least one, so "/var/log/**"
 // names what is under /var/log and not the directory itself.
 func Match(pattern, p string) bool {
-	return matchSegs(splitPath(pattern), splitPath(p), strings.HasSuffix(pattern, "/**"))
+	g := compileGlob(pattern)
+	return matchSegs(g.segs, splitPath(p), g.trailing)
 }
 
 // ValidPattern reports whether every segment of pattern is well formed.
@@ -100,8 +101,8 @@ func compileGlob(pattern string) glob {
 	return g
 }
 
-// appendSegs appends the segments of the path p to segs, as splitPath
-// returns them, without allocating a slice per path.
+// appendSegs appends the segments of the path p to segs: its components
+// without the empty and "." ones. Glob reuses one slice for every path.
 func appendSegs(segs []string, p string) []string {
 	for p != "" {
 		i := strings.IndexByte(p, '/')

@@ -45,3 +45,22 @@ func TestGlobMatchesMatch(t *testing.T) {
 		t.Errorf("Glob(/var/log/**) = %q", got)
 	}
 }
+
+// splitPath, on which every lookup in the tree rests, drops empty and "."
+// components and keeps the rest in order, whatever the slashes.
+func TestSplitPath(t *testing.T) {
+	for p, want := range map[string][]string{
+		"":            {},
+		"/":           {},
+		"//a//b/":     {"a", "b"},
+		"./a/./b/.":   {"a", "b"},
+		"a/b":         {"a", "b"},
+		"/a/../b":     {"a", "..", "b"},
+		"/.hidden/..": {".hidden", ".."},
+		"/a b/c\\d":   {"a b", "c\\d"},
+	} {
+		if got := splitPath(p); !slices.Equal(got, want) {
+			t.Errorf("splitPath(%q) = %q, want %q", p, got, want)
+		}
+	}
+}

@@ -731,14 +731,7 @@ func isZero(b []byte) bool { return bytes.Equal(b, zeroBlock[:len(b)]) }
 
 // splitPath splits p into its components, dropping empty ones and ".".
 func splitPath(p string) []string {
-	parts := strings.Split(p, "/")
-	out := parts[:0]
-	for _, c := range parts {
-		if c != "" && c != "." {
-			out = append(out, c)
-		}
-	}
-	return out
+	return appendSegs(make([]string, 0, strings.Count(p, "/")+1), p)
 }
 
 func join(dir, name string) string {
