@@ -257,16 +257,20 @@ func (t *Tree) addRef(full string, h Header, a *archive, off, size int64, digest
 	return e
 }
 
-// Referenced reports whether some file of the tree is not in its directory
-// yet (see Materialize).
-func (t *Tree) Referenced() bool { return t.referenced }
+// Referenced reports whether some entry of the tree is not in its
+// directory yet (see Materialize).
+func (t *Tree) Referenced() bool { return t.referenced || t.offDisk }
 
 // Materialize writes every file whose content is a reference into the tree's
-// directory, hard links as hard links, so that a host process sees the whole
+// directory, hard links as hard links, and makes the directories and
+// symlinks a restore left off it, so that a host process sees the whole
 // tree. The index does not change. Afterwards the archives are no longer
 // needed: those in the content directory are removed, those in the
 // ArchiveStore stay there.
 func (t *Tree) Materialize(ctx context.Context) error {
+	if err := t.materializeDirs(ctx); err != nil {
+		return err
+	}
 	if !t.referenced {
 		return nil
 	}

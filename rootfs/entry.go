@@ -101,6 +101,9 @@ type Inode struct {
 	// ref, when set, is where the content is instead of the tree's
 	// directory (see content.go).
 	ref *contentRef
+	// offDisk is a directory or symlink Restore left out of the tree's
+	// directory until something needs it there (see restoredirs.go).
+	offDisk bool
 }
 
 // Nlink is the number of paths in the tree that share this inode.

@@ -59,9 +59,10 @@ func (t *Tree) RescanAsRoot(ctx context.Context, origin Origin, rootUID, rootGID
 }
 
 func (t *Tree) rescan(ctx context.Context, origin Origin, owners *diskOwners) (*Changes, error) {
-	if t.referenced {
-		// The process ran on a directory without the referenced files,
-		// and their absence would read as removals.
+	if t.referenced || t.offDisk {
+		// The process ran on a directory without the referenced files
+		// (or the directories and symlinks a restore left off it), and
+		// their absence would read as removals.
 		return nil, errors.New("rescan of a tree that was not materialized before a host process ran on it")
 	}
 	s := &rescanner{t: t, origin: origin, owners: owners, ch: &Changes{},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 )
 
 // Ref says that the content of the regular file at Path, and of its hard
@@ -77,11 +76,8 @@ func (t *Tree) WriteContent(ctx context.Context, w io.Writer) error {
 // the path; a referenced file is not hashed again, since its archive is
 // verified as a whole when it is opened.
 func (t *Tree) Restore(ctx context.Context, entries []*Entry, content io.Reader, refs []Ref) error {
-	t.dirs = &dirFDs{open: map[string]*os.File{}}
-	defer func() {
-		t.dirs.close()
-		t.dirs = nil
-	}()
+	t.deferDirs = true
+	defer func() { t.deferDirs = false }()
 	byPath := make(map[string]Ref, len(refs))
 	for _, r := range refs {
 		byPath[r.Path] = r

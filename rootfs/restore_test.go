@@ -28,6 +28,10 @@ func TestRestoreRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	rootfstest.Symlink(t, a, "/bin", "usr/bin", ep)
+	// A second name for a symlink, as a tar can give one.
+	if _, err := a.Link("/usr/lib/bin-too", "/bin", rootfs.Origin{Layer: "base.debs"}); err != nil {
+		t.Fatal(err)
+	}
 	// Directories and symlinks deeper down, past the descriptors Restore
 	// keeps open.
 	for i := range 80 {
@@ -63,9 +67,57 @@ func TestRestoreRoundTrip(t *testing.T) {
 	if got := string(rootfstest.Read(t, b, "/usr/bin/ping4")); got != strings.Repeat("ELF", 5000) {
 		t.Fatalf("hard link content %q", got[:10])
 	}
-	// What Restore made on disk is what the index recorded of it.
+	// Directories and symlinks are made on disk only when something needs
+	// them there: a file below them, or Materialize.
+	if _, err := os.Lstat(b.DiskPath("/usr/lib/m42")); !os.IsNotExist(err) {
+		t.Fatalf("a restored directory nothing needs is on disk: %v", err)
+	}
+	if _, err := os.Lstat(b.DiskPath("/bin")); !os.IsNotExist(err) {
+		t.Fatalf("a restored symlink nothing needs is on disk: %v", err)
+	}
+	if fi, err := os.Stat(b.DiskPath("/usr/bin/ping")); err != nil || fi.Size() != 15000 {
+		t.Fatalf("a restored file: %v", err)
+	}
+	if !b.Referenced() {
+		t.Fatal("a tree with directories off disk says it is all there")
+	}
+	if _, err := b.Rescan(ctx, rootfs.Origin{Layer: "test"}); err == nil {
+		t.Fatal("a rescan of a tree with directories off disk would read them as removed")
+	}
+	rootfstest.Add(t, b, "/usr/lib/m05/sub/new", rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, MTime: ep}, "new\n")
+	if fi, err := os.Lstat(b.DiskPath("/usr/lib/m05/sub")); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o750 {
+		t.Fatalf("the directory a new file needs: %v, %v", fi, err)
+	}
+	if _, err := os.Lstat(b.DiskPath("/usr/lib/m05/sub/link")); !os.IsNotExist(err) {
+		t.Fatalf("a symlink beside a new file is on disk: %v", err)
+	}
+	// A directory off disk is removed and changed in the index alone.
+	if err := b.Remove("/usr/lib/m07"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Create("/usr/lib/m08/sub", rootfs.Header{Type: rootfs.TypeDir, Perm: 0o700, MTime: ep}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Materialize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if b.Referenced() {
+		t.Fatal("a materialized tree says it is not all there")
+	}
+	// What is on disk now is what the index recorded of it.
 	if ch, err := b.Rescan(ctx, rootfs.Origin{Layer: "test"}); err != nil || len(ch.Added)+len(ch.Modified)+len(ch.Removed) > 0 {
 		t.Fatalf("the restored directory differs from its index: %+v, %v", ch, err)
+	}
+	if _, err := os.Lstat(b.DiskPath("/usr/lib/m07")); !os.IsNotExist(err) {
+		t.Fatalf("a removed directory is on disk: %v", err)
+	}
+	if fi, err := os.Lstat(b.DiskPath("/usr/lib/m08/sub")); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("a directory changed while off disk: %v, %v", fi, err)
+	}
+	one, err1 := os.Lstat(b.DiskPath("/bin"))
+	two, err2 := os.Lstat(b.DiskPath("/usr/lib/bin-too"))
+	if err1 != nil || err2 != nil || !os.SameFile(one, two) {
+		t.Fatalf("a symlink's two names are not one inode on disk: %v, %v", err1, err2)
 	}
 	if target, err := os.Readlink(b.DiskPath("/usr/lib/m79/sub/link")); err != nil || target != "../../m00" {
 		t.Fatalf("a restored symlink reads %q, %v", target, err)

@@ -1,22 +1,99 @@
 package rootfs
 
 import (
+	"context"
+	"io/fs"
 	"os"
 	"path"
 
 	"golang.org/x/sys/unix"
 )
 
-// dirFDs keeps directories of the tree open while Restore makes a tree's
-// directories and symlinks, thousands of them in byte order of path, so
-// that each is made relative to its parent's descriptor. Through os.Root
-// every one cost a walk of its path a component at a time, three times
-// over (make, chmod, lstat): 1.6 s of restoring a node's tree.
+// A restored tree's directories and symlinks, thousands of them, are made in
+// its directory only when something needs them there: a file made below one
+// (ensureDir), or a host process that reads the directory (Materialize). A
+// rebuild after a small change writes a few files into the restored tree and
+// reads the rest from the index and the cache; making every directory and
+// symlink was most of its restore, and their removal with the work
+// directory most of its end (on ext4, the kernel seeks a free inode past
+// every one the last build's work directory freed a moment before). An entry
+// is on disk only if its parent is, so ensureDir walks up only as far as the
+// first directory on disk.
+
+// ensureDir makes the directory dir of the tree, and those above it, in the
+// tree's directory when Restore left them off it.
+func (t *Tree) ensureDir(dir string) error {
+	if !t.offDisk {
+		return nil
+	}
+	e := t.entries[dir]
+	if e == nil || !e.offDisk {
+		return nil
+	}
+	if err := t.ensureDir(path.Dir(dir)); err != nil {
+		return err
+	}
+	if e.Type != TypeDir {
+		return &fs.PathError{Op: "mkdir", Path: dir, Err: ErrNotDir}
+	}
+	if err := t.root.Mkdir(rel(dir), 0o700); err != nil {
+		return &fs.PathError{Op: "mkdir", Path: dir, Err: err}
+	}
+	e.offDisk = false
+	return t.syncDisk(dir, e.Inode)
+}
+
+// materializeDirs makes every directory and symlink still off disk, parents
+// first, each relative to its parent's open descriptor; a symlink's hard
+// links as hard links.
+func (t *Tree) materializeDirs(ctx context.Context) error {
+	if !t.offDisk {
+		return nil
+	}
+	if err := t.settleWrites(); err != nil {
+		return err
+	}
+	d := &dirFDs{open: map[string]*os.File{}}
+	defer d.close()
+	first := map[*Inode]string{}
+	for i, p := range t.Paths() {
+		in := t.entries[p].Inode
+		if !in.offDisk {
+			continue
+		}
+		if i%256 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		if fp, ok := first[in]; ok {
+			if err := t.root.Link(rel(fp), rel(p)); err != nil {
+				return &fs.PathError{Op: "link", Path: p, Err: err}
+			}
+			continue
+		}
+		first[in] = p
+		if err := d.create(t, p, in); err != nil {
+			return err
+		}
+	}
+	for in := range first {
+		in.offDisk = false
+	}
+	t.offDisk = false
+	return nil
+}
+
+// dirFDs keeps directories of the tree open while materializeDirs makes
+// thousands of directories and symlinks in byte order of path, so that each
+// is made relative to its parent's descriptor. Through os.Root every one
+// cost a walk of its path a component at a time, three times over (make,
+// chmod, lstat): 1.6 s of making a node's tree.
 //
 // A parent is opened through os.Root, and each entry is made with the *at
 // calls that never follow its last component, so the tree's symlinks are
 // no more followed than os.Root follows them. Nothing is removed or
-// renamed while Restore runs, so an open directory stays the tree's.
+// renamed while they are made, so an open directory stays the tree's.
 type dirFDs struct {
 	open map[string]*os.File // by full path
 }
@@ -54,7 +131,7 @@ func (d *dirFDs) parent(t *Tree, full string) (*os.File, error) {
 }
 
 // create makes the directory or symlink in at full as createOnDisk and
-// syncDisk would, recording its state on disk.
+// syncDisk would, recording its state on disk; its parent is on disk.
 func (d *dirFDs) create(t *Tree, full string, in *Inode) error {
 	p, err := d.parent(t, full)
 	if err != nil {

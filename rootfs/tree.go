@@ -63,8 +63,9 @@ type Tree struct {
 	opts    Options
 	entries map[string]*Entry
 	sorted  []string // cache of sorted paths; nil when stale
-	// dirs, while Restore runs, holds directories open to make entries in.
-	dirs *dirFDs
+	// deferDirs, while Restore runs, leaves directories and symlinks out of
+	// the directory; offDisk says some are (see restoredirs.go).
+	deferDirs, offDisk bool
 	// bufs are filled alternately, so one can be read into while the
 	// hasher still reads the other.
 	bufs   [2][]byte
@@ -194,7 +195,9 @@ func (t *Tree) Open(p string) (*File, error) {
 // DiskPath is where the content of the entry at the exact path p lives on the
 // host. Only for tools that need a host path (hooks, external validators).
 // It is "" when no directory holds the content (see SealedOf), and for a
-// file whose content is a reference until the tree is materialized.
+// file whose content is a reference until the tree is materialized; a
+// directory or symlink a restore made is there only once the tree is
+// materialized or something was made below it.
 func (t *Tree) DiskPath(p string) string {
 	if e := t.entries[p]; e != nil {
 		if lp, ok := t.inLower(e.Inode); ok {
@@ -327,8 +330,12 @@ func (t *Tree) Link(p, target string, origin Origin) (*Entry, error) {
 	}
 	// An overlay's link to content it kept from the lower tree shares the
 	// inode, and with it the lower path the content is read from.
-	if _, lower := t.inLower(te.Inode); !lower && te.ref == nil {
+	// A link to a symlink still off disk is made with it (materializeDirs).
+	if _, lower := t.inLower(te.Inode); !lower && te.ref == nil && !te.offDisk {
 		if err := t.mkdirUpper(rel(full)); err != nil {
+			return nil, &fs.PathError{Op: "link", Path: full, Err: err}
+		}
+		if err := t.ensureDir(path.Dir(full)); err != nil {
 			return nil, &fs.PathError{Op: "link", Path: full, Err: err}
 		}
 		if err := t.root.Link(rel(tp), rel(full)); err != nil {
@@ -507,8 +514,10 @@ func (t *Tree) remove(full string) error {
 			}
 		}
 	}
-	if err := t.root.RemoveAll(rel(full)); err != nil {
-		return &fs.PathError{Op: "remove", Path: full, Err: err}
+	if !e.offDisk {
+		if err := t.root.RemoveAll(rel(full)); err != nil {
+			return &fs.PathError{Op: "remove", Path: full, Err: err}
+		}
 	}
 	e.nlink--
 	delete(t.entries, full)
@@ -536,11 +545,15 @@ func diskMode(in *Inode) os.FileMode {
 }
 
 func (t *Tree) createOnDisk(full string, in *Inode, r io.Reader) error {
-	if t.dirs != nil && t.lower == nil && full != "/" && (in.Type == TypeDir || in.Type == TypeSymlink && in.Target != "") {
-		return t.dirs.create(t, full, in)
+	if t.deferDirs && t.lower == nil && full != "/" && (in.Type == TypeDir || in.Type == TypeSymlink && in.Target != "") {
+		in.offDisk, t.offDisk = true, true
+		return nil
 	}
 	name := rel(full)
 	if err := t.mkdirUpper(name); err != nil {
+		return err
+	}
+	if err := t.ensureDir(path.Dir(full)); err != nil {
 		return err
 	}
 	switch in.Type {
@@ -607,7 +620,7 @@ func finishFile(f *os.File, in *Inode, err error) (os.FileInfo, error) {
 
 // syncDisk sets the on-disk mode of a non-symlink and records its state.
 func (t *Tree) syncDisk(full string, in *Inode) error {
-	if _, lower := t.inLower(in); lower || in.ref != nil {
+	if _, lower := t.inLower(in); lower || in.ref != nil || in.offDisk {
 		return nil // the index alone holds what changed
 	}
 	if in.Type != TypeSymlink {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"runtime"
 	"sync"
 	"syscall"
@@ -248,6 +249,9 @@ func (t *Tree) createQueued(p string, h Header, r io.Reader, size int64, member 
 	in.Size, in.nlink = size, 1
 	e := &Entry{Path: full, Inode: in, Origin: h.Origin}
 	dir := full[:max(len(full)-len(baseName(full)), 1)]
+	if err := t.ensureDir(path.Dir(full)); err != nil {
+		return nil, &fs.PathError{Op: "create", Path: full, Err: err}
+	}
 	if err := t.writes.submit(&writeJob{full: full, name: member, in: in, data: data}, dir); err != nil {
 		return nil, err
 	}

@@ -267,11 +267,12 @@ func (s *Sandbox) Run(ctx context.Context, name string, env []string, argv ...st
 	if len(argv) == 0 {
 		return fmt.Errorf("%s: no command", name)
 	}
-	if err := s.Available(); err != nil {
-		return err
-	}
+	// Available checks the tree's directory, which must be all there.
 	if err := s.Tree.Materialize(ctx); err != nil {
 		return fmt.Errorf("%s: %w", name, err)
+	}
+	if err := s.Available(); err != nil {
+		return err
 	}
 	if err := s.checkOutputAt(); err != nil { // on the tree as materialized
 		return err

@@ -257,6 +257,7 @@ provision:
   layers:
     - files:
         - {path: /etc/motd, content: %q}
+    - hook: ./hooks/listing.sh
 outputs:
   - {format: tar, name: rootfs}
   - format: raw
@@ -265,6 +266,15 @@ outputs:
 `, repo.FileURL(), issue, motd)
 	}
 	dir := debsDir(t, repo, base, recipe("a\n", "one\n"))
+	// The hook reads the tree's directory, which a restored tree holds
+	// whole only once it is materialized: its directories and symlinks are
+	// made on disk when something needs them. The listing, in the image,
+	// must be a build without the cache's.
+	writeFiles(t, dir, map[string]string{"hooks/listing.sh": "#!/bin/sh\nset -e\ncd \"$STAMP_ROOT\"\n" +
+		"find . \\( -type d -o -type l \\) -printf '%p %y %m %l\\n' | LC_ALL=C sort >etc/stamp-listing\n"})
+	if err := os.Chmod(filepath.Join(dir, "hooks", "listing.sh"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	kubelet := bytes.Repeat([]byte("a stand-in for kubelet, larger than a MiB\n"), 60000)
 	if err := os.WriteFile(filepath.Join(dir, "kubelet"), kubelet, 0o755); err != nil {
 		t.Fatal(err)
@@ -317,6 +327,9 @@ outputs:
 	}
 	build("full-third", "--no-cache")
 	sameOutputDirs(t, filepath.Join(dir, "full-third"), filepath.Join(dir, "third"))
+	if listing := string(tarMemberBytes(t, filepath.Join(dir, "third", "e2e-phases-rootfs.tar"), "/etc/stamp-listing")); !strings.Contains(listing, "\n./etc d ") {
+		t.Fatalf("the hook's listing of the restored tree:\n%s", listing)
+	}
 	if bytes.Equal(mustReadFile(t, filepath.Join(dir, "second", "SHA256SUMS")), mustReadFile(t, filepath.Join(dir, "third", "SHA256SUMS"))) {
 		t.Fatal("the change in customize changed nothing: the test proves nothing")
 	}
