@@ -101,8 +101,9 @@ type Inode struct {
 	// ref, when set, is where the content is instead of the tree's
 	// directory (see content.go).
 	ref *contentRef
-	// offDisk is a directory or symlink Restore left out of the tree's
-	// directory until something needs it there (see restoredirs.go).
+	// offDisk is a directory or symlink Restore (or the extraction of an
+	// image layer into a snapshot) left out of the tree's directory until
+	// something needs it there (see restoredirs.go).
 	offDisk bool
 }
 

@@ -236,6 +236,14 @@ func Extract(ctx context.Context, t *Tree, r io.Reader, o ExtractOptions) (n int
 		}()
 		o.archive, r = aw, aw
 	}
+	if o.Snapshot != nil && o.archive != nil && !t.adopted && !t.deferDirs {
+		// An image layer's directories and symlinks, thousands of them,
+		// wait in the index as a restored tree's do (see restoredirs.go):
+		// its files point into the archive, and nothing at build time
+		// reads a snapshot's directory.
+		t.deferDirs = true
+		defer func() { t.deferDirs = false }()
+	}
 	tr := tar.NewReader(r)
 	var created map[string]bool
 	if o.Whiteouts || o.Snapshot != nil && !o.Snapshot.Overlay {

@@ -687,3 +687,73 @@ func TestExtractSnapshot(t *testing.T) {
 		t.Error("a whiteout of the layer's own file was accepted")
 	}
 }
+
+// An image layer unpacked by reference into a snapshot leaves its
+// directories and symlinks in the index until something needs them on
+// disk, and indexes what an unpack that writes everything does.
+func TestExtractSnapshotByReferenceDefersDirs(t *testing.T) {
+	layer := mktar(t,
+		member{name: "./", typ: tar.TypeDir, mode: 0o755},
+		member{name: "usr/", typ: tar.TypeDir, mode: 0o755},
+		member{name: "usr/lib/", typ: tar.TypeDir, mode: 0o750},
+		member{name: "usr/lib/libx.so.1", body: "elf"},
+		member{name: "usr/lib/libx.so", typ: tar.TypeSymlink, link: "libx.so.1"},
+		member{name: "usr/share/", typ: tar.TypeDir, mode: 0o755},
+		member{name: "usr/share/doc/", typ: tar.TypeDir, mode: 0o755},
+		member{name: "bin", typ: tar.TypeSymlink, link: "usr/bin"},
+		member{name: "gone/", typ: tar.TypeDir, mode: 0o755},
+		member{name: "gone/sub/", typ: tar.TypeDir, mode: 0o755},
+		member{name: ".wh.gone"},
+	)
+	unpack := func(tr *Tree) {
+		t.Helper()
+		for _, d := range []string{"/snap", "/snap/1"} {
+			if _, err := tr.Create(d, Header{Type: TypeDir, Perm: 0o755, MTime: epoch}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := Extract(context.Background(), tr, bytes.NewReader(layer), ExtractOptions{ByReference: true, Snapshot: &Snapshot{Dir: "/snap/1"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	written, err := New(t.TempDir(), Options{DefaultMTime: epoch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer written.Close()
+	unpack(written)
+	base := t.TempDir()
+	byRef, err := New(filepath.Join(base, "tree"), Options{DefaultMTime: epoch, ContentDir: filepath.Join(base, "content")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer byRef.Close()
+	unpack(byRef)
+	if got, want := manifestOf(t, byRef), manifestOf(t, written); got != want {
+		t.Fatalf("manifests differ:\n%s\nwant\n%s", got, want)
+	}
+	for _, p := range []string{"/snap/1/usr", "/snap/1/bin", "/snap/1/gone"} {
+		if _, err := os.Lstat(filepath.Join(byRef.Dir(), p)); !os.IsNotExist(err) {
+			t.Errorf("%s is on disk before anything needs it: %v", p, err)
+		}
+	}
+	if fi, err := os.Lstat(filepath.Join(byRef.Dir(), "/snap/1")); err != nil || !fi.IsDir() {
+		t.Fatalf("the snapshot's own directory: %v", err)
+	}
+	// A file made later below a directory of the layer makes it.
+	if _, err := byRef.Create("/snap/1/usr/share/doc/x", Header{Type: TypeRegular, Perm: 0o644, MTime: epoch}, strings.NewReader("x")); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(filepath.Join(byRef.Dir(), "/snap/1/usr/share/doc")); err != nil || !fi.IsDir() {
+		t.Fatalf("the directory of a new file: %v", err)
+	}
+	if err := byRef.Materialize(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if target, err := os.Readlink(filepath.Join(byRef.Dir(), "/snap/1/usr/lib/libx.so")); err != nil || target != "libx.so.1" {
+		t.Fatalf("the layer's symlink once materialized: %q, %v", target, err)
+	}
+	if ch, err := byRef.Rescan(context.Background(), Origin{Layer: "test"}); err != nil || len(ch.Added)+len(ch.Modified)+len(ch.Removed) > 0 {
+		t.Fatalf("the materialized directory differs from its index: %+v, %v", ch, err)
+	}
+}

@@ -16,9 +16,10 @@ import (
 // reads the rest from the index and the cache; making every directory and
 // symlink was most of its restore, and their removal with the work
 // directory most of its end (on ext4, the kernel seeks a free inode past
-// every one the last build's work directory freed a moment before). An entry
-// is on disk only if its parent is, so ensureDir walks up only as far as the
-// first directory on disk.
+// every one the last build's work directory freed a moment before). An image
+// layer unpacked by reference into a containerd snapshot waits the same way.
+// An entry is on disk only if its parent is, so ensureDir walks up only as
+// far as the first directory on disk.
 
 // ensureDir makes the directory dir of the tree, and those above it, in the
 // tree's directory when Restore left them off it.

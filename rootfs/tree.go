@@ -63,8 +63,9 @@ type Tree struct {
 	opts    Options
 	entries map[string]*Entry
 	sorted  []string // cache of sorted paths; nil when stale
-	// deferDirs, while Restore runs, leaves directories and symlinks out of
-	// the directory; offDisk says some are (see restoredirs.go).
+	// deferDirs, while Restore or a snapshot's extraction runs, leaves
+	// directories and symlinks out of the directory; offDisk says some are
+	// (see restoredirs.go).
 	deferDirs, offDisk bool
 	// bufs are filled alternately, so one can be read into while the
 	// hasher still reads the other.
