@@ -179,10 +179,11 @@ func planDisk(ctx context.Context, src *Source, spec *RawSpec) (_ *diskPlan, err
 	}
 	var view *rootfs.Tree
 	if spec.Grow {
-		if view, err = growView(src); err != nil {
+		var done func()
+		if view, done, err = growView(src); err != nil {
 			return nil, fmt.Errorf("grow: %w", err)
 		}
-		p.cleanup = append(p.cleanup, func() { view.Close() })
+		p.cleanup = append(p.cleanup, done)
 		root.tree = view.View()
 	}
 	if p.usr != nil {
@@ -762,31 +763,34 @@ GrowFileSystem=yes
 
 // growView is the disk's own view of the sealed tree: the tree with the
 // repart drop-in added, unless the tree already has one. The tree itself,
-// and so every other output, never sees the file.
-func growView(src *Source) (*rootfs.Tree, error) {
+// and so every other output, never sees the file. done closes the view and
+// removes its directory.
+func growView(src *Source) (*rootfs.Tree, func(), error) {
 	dir, err := os.MkdirTemp(src.WorkDir, "grow-")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	view, err := src.Tree.Overlay(dir)
 	if err != nil {
-		return nil, err
+		os.RemoveAll(dir)
+		return nil, nil, err
 	}
+	done := func() { view.Close(); os.RemoveAll(dir) }
 	if view.Get(GrowDropIn) != nil {
-		return view, nil
+		return view, done, nil
 	}
 	origin := rootfs.Origin{Layer: "stamp", Member: "raw.grow"}
 	if _, err := view.MkdirAll(path.Dir(GrowDropIn), rootfs.Header{Perm: 0o755, MTime: src.Epoch, Origin: origin}); err != nil {
-		view.Close()
-		return nil, err
+		done()
+		return nil, nil, err
 	}
 	_, err = view.Create(GrowDropIn, rootfs.Header{Type: rootfs.TypeRegular, Perm: 0o644, MTime: src.Epoch, Origin: origin},
 		strings.NewReader(growDropIn))
 	if err != nil {
-		view.Close()
-		return nil, err
+		done()
+		return nil, nil, err
 	}
-	return view, nil
+	return view, done, nil
 }
 
 // emptyTree is a tree holding only its root, for an ext4 partition other

@@ -64,12 +64,22 @@ func rawSource(tree *rootfs.Tree, arch string) *Source {
 	return &Source{Tree: tree.View(), Epoch: tarEpoch, Name: "node", Arch: arch, Seed: "node"}
 }
 
+// writeRaw writes the disk and checks it left nothing in its work
+// directory: the views and scratch trees a disk makes are its own to remove.
 func writeRaw(t testing.TB, src *Source, spec *RawSpec) (string, *Result) {
 	t.Helper()
 	dir := t.TempDir()
+	if src.WorkDir == "" {
+		withWork := *src
+		withWork.WorkDir = t.TempDir()
+		src = &withWork
+	}
 	res, err := rawFormat{}.Write(context.Background(), src, &Spec{Format: "raw", Name: "raw", Options: spec}, dir, "node")
 	if err != nil {
 		t.Fatalf("raw: %v", err)
+	}
+	if left, _ := os.ReadDir(src.WorkDir); len(left) > 0 {
+		t.Errorf("raw: left %s in its work directory", left[0].Name())
 	}
 	return filepath.Join(dir, res.Files[0]), res
 }
