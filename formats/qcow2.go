@@ -24,10 +24,20 @@ func (qcow2Format) Write(ctx context.Context, src *Source, spec *Spec, dir, base
 	if err != nil {
 		return nil, err
 	}
-	return encodeRaw(src, spec, dir, base+".qcow2", func(out *os.File, in *os.File, size int64, progress func(int64)) error {
-		_, err := qcow2.Write(ctx, out, in, size, qcow2.Options{Compress: so.Compress, Progress: progress})
+	name := base + ".qcow2"
+	var st *qcow2.Stats
+	res, err := encodeRaw(src, spec, dir, name, func(out *os.File, in *os.File, size int64, progress func(int64)) error {
+		st, err = qcow2.Write(ctx, out, in, size, qcow2.Options{Compress: so.Compress, Progress: progress})
 		return err
 	})
+	if err != nil {
+		return nil, err
+	}
+	if st.SHA256 != "" {
+		// Hashed as written: the build need not read the image back.
+		res.Sums = map[string]string{name: st.SHA256}
+	}
+	return res, nil
 }
 
 // encodeRaw writes the raw disk output src.From, encoded by encode, as

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -306,7 +307,13 @@ func writeTwiceFromRaw(t *testing.T, f Format, tree *rootfs.Tree, img string, sp
 		if want := readAdds(t, img, tree); !slices.Equal(res.Adds, want) {
 			t.Errorf("%s adds %q, want the raw disk's %q", spec.Format, res.Adds, want)
 		}
-		sums = append(sums, sumFile(t, p))
+		sum := sumFile(t, p)
+		for name, h := range res.Sums {
+			if name != res.Files[0] || h != hex.EncodeToString(sum[:]) {
+				t.Errorf("%s reports sha256 %s for %s; %s's is %x", spec.Format, h, name, res.Files[0], sum)
+			}
+		}
+		sums = append(sums, sum)
 		out = append(out, derived{p, res, src})
 	}
 	if sums[0] != sums[1] {

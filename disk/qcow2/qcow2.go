@@ -1,7 +1,9 @@
 // Package qcow2 writes and reads qcow2 version 3 images (qemu's
 // docs/interop/qcow2.txt) of a raw disk.
 //
-// The writer makes one pass over the raw disk. Clusters that read as zeros
+// The writer makes one pass over the raw disk, or two for an uncompressed
+// image of a file: one to find the clusters that hold data, one to write
+// the image header first, hashing it as it goes. Clusters that read as zeros
 // are left out (unallocated); the rest follow the header in guest order,
 // each as it is or, when asked, deflate-compressed as qemu's compression
 // type 0 expects. The tables that map them come after the data: L2 tables,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -18,19 +19,19 @@ import (
 // rawDisk writes a sparse raw disk with what the encoder must tell apart:
 // incompressible and compressible data, zeros written as data (not
 // stored), a hole, a cluster with one byte set at its end, and a partial
-// last cluster.
-func rawDisk(t testing.TB, dir string, size int64) string {
+// last cluster; and more pieces.
+func rawDisk(t testing.TB, dir string, size int64, more ...harness.DiskPiece) string {
 	random := harness.RandomBytes(5, 1<<20+333)
 	var text bytes.Buffer
 	for i := 0; text.Len() < 2<<20; i++ {
 		fmt.Fprintf(&text, "line %d: the quick brown fox %x jumps over the lazy dog\n", i, random[i%len(random)]%64)
 	}
-	return harness.SparseRawDisk(t, dir, size,
-		harness.DiskPiece{Off: 0, Data: random},
-		harness.DiskPiece{Off: 4<<20 + 100, Data: text.Bytes()},
-		harness.DiskPiece{Off: 10 << 20, Data: make([]byte, 256<<10)},
-		harness.DiskPiece{Off: 12<<20 + clusterSize - 1, Data: []byte{7}},
-		harness.DiskPiece{Off: size - 1000, Data: random[:1000]})
+	return harness.SparseRawDisk(t, dir, size, append([]harness.DiskPiece{
+		{Off: 0, Data: random},
+		{Off: 4<<20 + 100, Data: text.Bytes()},
+		{Off: 10 << 20, Data: make([]byte, 256<<10)},
+		{Off: 12<<20 + clusterSize - 1, Data: []byte{7}},
+		{Off: size - 1000, Data: random[:1000]}}, more...)...)
 }
 
 func writeQcow2(t testing.TB, raw, out string, o Options) (st *Stats) {
@@ -125,19 +126,34 @@ func checkReader(t testing.TB, raw, img string) {
 	}
 }
 
+// TestHolesDoNotChangeTheOutput writes the same disk from its file (holes
+// skipped; an uncompressed image mapped, header first, hashed as written)
+// and through a plain ReaderAt (every byte read, the header last): the
+// images must be the same, and a hash taken while writing must be the
+// file's. The disk is larger than the window the writer maps at a time,
+// and has data across the windows' boundary.
 func TestHolesDoNotChangeTheOutput(t *testing.T) {
 	dir := t.TempDir()
-	raw := rawDisk(t, dir, 32<<20)
-	img := filepath.Join(dir, "file.qcow2")
-	writeQcow2(t, raw, img, Options{Compress: true})
-	// Through a plain ReaderAt every byte is read, holes included.
+	window := int64(windowClusters * clusterSize)
+	raw := rawDisk(t, dir, window+5*clusterSize+3*512,
+		harness.DiskPiece{Off: window - 3000, Data: harness.RandomBytes(6, 3*clusterSize)})
 	b, _ := os.ReadFile(raw)
-	var out bytes.Buffer
-	if _, err := Write(context.Background(), &bufferAt{&out}, bytes.NewReader(b), int64(len(b)), Options{Compress: true}); err != nil {
-		t.Fatal(err)
-	}
-	if sha256.Sum256(out.Bytes()) != fileSum(t, img) {
-		t.Fatal("the output depends on whether holes were seen")
+	for _, compress := range []bool{false, true} {
+		img := filepath.Join(dir, fmt.Sprintf("file-%v.qcow2", compress))
+		st := writeQcow2(t, raw, img, Options{Compress: compress})
+		switch sum := fileSum(t, img); {
+		case compress && st.SHA256 != "":
+			t.Errorf("compress=%v: a hash (%s) from a writer that places clusters as they compress", compress, st.SHA256)
+		case !compress && st.SHA256 != hex.EncodeToString(sum[:]):
+			t.Errorf("compress=%v: hashed as written %q, the file's sha256 is %x", compress, st.SHA256, sum)
+		}
+		var out bytes.Buffer
+		if _, err := Write(context.Background(), &bufferAt{&out}, bytes.NewReader(b), int64(len(b)), Options{Compress: compress}); err != nil {
+			t.Fatal(err)
+		}
+		if sha256.Sum256(out.Bytes()) != fileSum(t, img) {
+			t.Errorf("compress=%v: the output depends on whether holes were seen", compress)
+		}
 	}
 }
 
@@ -184,16 +200,21 @@ func TestCheckCatchesABadRefcount(t *testing.T) {
 }
 
 func TestEmptyAndTinyDisks(t *testing.T) {
-	for _, size := range []int64{0, 512, clusterSize, 3 * clusterSize} {
-		dir := t.TempDir()
-		raw := filepath.Join(dir, "raw")
-		os.WriteFile(raw, bytes.Repeat([]byte{0xAB}, int(size)), 0o644)
-		img := filepath.Join(dir, "img.qcow2")
-		writeQcow2(t, raw, img, Options{Compress: true})
-		if out := harness.QemuImg(t, "check", img); !strings.Contains(out, "No errors") {
-			t.Errorf("%d bytes: %s", size, out)
+	for _, size := range []int64{0, 512, clusterSize, 3*clusterSize + 1024} {
+		for _, compress := range []bool{false, true} {
+			dir := t.TempDir()
+			raw := filepath.Join(dir, "raw")
+			os.WriteFile(raw, bytes.Repeat([]byte{0xAB}, int(size)), 0o644)
+			img := filepath.Join(dir, "img.qcow2")
+			st := writeQcow2(t, raw, img, Options{Compress: compress})
+			if out := harness.QemuImg(t, "check", img); !strings.Contains(out, "No errors") {
+				t.Errorf("%d bytes, compress=%v: %s", size, compress, out)
+			}
+			checkReader(t, raw, img)
+			if sum := fileSum(t, img); st.SHA256 != "" && st.SHA256 != hex.EncodeToString(sum[:]) {
+				t.Errorf("%d bytes: hashed as written %s, the file's sha256 is %x", size, st.SHA256, sum)
+			}
 		}
-		checkReader(t, raw, img)
 	}
 	if _, err := Write(context.Background(), &bufferAt{&bytes.Buffer{}}, bytes.NewReader(nil), 1000, Options{}); err == nil {
 		t.Error("a disk of 1000 bytes: want an error")

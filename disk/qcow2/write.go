@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
 	"sync"
 
@@ -32,6 +33,9 @@ type Stats struct {
 	Clusters   int64 // guest clusters stored
 	Compressed int64 // of those, stored compressed
 	FileSize   int64
+	// SHA256 is the image's hex sha256 when Write hashed it as it wrote
+	// it (an uncompressed image of an *os.File), else "".
+	SHA256 string
 }
 
 // chunkClusters is how many clusters are read, and compressed in parallel,
@@ -40,7 +44,8 @@ const chunkClusters = 64
 
 // Write encodes the raw disk of size bytes in src as a qcow2 image written
 // from offset 0 of w. When src is an *os.File its holes are skipped without
-// reading them.
+// reading them, and an uncompressed image is hashed as it is written
+// (Stats.SHA256).
 func Write(ctx context.Context, w io.WriterAt, src io.ReaderAt, size int64, o Options) (*Stats, error) {
 	if size < 0 || size%sector != 0 {
 		return nil, fmt.Errorf("qcow2: a disk of %d bytes is not whole 512-byte sectors", size)
@@ -66,6 +71,15 @@ func Write(ctx context.Context, w io.WriterAt, src io.ReaderAt, size int64, o Op
 				return nil, err
 			}
 			wr.comp[i] = c
+		}
+	}
+	if f, ok := src.(*os.File); ok && !o.Compress {
+		if r, err := mapRaw(f, size); err == nil {
+			defer r.unmap()
+			if err := wr.writeHashed(ctx, w, src, r); err != nil {
+				return nil, err
+			}
+			return &wr.stats, nil
 		}
 	}
 	extents := disk.DataExtents(src, size)
@@ -232,20 +246,58 @@ func (wr *writer) placeCompressed(b []byte) uint64 {
 
 // finish writes the tables after the data and the header before it.
 func (wr *writer) finish(size int64) error {
+	t, err := wr.layoutTables(size)
+	if err != nil {
+		return err
+	}
+	for _, p := range t.pieces {
+		wr.out.writeAt(p.b, p.off)
+	}
+	wr.out.writeAt(t.header, 0)
+	if err := wr.out.flush(); err != nil {
+		return err
+	}
+	wr.stats.FileSize = wr.pos
+	return nil
+}
+
+// tables are what follows the data, each piece at its offset in
+// increasing order, and the header, which goes at offset 0.
+type tables struct {
+	pieces []piece
+	header []byte
+}
+
+type piece struct {
+	b   []byte
+	off int64
+}
+
+// layoutTables places the tables after the data placed so far and counts
+// their references, without writing anything.
+func (wr *writer) layoutTables(size int64) (*tables, error) {
+	t := &tables{}
+	// Each table takes whole clusters at the next cluster boundary, so
+	// holes remain holes and nothing is written twice.
+	place := func(b []byte) int64 {
+		wr.alignPos()
+		off := wr.pos
+		t.pieces = append(t.pieces, piece{b, off})
+		wr.ref(off, off+clusterSize)
+		wr.pos += clusterSize
+		return off
+	}
 	wr.alignPos()
-	// After data, tables: each one cluster at a time in the sequential
-	// writer, so holes remain holes and nothing is written twice.
 	l1 := make([]uint64, len(wr.l2))
-	tbl := make([]byte, clusterSize)
-	for i, t := range wr.l2 {
-		if t == nil {
+	for i, l2 := range wr.l2 {
+		if l2 == nil {
 			continue
 		}
-		for k, e := range t {
+		tbl := make([]byte, clusterSize)
+		for k, e := range l2 {
 			binary.BigEndian.PutUint64(tbl[k*8:], e)
 		}
-		l1[i] = oflagCopied | uint64(wr.pos)
-		wr.placeCluster(tbl)
+		l1[i] = oflagCopied | uint64(place(tbl))
 	}
 	l1Off := wr.pos
 	// An empty disk has an empty L1 table that takes no cluster; qemu
@@ -256,7 +308,7 @@ func (wr *writer) finish(size int64) error {
 		binary.BigEndian.PutUint64(l1Bytes[i*8:], e)
 	}
 	for i := int64(0); i < l1Clusters; i++ {
-		wr.placeCluster(l1Bytes[i*clusterSize : (i+1)*clusterSize])
+		place(l1Bytes[i*clusterSize : (i+1)*clusterSize])
 	}
 	// The refcount structures count themselves: find the fixed point.
 	before := wr.pos / clusterSize
@@ -274,33 +326,28 @@ func (wr *writer) finish(size int64) error {
 	wr.ref(rtOff, rtOff+(rt+rb)*clusterSize)
 	for _, r := range wr.refs {
 		if r == 0xFFFF {
-			return errors.New("qcow2: a host cluster is shared by too many compressed clusters")
+			return nil, errors.New("qcow2: a host cluster is shared by too many compressed clusters")
 		}
 	}
 	rtBytes := make([]byte, rt*clusterSize)
 	for i := int64(0); i < rb; i++ {
 		binary.BigEndian.PutUint64(rtBytes[i*8:], uint64(rtOff+(rt+i)*clusterSize))
 	}
-	wr.out.writeAt(rtBytes, rtOff)
-	rbBytes := make([]byte, clusterSize)
+	t.pieces = append(t.pieces, piece{rtBytes, rtOff})
 	for i := int64(0); i < rb; i++ {
-		clear(rbBytes)
+		rbBytes := make([]byte, clusterSize)
 		for k := int64(0); k < rbEntries; k++ {
 			if hc := i*rbEntries + k; hc < int64(len(wr.refs)) {
 				binary.BigEndian.PutUint16(rbBytes[k*2:], wr.refs[hc])
 			}
 		}
-		wr.out.writeAt(rbBytes, rtOff+(rt+i)*clusterSize)
+		t.pieces = append(t.pieces, piece{rbBytes, rtOff + (rt+i)*clusterSize})
 	}
 	wr.pos = rtOff + (rt+rb)*clusterSize
 	h := header{size: uint64(size), l1Size: uint32(len(l1)), l1Offset: uint64(l1Off),
 		refTableOffset: uint64(rtOff), refTableClusters: uint32(rt)}
-	wr.out.writeAt(h.marshal(), 0)
-	if err := wr.out.flush(); err != nil {
-		return err
-	}
-	wr.stats.FileSize = wr.pos
-	return nil
+	t.header = h.marshal()
+	return t, nil
 }
 
 // seqWriter gathers writes at increasing offsets into large ones. A write
