@@ -25,89 +25,67 @@ import (
 // overlaps writing.
 const runClusters = 64
 
-// windowClusters is how much of the raw disk is mapped at a time: mapped
-// pages count in the process's resident set, which a whole disk of
-// gigabytes would swell for no gain.
-const windowClusters = 1024
-
-// rawWindows maps the raw disk a window at a time.
-type rawWindows struct {
-	fd   int
-	size int64
-	win  int64 // the window mapped, or -1
+// mappedRaw is the raw disk mapped whole. Mapped pages count in the
+// process's resident set as they are touched, so each pass lets go of
+// what it is done with (MADV_DONTNEED: the pages stay in the page cache):
+// a disk of gigabytes would otherwise swell it by as much.
+type mappedRaw struct {
 	m    []byte
-	// release is called before a window is unmapped: nothing may still
-	// read it.
-	release func()
+	size int64
 }
 
-// mapRaw checks that the first size bytes of f can be mapped (past the
-// end of the file a mapping faults instead of reading) and maps the first
-// window.
-func mapRaw(f *os.File, size int64) (*rawWindows, error) {
+// mapRaw maps the first size bytes of f, or says why it cannot: past the
+// end of the file a mapping faults instead of reading.
+func mapRaw(f *os.File, size int64) (*mappedRaw, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return nil, err
 	}
-	if size <= 0 || st.Size < size {
+	if size <= 0 || st.Size < size || int64(int(size)) != size {
 		return nil, fmt.Errorf("qcow2: %d bytes of a %d-byte file cannot be mapped", size, st.Size)
 	}
-	r := &rawWindows{fd: int(f.Fd()), size: size, win: -1, release: func() {}}
-	if _, err := r.clusters(0, 0); err != nil {
+	m, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
 		return nil, err
 	}
-	return r, nil
+	return &mappedRaw{m: m, size: size}, nil
 }
 
-// clusters returns guest clusters first to last, which must be in one
-// window; the last may be partial.
-func (r *rawWindows) clusters(first, last uint64) ([]byte, error) {
-	w := int64(first / windowClusters)
-	if int64(last/windowClusters) != w {
-		return nil, fmt.Errorf("qcow2: clusters %d to %d span two windows", first, last)
-	}
-	base := w * windowClusters * clusterSize
-	if w != r.win {
-		r.unmap()
-		m, err := unix.Mmap(r.fd, base, int(min(windowClusters*clusterSize, r.size-base)), unix.PROT_READ, unix.MAP_SHARED)
-		if err != nil {
-			return nil, fmt.Errorf("qcow2: mapping the raw disk at %d: %w", base, err)
-		}
-		r.win, r.m = w, m
-	}
-	return r.m[int64(first)*clusterSize-base : min(int64(last+1)*clusterSize, r.size)-base], nil
+// clusters returns guest clusters first to last; the last may be partial.
+func (r *mappedRaw) clusters(first, last uint64) []byte {
+	return r.m[int64(first)*clusterSize : min(int64(last+1)*clusterSize, r.size)]
 }
 
-func (r *rawWindows) unmap() {
-	if r.m != nil {
-		r.release()
-		unix.Munmap(r.m)
-		r.win, r.m = -1, nil
+// done lets go of the pages of b, a slice of the mapping nothing reads any
+// more.
+func (r *mappedRaw) done(b []byte) {
+	if len(b) > 0 {
+		unix.Madvise(b, unix.MADV_DONTNEED)
 	}
 }
+
+func (r *mappedRaw) unmap() { unix.Munmap(r.m) }
 
 // writeHashed writes the uncompressed image of the raw disk r (whose holes
 // src, the same file, tells), header first and in order, and hashes it as
 // it goes.
-func (wr *writer) writeHashed(ctx context.Context, w io.WriterAt, src io.ReaderAt, r *rawWindows) error {
+func (wr *writer) writeHashed(ctx context.Context, w io.WriterAt, src io.ReaderAt, r *mappedRaw) error {
 	size := r.size
 	var data []uint64
 	var next uint64
 	for _, e := range disk.DataExtents(src, size) {
 		end := uint64((e.Off + e.Len + clusterSize - 1) / clusterSize)
-		for c := max(uint64(e.Off/clusterSize), next); c < end; c++ {
-			if c%runClusters == 0 {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-			}
-			b, err := r.clusters(c, c)
-			if err != nil {
+		for c := max(uint64(e.Off/clusterSize), next); c < end; c += runClusters {
+			if err := ctx.Err(); err != nil {
 				return err
 			}
-			if !disk.IsZero(b) {
-				data = append(data, c)
+			last := min(c+runClusters, end) - 1
+			for g := c; g <= last; g++ {
+				if !disk.IsZero(r.clusters(g, g)) {
+					data = append(data, g)
+				}
 			}
+			r.done(r.clusters(c, last))
 		}
 		next = max(next, end)
 	}
@@ -123,24 +101,27 @@ func (wr *writer) writeHashed(ctx context.Context, w io.WriterAt, src io.ReaderA
 
 	hw := &hashingWriter{w: w, h: hashio.NewHasher(), zeros: make([]byte, clusterSize)}
 	defer hw.h.Close()
-	r.release = func() { hw.h.Settle(0) }
 	hw.write(t.header, 0)
+	// Once a run is handed to the hasher, those before the last
+	// hashio's in-flight bound are hashed: their pages can go.
+	var handed [][]byte
 	for i := 0; i < len(data) && hw.err == nil; {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		k := i + 1
-		for k < len(data) && k-i < runClusters && data[k] == data[k-1]+1 && data[k]/windowClusters == data[i]/windowClusters {
+		for k < len(data) && k-i < runClusters && data[k] == data[k-1]+1 {
 			k++
 		}
 		// The k-th data cluster is host cluster k+1. A partial last
 		// cluster needs no padding: the tables after it leave its rest a
 		// hole, which reads, and hashes, as zeros.
-		run, err := r.clusters(data[i], data[k-1])
-		if err != nil {
-			return err
-		}
+		run := r.clusters(data[i], data[k-1])
 		hw.write(run, int64(i+1)*clusterSize)
+		if handed = append(handed, run); len(handed) > hashio.MaxPending {
+			r.done(handed[0])
+			handed = handed[1:]
+		}
 		if wr.opts.Progress != nil {
 			wr.opts.Progress(int64(len(run)))
 		}

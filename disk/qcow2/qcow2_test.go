@@ -130,13 +130,13 @@ func checkReader(t testing.TB, raw, img string) {
 // skipped; an uncompressed image mapped, header first, hashed as written)
 // and through a plain ReaderAt (every byte read, the header last): the
 // images must be the same, and a hash taken while writing must be the
-// file's. The disk is larger than the window the writer maps at a time,
-// and has data across the windows' boundary.
+// file's. The disk has runs of data longer than one write, and data across
+// the boundary of two.
 func TestHolesDoNotChangeTheOutput(t *testing.T) {
 	dir := t.TempDir()
-	window := int64(windowClusters * clusterSize)
-	raw := rawDisk(t, dir, window+5*clusterSize+3*512,
-		harness.DiskPiece{Off: window - 3000, Data: harness.RandomBytes(6, 3*clusterSize)})
+	run := int64(runClusters * clusterSize)
+	raw := rawDisk(t, dir, 20*run+5*clusterSize+3*512,
+		harness.DiskPiece{Off: 16*run - 3000, Data: harness.RandomBytes(6, 3*runClusters*clusterSize)})
 	b, _ := os.ReadFile(raw)
 	for _, compress := range []bool{false, true} {
 		img := filepath.Join(dir, fmt.Sprintf("file-%v.qcow2", compress))

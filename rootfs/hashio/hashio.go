@@ -21,16 +21,17 @@ type Hasher struct {
 	pending int
 }
 
-// maxPending bounds the chunks in flight; a feeder that double-buffers needs
-// two.
-const maxPending = 4
+// MaxPending bounds the chunks in flight: once Write has handed a chunk
+// over, every chunk handed over MaxPending or more Writes before it is
+// hashed. A feeder that double-buffers needs two.
+const MaxPending = 4
 
 // NewHasher starts the hashing goroutine. Close stops it.
 func NewHasher() *Hasher {
 	h := &Hasher{
 		h:    sha256.New(),
-		jobs: make(chan []byte, maxPending),
-		acks: make(chan struct{}, maxPending),
+		jobs: make(chan []byte, MaxPending),
+		acks: make(chan struct{}, MaxPending),
 	}
 	go func() {
 		for p := range h.jobs {
@@ -45,7 +46,7 @@ func NewHasher() *Hasher {
 // another goroutine costs more than hashing a few kilobytes.
 const inlineMax = 16 << 10
 
-// Write hands p over for hashing and returns at once, unless maxPending
+// Write hands p over for hashing and returns at once, unless MaxPending
 // chunks are already in flight. Small chunks are hashed before Write
 // returns.
 func (h *Hasher) Write(p []byte) {
@@ -58,7 +59,7 @@ func (h *Hasher) Write(p []byte) {
 		h.h.Write(p)
 		return
 	}
-	h.Settle(maxPending - 1)
+	h.Settle(MaxPending - 1)
 	h.jobs <- p
 	h.pending++
 }
