@@ -93,8 +93,8 @@ outputs:
 	cache := filepath.Join(dir, "cache")
 	run := func(cmd *exec.Cmd) (time.Duration, int64) {
 		b.Helper()
-		d, rss, _ := timedRun(b, cmd, filepath.Join(dir, "rss"))
-		return d, rss
+		r := timedRun(b, cmd, filepath.Join(dir, "rss"))
+		return r.d, r.rss
 	}
 	stampBuildIn := func(cache, out string, extra ...string) *exec.Cmd {
 		args := append([]string{"build", "recipe.yaml", "-o", filepath.Join(dir, out), "--cache-dir", cache,
@@ -154,24 +154,64 @@ outputs:
 // in MiB and its combined output. GNU time measures the RSS: the rusage of
 // a child started by this process would count this process's own pages,
 // which the child shares until it execs. rssFile is where time writes it.
-func timedRun(b *testing.B, cmd *exec.Cmd, rssFile string) (time.Duration, int64, []byte) {
+// timedRun runs cmd under GNU time, after a sync so that no earlier
+// run's writes are still going to disk.
+func timedRun(b *testing.B, cmd *exec.Cmd, rssFile string) runTimes {
 	b.Helper()
-	timed := exec.Command(harness.Tool(b, "time"), append([]string{"-f", "%M", "-o", rssFile, cmd.Path}, cmd.Args[1:]...)...)
+	timed := exec.Command(harness.Tool(b, "time"), append([]string{"-f", "%M %U %S", "-o", rssFile, cmd.Path}, cmd.Args[1:]...)...)
 	timed.Dir, timed.Env, timed.SysProcAttr = cmd.Dir, cmd.Env, cmd.SysProcAttr
 	exec.Command("sync").Run()
+	steal := stealSeconds()
 	start := time.Now()
 	out, err := timed.CombinedOutput()
 	if err != nil {
 		b.Fatalf("%v: %v\n%s", cmd.Args, err, lastLines(string(out), 20))
 	}
-	d := time.Since(start)
+	r := runTimes{d: time.Since(start), steal: stealSeconds() - steal, out: out}
 	data, err := os.ReadFile(rssFile)
 	if err != nil {
 		b.Fatal(err)
 	}
 	var kib int64
-	fmt.Sscan(strings.TrimSpace(string(data)), &kib)
-	return d, kib / 1024, out
+	fmt.Sscan(strings.TrimSpace(string(data)), &kib, &r.user, &r.sys)
+	r.rss = kib / 1024
+	return r
+}
+
+// runTimes is what timedRun measured of one run.
+type runTimes struct {
+	d         time.Duration
+	rss       int64   // peak resident set, MiB
+	user, sys float64 // CPU seconds of the command and its children
+	// steal is the CPU time the hypervisor gave to others while the
+	// command ran, on all of the machine's CPUs: on a shared machine, the
+	// part of a run's wandering that is not the command's.
+	steal float64
+	out   []byte
+}
+
+// stealSeconds is the machine's steal time so far (/proc/stat), or 0 where
+// the kernel does not count it.
+func stealSeconds() float64 {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0
+	}
+	var ticks float64
+	fmt.Sscan(f[8], &ticks)
+	return ticks / 100 // USER_HZ
+}
+
+// medianOf is the median of xs, the upper one of an even count.
+func medianOf(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 func median(ds []time.Duration) time.Duration {

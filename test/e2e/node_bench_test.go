@@ -35,7 +35,10 @@ const rebuildTries = 3
 //     rebuildTries times, each a change of its own);
 //   - one package added in customize (a debs layer of one package);
 //
-// each with its peak RSS. The outputs of the first rebuild of each kind
+// each with its peak RSS, its CPU time (user and system, the build's and
+// its children's) and the steal time of the machine's CPUs while it ran
+// (time the hypervisor gave to other guests: on a shared machine the part
+// of a run's wandering that is not stamp's). The outputs of the first rebuild of each kind
 // are checked against a cold build of the same recipe (in the first round),
 // byte for byte through SHA256SUMS, which each output directory is checked
 // against. It also reports the time per step (each layer, seal, each
@@ -113,20 +116,23 @@ provision:
 	}
 
 	type measure struct {
-		times []time.Duration
-		rss   int64
+		times      []time.Duration
+		cpu, steal []float64
+		rss        int64
 	}
 	cases := []string{"first (empty cache)", "cold (--no-cache)", "nothing changed", "one file changed", "one package added", "mmdebstrap"}
 	m := map[string]*measure{}
 	for _, c := range cases {
 		m[c] = &measure{}
 	}
-	note := func(c string, d time.Duration, rss int64) {
-		m[c].times = append(m[c].times, d)
-		m[c].rss = max(m[c].rss, rss)
+	note := func(c string, r runTimes) {
+		m[c].times = append(m[c].times, r.d)
+		m[c].cpu = append(m[c].cpu, r.user+r.sys)
+		m[c].steal = append(m[c].steal, r.steal)
+		m[c].rss = max(m[c].rss, r.rss)
 		// As it goes, so a run that fails later still shows what it
 		// measured.
-		b.Logf("%s: %.1f s, peak RSS %d MiB", c, d.Seconds(), rss)
+		b.Logf("%s: %.1f s, CPU user %.1f s sys %.1f s, steal %.1f s, peak RSS %d MiB", c, r.d.Seconds(), r.user, r.sys, r.steal, r.rss)
 	}
 	var stampAll, stampPkgs, mmSize int64
 	var state imagesReport
@@ -140,7 +146,7 @@ provision:
 	out := func(name string) string { return filepath.Join(nb.dir, name) }
 	for i := 0; i < b.N; i++ {
 		cache := filepath.Join(nb.dir, fmt.Sprintf("cache-%d", i))
-		build := func(recipe, dir string, extra ...string) (time.Duration, int64, []byte) {
+		build := func(recipe, dir string, extra ...string) runTimes {
 			b.Helper()
 			args := append([]string{"build", recipe, "-o", out(dir), "--cache-dir", cache, "--work-dir", nb.dir,
 				"--insecure-registry", nb.reg.Addr, "--log-level", "debug", "--log-format", "json"}, nb.setArgs...)
@@ -148,22 +154,20 @@ provision:
 			cmd.Dir = nb.dir
 			return timedRun(b, harness.Unprivileged(cmd), rssFile)
 		}
-		d, rss, _ := build("k8s-node.yaml", "first")
-		note("first (empty cache)", d, rss)
+		note("first (empty cache)", build("k8s-node.yaml", "first"))
 		os.RemoveAll(out("first"))
 
-		d, rss, log := build("k8s-node.yaml", "cold", "--no-cache")
-		note("cold (--no-cache)", d, rss)
-		r := imagesLayerReport(b, log)
+		cold := build("k8s-node.yaml", "cold", "--no-cache")
+		note("cold (--no-cache)", cold)
+		r := imagesLayerReport(b, cold.out)
 		state.seconds += r.seconds
 		state.contentBytes, state.layerBytes, state.snapshotBytes = r.contentBytes, r.layerBytes, r.snapshotBytes
 		if i == 0 {
-			steps = stepTimes(b, log, d)
+			steps = stepTimes(b, cold.out, cold.d)
 		}
 
 		for range rebuildTries {
-			d, rss, _ = build("k8s-node.yaml", "nothing")
-			note("nothing changed", d, rss)
+			note("nothing changed", build("k8s-node.yaml", "nothing"))
 			sameOutputsBySums(b, out("cold"), out("nothing"))
 			os.RemoveAll(out("nothing"))
 		}
@@ -175,10 +179,10 @@ provision:
 		// A rebuild after a change, checked (when check is set, in the
 		// first round) against a cold build of the changed recipe.
 		rebuild := func(c, recipe string, check bool) {
-			d, rss, log := build(recipe, "changed")
-			note(c, d, rss)
+			r := build(recipe, "changed")
+			note(c, r)
 			if i == 0 && c == "one file changed" {
-				changedSteps = append(changedSteps, timedSteps{d, stepTimes(b, log, d)})
+				changedSteps = append(changedSteps, timedSteps{r.d, stepTimes(b, r.out, r.d)})
 			}
 			if i == 0 && check {
 				build(recipe, "changed-cold", "--no-cache")
@@ -209,8 +213,7 @@ provision:
 			"--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr",
 			"--include=" + strings.Join(include, ","), nb.repo.Suite, tarball}, sources...)...)
 		cmd.Env = append(os.Environ(), "SOURCE_DATE_EPOCH=1700000000")
-		d, rss, _ = timedRun(b, cmd, rssFile)
-		note("mmdebstrap", d, rss)
+		note("mmdebstrap", timedRun(b, cmd, rssFile))
 		fi, err := os.Stat(tarball)
 		if err != nil {
 			b.Fatal(err)
@@ -223,8 +226,9 @@ provision:
 	mm := median(m["mmdebstrap"].times)
 	for _, c := range cases {
 		ts := m[c].times
-		fmt.Printf("node: %-20s median %6.1f s (min %6.1f, max %6.1f, %d runs), %.3fx mmdebstrap, peak RSS %d MiB\n",
-			c, median(ts).Seconds(), slices.Min(ts).Seconds(), slices.Max(ts).Seconds(), len(ts), median(ts).Seconds()/mm.Seconds(), m[c].rss)
+		fmt.Printf("node: %-20s median %6.1f s (min %6.1f, max %6.1f, %d runs), %.3fx mmdebstrap, peak RSS %d MiB, CPU %.1f s (%.1f-%.1f), steal %.1f s (%.1f-%.1f)\n",
+			c, median(ts).Seconds(), slices.Min(ts).Seconds(), slices.Max(ts).Seconds(), len(ts), median(ts).Seconds()/mm.Seconds(), m[c].rss,
+			medianOf(m[c].cpu), slices.Min(m[c].cpu), slices.Max(m[c].cpu), medianOf(m[c].steal), slices.Min(m[c].steal), slices.Max(m[c].steal))
 	}
 	for _, st := range steps {
 		fmt.Printf("node: cold build step %-40s %6.2f s\n", st.name, st.seconds)

@@ -173,7 +173,7 @@ bench_disk() {
 
 bench_node() {
 	echo
-	echo "== node: recipes/k8s-node.yaml as uid 65534 with an empty cache, cold, with nothing changed and one file changed in customize (3 runs each), one package added in customize, beside mmdebstrap --variant=minbase of the same packages; the cold build's steps (targets: cold <= 0.25x mmdebstrap, one file changed <= 10 s, nothing changed <= 1 s, RSS <= 512 MiB)"
+	echo "== node: recipes/k8s-node.yaml as uid 65534 with an empty cache, cold, with nothing changed and one file changed in customize (3 runs each), one package added in customize, beside mmdebstrap --variant=minbase of the same packages, each with its CPU time and the machine's steal time; the cold build's steps (targets: cold <= 0.25x mmdebstrap, one file changed <= 10 s, nothing changed <= 1 s, RSS <= 512 MiB)"
 	go run ./test/cmd/k8sinputs -stamp "$STAMP" >/dev/null
 	# Keep the whole output: a failed case's message (the build's last log
 	# lines) is on the lines after it, and a failure fails the bench.
