@@ -45,7 +45,8 @@ const chunkClusters = 64
 // Write encodes the raw disk of size bytes in src as a qcow2 image written
 // from offset 0 of w. When src is an *os.File its holes are skipped without
 // reading them, and an uncompressed image is hashed as it is written
-// (Stats.SHA256).
+// (Stats.SHA256); the file is then mapped, and must not shrink while Write
+// runs.
 func Write(ctx context.Context, w io.WriterAt, src io.ReaderAt, size int64, o Options) (*Stats, error) {
 	if size < 0 || size%sector != 0 {
 		return nil, fmt.Errorf("qcow2: a disk of %d bytes is not whole 512-byte sectors", size)
