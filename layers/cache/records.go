@@ -207,6 +207,11 @@ func (c *Cache) LastRecord(kind, subject string) *Record {
 	return r
 }
 
+// writeSmall puts b at path whole, through a rename, and does not sync it.
+// A record is no more durable than the blobs it names, which are not
+// synced either (fileWritten); a sync would wait for the outputs' data to
+// reach the disk. A crash may leave a record empty or gone: an empty one
+// is ErrBadRecord, never used, and either is built again.
 func (c *Cache) writeSmall(path string, b []byte) error {
 	if err := mkdirAll(filepath.Dir(path)); err != nil {
 		return err
@@ -221,10 +226,6 @@ func (c *Cache) writeSmall(path string, b []byte) error {
 		return err
 	}
 	if err := f.Chmod(blobMode); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
 		f.Close()
 		return err
 	}

@@ -292,3 +292,63 @@ func TestReadBlob(t *testing.T) {
 		t.Fatalf("a corrupt blob: %v", err)
 	}
 }
+
+// The cache syncs neither the outputs it adopts nor its records, so a crash
+// may leave a blob cut short under its name, or a record empty. Each is
+// found and built again, never used.
+func TestWhatACrashLeaves(t *testing.T) {
+	c := openCache(t, Options{})
+	ctx := context.Background()
+	data := bytes.Repeat([]byte("output "), 1<<16)
+	out := filepath.Join(t.TempDir(), "node.raw")
+	if err := os.WriteFile(out, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d, err := c.Adopt(ctx, out, strings.TrimPrefix(sum(data), "sha256:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := []Part{{"stamp", "sha256:" + strings.Repeat("1", 64)}}
+	key := KeyOf(parts)
+	r := &Record{Kind: "output", Key: key, Subject: "node/raw", Parts: parts, Blobs: []RecordBlob{{Name: "node.raw", Digest: d, Size: int64(len(data))}}}
+	if err := c.PutRecord(r); err != nil {
+		t.Fatal(err)
+	}
+
+	// The blob's data lost past some point, its times kept.
+	p, _ := c.Path(d)
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(p, 4096); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(p, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	var ce *CorruptError
+	if f, err := c.OpenFile(d); !errors.As(err, &ce) || !ce.Removed {
+		if f != nil {
+			f.Close()
+		}
+		t.Fatalf("blob cut short: %v", err)
+	}
+	if r, err := c.Record("output", key); r != nil || !errors.Is(err, ErrBadRecord) {
+		t.Fatalf("record of a dropped blob: %v, %v", r, err)
+	}
+
+	// A record and the subject's last pointer left empty.
+	rp, _ := c.recordPath("output", key)
+	for _, f := range []string{rp, c.lastPath("output", "node/raw")} {
+		if err := os.WriteFile(f, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r, err := c.Record("output", key); r != nil || !errors.Is(err, ErrBadRecord) {
+		t.Fatalf("empty record: %v, %v", r, err)
+	}
+	if last := c.LastRecord("output", "node/raw"); last != nil {
+		t.Fatalf("empty last pointer: %+v", last)
+	}
+}
