@@ -64,6 +64,21 @@ func (r *mappedRaw) done(b []byte) {
 	}
 }
 
+// populate maps the pages of b, a slice of the mapping, before they are
+// written out. The kernel copies a write's source without taking a fault;
+// where a page is not mapped it gives up, zeroes the page cache it was
+// filling, halves its chunk, faults the page in and copies again. The
+// hasher, reading the same run, maps the pages too, but on two busy cores
+// it lags behind the write. In a node rebuild populating first took the
+// qcow2's kernel time from 4.05 to 3.12 s of CPU (perf), the zeroing from
+// 0.66 to 0.1 s of it. Before Linux 5.14, which lacks MADV_POPULATE_READ, the
+// write faults the pages in as before.
+func (r *mappedRaw) populate(b []byte) {
+	if len(b) > 0 {
+		unix.Madvise(b, unix.MADV_POPULATE_READ)
+	}
+}
+
 func (r *mappedRaw) unmap() { unix.Munmap(r.m) }
 
 // writeHashed writes the uncompressed image of the raw disk r (whose holes
@@ -117,6 +132,7 @@ func (wr *writer) writeHashed(ctx context.Context, w io.WriterAt, src io.ReaderA
 		// cluster needs no padding: the tables after it leave its rest a
 		// hole, which reads, and hashes, as zeros.
 		run := r.clusters(data[i], data[k-1])
+		r.populate(run)
 		hw.write(run, int64(i+1)*clusterSize)
 		if handed = append(handed, run); len(handed) > hashio.MaxPending {
 			r.done(handed[0])
