@@ -208,10 +208,10 @@ func (c *Cache) LastRecord(kind, subject string) *Record {
 }
 
 // writeSmall puts b at path whole, through a rename, and does not sync it.
-// A record is no more durable than the blobs it names, which are not
-// synced either (fileWritten); a sync would wait for the outputs' data to
-// reach the disk. A crash may leave a record empty or gone: an empty one
-// is ErrBadRecord, never used, and either is built again.
+// The outputs a record names are not synced (fileWritten), and a sync here
+// would wait for their data to reach the disk. A crash may leave a record
+// empty or gone: an empty one is ErrBadRecord, never used, and either costs
+// a build (or a fetch) again, nothing worse.
 func (c *Cache) writeSmall(path string, b []byte) error {
 	if err := mkdirAll(filepath.Dir(path)); err != nil {
 		return err
