@@ -38,13 +38,42 @@ func File(p string, noFollow bool) (string, int64, error) {
 	return hex.EncodeToString(h.Sum(nil)), n, nil
 }
 
+// FileUncached is File (following a symlink) for a file written past the
+// page cache, as DirectWriter writes: it reads the file past the page
+// cache too (O_DIRECT), into one buffer used again and again, rather than
+// filling the cache with gigabytes of pages nothing reads again. Where the
+// file system refuses that, it reads as File does.
+func FileUncached(p string) (string, int64, error) {
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_DIRECT|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return File(p, false)
+	}
+	f := os.NewFile(uintptr(fd), p)
+	defer f.Close()
+	h := sha256.New()
+	n, err := hashFileWith(h, f, alignedBuffer(readSize), directAlign)
+	if errors.Is(err, syscall.EINVAL) {
+		return File(p, false)
+	}
+	if err != nil {
+		return "", 0, err
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
 // readSize is the size of File's reads: with io.Copy's 32 KiB, the system
 // calls cost about as much as the copying.
 const readSize = 1 << 20
 
 // hashFile hashes f from its start to its end, its holes as zeros.
 func hashFile(h hash.Hash, f *os.File) (int64, error) {
-	buf := make([]byte, readSize)
+	return hashFileWith(h, f, make([]byte, readSize), 1)
+}
+
+// hashFileWith is hashFile reading into buf, each read's offset and length
+// a multiple of align (the file's end excepted: a read there asks for
+// whole units and gets what is left).
+func hashFileWith(h hash.Hash, f *os.File, buf []byte, align int64) (int64, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return 0, err
@@ -75,7 +104,12 @@ func hashFile(h hash.Hash, f *os.File) (int64, error) {
 		}
 		end = min(end, size)
 		for off < end {
-			n, err := f.ReadAt(buf[:min(int64(len(buf)), end-off)], off)
+			want := min(int64(len(buf)), end-off)
+			n, err := f.ReadAt(buf[:min(int64(len(buf)), (want+align-1)/align*align)], off)
+			n = min(n, int(want))
+			if int64(n) == want && errors.Is(err, io.EOF) {
+				err = nil
+			}
 			h.Write(buf[:n])
 			off += int64(n)
 			if err != nil && !(errors.Is(err, io.EOF) && n > 0) {
@@ -85,6 +119,11 @@ func hashFile(h hash.Hash, f *os.File) (int64, error) {
 				return off, err
 			}
 		}
+	}
+	if align > 1 {
+		// FileUncached's files are outputs this process finished
+		// writing: none grows.
+		return off, nil
 	}
 	// A file that grew while it was read: hash the rest too, as io.Copy
 	// would have.
