@@ -14,6 +14,7 @@ import (
 	"github.com/klauspost/compress/flate"
 
 	"github.com/stamp-dev/stamp/disk"
+	"github.com/stamp-dev/stamp/rootfs/hashio"
 )
 
 // Options configure Write.
@@ -77,6 +78,13 @@ func Write(ctx context.Context, w io.WriterAt, src io.ReaderAt, size int64, o Op
 	if f, ok := src.(*os.File); ok && !o.Compress {
 		if r, err := mapRaw(f, size); err == nil {
 			defer r.unmap()
+			if of, ok := w.(*os.File); ok {
+				// The image's clusters go to the device straight from the
+				// raw disk's mapped pages: nothing reads them back.
+				dw := hashio.NewDirectWriter(of)
+				defer dw.Close()
+				w = dw
+			}
 			if err := wr.writeHashed(ctx, w, src, r); err != nil {
 				return nil, err
 			}
