@@ -13,6 +13,7 @@ import (
 	"sort"
 
 	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/rootfs/hashio"
 )
 
 // What the network-boot bundles (pxe, live) write alike.
@@ -60,7 +61,14 @@ func newBundleWriter(dir string) *bundleWriter {
 func (bw *bundleWriter) put(name string, fill func(w io.Writer) error) error {
 	h := sha256.New()
 	err := writeFile(filepath.Join(bw.dir, filepath.FromSlash(name)), func(f *os.File) error {
-		return fill(io.MultiWriter(f, h))
+		// Hashed as written, so nothing reads it back: past the page
+		// cache.
+		ds := hashio.NewDirectStream(f)
+		err := fill(io.MultiWriter(ds, h))
+		if cerr := ds.Close(); err == nil {
+			err = cerr
+		}
+		return err
 	})
 	if err != nil {
 		return err

@@ -139,7 +139,11 @@ func writeLive(ctx context.Context, src *Source, spec *Spec, so *LiveSpec, dir s
 	} else {
 		var filed []erofs.FiledSegment
 		err := writeFile(rootPath, func(f *os.File) error {
-			_, err := erofs.Write(ctx, t, f, erofs.Options{UUID: disk.ErofsUUID(src.Seed, spec.Name), Epoch: src.Epoch, Log: src.Log,
+			// Past the page cache: the image is read once more, to
+			// hash it, and that read goes past it too.
+			w := hashio.NewDirectWriter(f)
+			defer w.Close()
+			_, err := erofs.Write(ctx, t, w, erofs.Options{UUID: disk.ErofsUUID(src.Seed, spec.Name), Epoch: src.Epoch, Log: src.Log,
 				Segments: src.Parts, Filed: &filed})
 			return err
 		})
@@ -147,7 +151,7 @@ func writeLive(ctx context.Context, src *Source, spec *Spec, so *LiveSpec, dir s
 			return nil, err
 		}
 		b.parts = erofsParts(LiveRoot, filed)
-		sum, _, err := hashio.File(rootPath, false)
+		sum, _, err := hashio.FileUncached(rootPath)
 		if err != nil {
 			return nil, err
 		}
