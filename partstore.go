@@ -62,7 +62,7 @@ func (bc *buildCache) partStore(subject string) *outputParts {
 	for _, b := range r.Blobs {
 		blobs[b.Name] = b.Digest
 	}
-	s := &outputParts{c: bc.c, byKey: map[string]partAt{}, files: map[string]*os.File{}, taken: map[string]bool{}}
+	s := &outputParts{c: bc.c, byKey: map[string]partAt{}, files: map[string]*partBlob{}, taken: map[string]bool{}}
 	for _, p := range d.Parts {
 		if digest, ok := blobs[p.File]; ok && p.Key != "" && p.Size >= 0 {
 			s.byKey[p.Key] = partAt{blob: digest, off: p.Offset, size: p.Size, sum: p.Sum, meta: p.Meta}
@@ -90,7 +90,7 @@ type outputParts struct {
 	byKey map[string]partAt
 
 	mu    sync.Mutex
-	files map[string]*os.File // nil: the blob could not be opened
+	files map[string]*partBlob // nil: the blob could not be opened
 	// taken holds the keys of the parts taken: files of the same content
 	// take one part many times.
 	taken map[string]bool
@@ -114,7 +114,7 @@ func (s *outputParts) Part(key string, w io.Writer) (string, bool) {
 		b := make([]byte, 256<<10)
 		buf = &b
 	}
-	n, err := io.CopyBuffer(io.MultiWriter(w, h), io.NewSectionReader(f, at.off, at.size), *buf)
+	n, err := io.CopyBuffer(io.MultiWriter(w, h), io.NewSectionReader(f.r, at.off, at.size), *buf)
 	s.bufs.Put(buf)
 	if err != nil || n != at.size || hashio.PartSumHex(h) != at.sum {
 		return "", false
@@ -125,29 +125,37 @@ func (s *outputParts) Part(key string, w io.Writer) (string, bool) {
 	return at.meta, true
 }
 
-func (s *outputParts) open(digest string) *os.File {
+// partBlob is a blob parts are read from, past the page cache: the
+// blobs are outputs of gigabytes, read once per build and seldom still in
+// the cache.
+type partBlob struct {
+	f *os.File
+	r *hashio.DirectReader
+}
+
+func (s *outputParts) open(digest string) *partBlob {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	f, ok := s.files[digest]
+	b, ok := s.files[digest]
 	if !ok {
-		var err error
-		if f, err = s.c.OpenFile(digest); err != nil {
-			f = nil
+		if f, err := s.c.OpenFile(digest); err == nil {
+			b = &partBlob{f: f, r: hashio.NewDirectReader(f)}
 		}
-		s.files[digest] = f
+		s.files[digest] = b
 	}
-	return f
+	return b
 }
 
 // close closes the blobs and says how many parts were taken.
 func (s *outputParts) close() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, f := range s.files {
-		if f != nil {
-			f.Close()
+	for _, b := range s.files {
+		if b != nil {
+			b.r.Close()
+			b.f.Close()
 		}
 	}
-	s.files = map[string]*os.File{}
+	s.files = map[string]*partBlob{}
 	return int64(len(s.taken))
 }
