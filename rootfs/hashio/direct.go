@@ -41,12 +41,17 @@ type DirectWriter struct {
 // f again for that; where that fails (no /proc, a file system without
 // O_DIRECT) every write goes through f.
 func NewDirectWriter(f *os.File) *DirectWriter {
-	w := &DirectWriter{f: f}
-	fd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), unix.O_WRONLY|unix.O_DIRECT|unix.O_CLOEXEC, 0)
-	if err == nil {
-		w.d = os.NewFile(uintptr(fd), f.Name())
+	return &DirectWriter{f: f, d: reopenDirect(f, unix.O_WRONLY)}
+}
+
+// reopenDirect opens f again with O_DIRECT and the access mode given, or
+// returns nil.
+func reopenDirect(f *os.File, mode int) *os.File {
+	fd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), mode|unix.O_DIRECT|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil
 	}
-	return w
+	return os.NewFile(uintptr(fd), f.Name())
 }
 
 // WriteAt writes b at off.
@@ -166,12 +171,7 @@ type DirectReader struct {
 // NewDirectReader reads f past the page cache where it can, else through f.
 // Closing it leaves f open.
 func NewDirectReader(f *os.File) *DirectReader {
-	r := &DirectReader{f: f}
-	fd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), unix.O_RDONLY|unix.O_DIRECT|unix.O_CLOEXEC, 0)
-	if err == nil {
-		r.d = os.NewFile(uintptr(fd), f.Name())
-	}
-	return r
+	return &DirectReader{f: f, d: reopenDirect(f, unix.O_RDONLY)}
 }
 
 // directReadChunk is the largest read a DirectReader makes.
