@@ -127,7 +127,7 @@ func (s *outputParts) Part(key string, w io.Writer) (string, bool) {
 
 // partBlob is a blob parts are read from, past the page cache: the
 // blobs are outputs of gigabytes, read once per build and seldom still in
-// the cache.
+// the page cache.
 type partBlob struct {
 	f *os.File
 	r *hashio.DirectReader

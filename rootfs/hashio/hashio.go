@@ -3,7 +3,9 @@
 // digest, the cache's verifying read, the output's sum); done in line, the
 // hashing adds to the time the kernel spends copying the same bytes. On a
 // machine with a second core these helpers overlap the two, which is what
-// lets a build keep pace with a single-threaded `tar -x | tar -c`.
+// lets a build keep pace with a single-threaded `tar -x | tar -c`. The
+// outputs of gigabytes that nothing reads back are written, and the parts
+// read out of them read, past the page cache (direct.go).
 package hashio
 
 import (
