@@ -43,12 +43,21 @@ func (erofsFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base
 		defer done()
 		o.Progress = add
 	}
+	var sum string
 	err = writeFile(filepath.Join(dir, name), func(f *os.File) error {
-		_, err := erofs.Write(ctx, src.Tree, f, o)
+		st, err := erofs.Write(ctx, src.Tree, f, o)
+		if err == nil {
+			sum = st.SHA256
+		}
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("erofs: %w", err)
 	}
-	return &Result{Files: []string{name}, Parts: erofsParts(name, filed)}, nil
+	res := &Result{Files: []string{name}, Parts: erofsParts(name, filed)}
+	if sum != "" {
+		// Hashed as written: the build need not read the image back.
+		res.Sums = map[string]string{name: sum}
+	}
+	return res, nil
 }

@@ -138,22 +138,28 @@ func writeLive(ctx context.Context, src *Source, spec *Spec, so *LiveSpec, dir s
 		bw.files = append(bw.files, LiveRoot)
 	} else {
 		var filed []erofs.FiledSegment
+		var sum string
 		err := writeFile(rootPath, func(f *os.File) error {
-			// Past the page cache: the image is read once more, to
-			// hash it, and that read goes past it too.
+			// Past the page cache: nothing reads the image back, unless
+			// it could not be hashed as it was written, and then that
+			// read goes past it too.
 			w := hashio.NewDirectWriter(f)
 			defer w.Close()
-			_, err := erofs.Write(ctx, t, w, erofs.Options{UUID: disk.ErofsUUID(src.Seed, spec.Name), Epoch: src.Epoch, Log: src.Log,
+			st, err := erofs.Write(ctx, t, w, erofs.Options{UUID: disk.ErofsUUID(src.Seed, spec.Name), Epoch: src.Epoch, Log: src.Log,
 				Segments: src.Parts, Filed: &filed})
+			if err == nil {
+				sum = st.SHA256
+			}
 			return err
 		})
 		if err != nil {
 			return nil, err
 		}
 		b.parts = erofsParts(LiveRoot, filed)
-		sum, _, err := hashio.FileUncached(rootPath)
-		if err != nil {
-			return nil, err
+		if sum == "" {
+			if sum, _, err = hashio.FileUncached(rootPath); err != nil {
+				return nil, err
+			}
 		}
 		bw.sums[LiveRoot] = sum
 		bw.files = append(bw.files, LiveRoot)

@@ -44,6 +44,7 @@ import (
 
 	"github.com/stamp-dev/stamp/disk/erofs/lz4"
 	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/rootfs/hashio"
 )
 
 // Compression names the codec of file data.
@@ -107,6 +108,10 @@ type Summary struct {
 	Compressed int
 	// Content is the bytes of file content stored.
 	Content int64
+	// SHA256 is the image's hex sha256 when it was hashed as it was
+	// written, which takes Options.Segments holding the superblock the
+	// image came out with (streamhash.go); else "".
+	SHA256 string
 }
 
 // Write writes the image into w from offset 0, and returns its size. w must
@@ -135,15 +140,27 @@ func Write(ctx context.Context, t *rootfs.Sealed, w io.WriterAt, o Options) (*Su
 		return nil, err
 	}
 	out := &blockWriter{w: w, buf: make([]byte, 0, writeChunk)}
+	if guess := guessSuperblock(&o); guess != nil {
+		out.hash = newStreamHash(guess)
+		defer out.hash.close()
+	}
 	wr := &writer{ctx: ctx, t: t, o: &o, p: p, out: out, next: 1}
 	if err := wr.run(); err != nil {
 		return nil, err
 	}
 	sum := wr.summary
+	if out.hash != nil {
+		sum.SHA256 = out.hash.sum(sum.Blocks, out.end)
+	}
+	if o.Filed != nil {
+		*o.Filed = append(*o.Filed, FiledSegment{Key: superblockKey(&o), Offset: 0, Size: blockSize,
+			Sum: hashio.PartSum(wr.super), Meta: metaSuperblock})
+	}
 	if o.Log != nil {
 		o.Log.WithFields(logrus.Fields{
 			"size": sum.Size, "inodes": sum.Inodes, "data_blocks": sum.DataBlocks, "dir_blocks": sum.DirBlocks,
 			"meta_blocks": sum.MetaBlocks, "compressed_files": sum.Compressed, "compression": o.Compression,
+			"hashed_as_written": sum.SHA256 != "",
 		}).Info("erofs: image written")
 	}
 	return &sum, nil
@@ -158,6 +175,9 @@ type blockWriter struct {
 	w     io.WriterAt
 	start int64 // block of buf[0]
 	buf   []byte
+	end   int64 // the end of the last block written
+	// hash, when set, hashes the image as it is written (streamhash.go).
+	hash *streamHash
 }
 
 func (bw *blockWriter) write(blk int64, b []byte) error {
@@ -187,14 +207,20 @@ func (bw *blockWriter) flush() error {
 			j += blockSize
 		}
 		if j > i {
-			if _, err := bw.w.WriteAt(b[i:j], (bw.start)*blockSize+int64(i)); err != nil {
+			off := bw.start*blockSize + int64(i)
+			if _, err := bw.w.WriteAt(b[i:j], off); err != nil {
 				return fmt.Errorf("erofs: writing block %d: %w", bw.start+int64(i)/blockSize, err)
 			}
+			bw.end = max(bw.end, off+int64(j-i))
 		}
 		for j < len(b) && isZero(b[j:j+blockSize]) {
 			j += blockSize
 		}
 		i = j
+	}
+	if bw.hash != nil {
+		bw.buf = bw.hash.add(bw.start, b)
+		return nil
 	}
 	bw.buf = bw.buf[:0]
 	return nil

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/stamp-dev/stamp/rootfs"
@@ -17,7 +18,9 @@ type memSegments struct {
 	data []byte
 	segs map[string]FiledSegment
 	// taken counts the segments written from the store, and missed the
-	// keys asked for that it did not give.
+	// keys asked for that it did not give; the writer's workers ask at
+	// once.
+	mu            sync.Mutex
 	taken, missed int
 }
 
@@ -30,6 +33,8 @@ func newMemSegments(data []byte, filed []FiledSegment) *memSegments {
 }
 
 func (m *memSegments) Part(key string, w io.Writer) (string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	s, ok := m.segs[key]
 	if !ok {
 		m.missed++
@@ -63,13 +68,19 @@ func TestSegmentStore(t *testing.T) {
 		return data, filed
 	}
 	first, filed := write(tr, nil)
-	plain, compressed := 0, 0
+	plain, compressed, super := 0, 0, 0
 	for _, s := range filed {
-		if s.Meta == metaPlain {
+		switch s.Meta {
+		case metaPlain:
 			plain++
-		} else {
+		case metaSuperblock:
+			super++
+		default:
 			compressed++
 		}
+	}
+	if super != 1 {
+		t.Fatalf("%d superblocks filed, want 1", super)
 	}
 	// Every segment of a file with content is filed, once for each
 	// content: su, wall, big (three segments), noise-big (two), zeros
@@ -144,13 +155,14 @@ func TestSegmentStorePlain(t *testing.T) {
 	o.Filed = &filed
 	img, _ := writeImage(t, tr, o)
 	first, _ := os.ReadFile(img)
-	if len(filed) != 1 || filed[0].Meta != metaPlain || filed[0].Size != 0 {
-		t.Fatalf("filed %+v, want one plain segment", filed)
+	if len(filed) != 2 || filed[0].Meta != metaPlain || filed[0].Size != 0 || filed[1].Meta != metaSuperblock {
+		t.Fatalf("filed %+v, want one plain segment and the superblock", filed)
 	}
 	store := newMemSegments(first, filed)
 	o.Filed, o.Segments = nil, store
 	img, _ = writeImage(t, tr, o)
-	if got, _ := os.ReadFile(img); !bytes.Equal(got, first) || store.taken != 1 {
+	// The superblock is taken too, as the guess the image is hashed by.
+	if got, _ := os.ReadFile(img); !bytes.Equal(got, first) || store.taken != 2 {
 		t.Fatalf("taken %d; same bytes: %v", store.taken, bytes.Equal(got, first))
 	}
 }

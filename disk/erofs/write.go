@@ -24,6 +24,7 @@ type writer struct {
 	// filed holds the keys already given to Options.Filed: files of the
 	// same content (a node has hundreds) are filed once.
 	filed map[string]bool
+	super []byte // block 0, once written
 }
 
 func (w *writer) run() error {
@@ -90,7 +91,8 @@ func (w *writer) run() error {
 	if blocks > 1<<32-1 {
 		return fmt.Errorf("erofs: an image of %d blocks: more than 32-bit block numbers address", blocks)
 	}
-	if err := w.out.write(0, w.superblock(uint32(metaStart), uint32(blocks))); err != nil {
+	w.super = w.superblock(uint32(metaStart), uint32(blocks))
+	if err := w.out.write(0, w.super); err != nil {
 		return err
 	}
 	if err := w.out.flush(); err != nil {

@@ -606,6 +606,12 @@ func TestOutputPartsAfterChange(t *testing.T) {
 	if all < 17 || taken != all-2 {
 		t.Fatalf("the rebuild's erofs image took %d of %d segments, want all but /etc/motd's and the record's", taken, all)
 	}
+	// /etc/motd kept its size, so the image kept its superblock and was
+	// hashed as it was written; the cold build's sums below check that
+	// hash.
+	if !strings.Contains(two.stderr, "hashed_as_written=true") {
+		t.Fatalf("the rebuild's erofs image was not hashed as it was written:\n%s", lastLines(two.stderr, 20))
+	}
 	build("two-cold", "--no-cache")
 	sameOutputDirs(t, filepath.Join(dir, "two"), filepath.Join(dir, "two-cold"))
 }
