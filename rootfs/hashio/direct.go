@@ -110,7 +110,7 @@ type DirectStream struct {
 
 // NewDirectStream writes f from offset 0. Closing it leaves f open.
 func NewDirectStream(f *os.File) *DirectStream {
-	return &DirectStream{w: NewDirectWriter(f), buf: alignedBuffer(directChunk)}
+	return &DirectStream{w: NewDirectWriter(f), buf: AlignedBuffer(directChunk)}
 }
 
 func (s *DirectStream) Write(p []byte) (int, error) {
@@ -148,16 +148,19 @@ func (s *DirectStream) Close() error {
 	return s.err
 }
 
-// alignedBuffer is n bytes whose first is aligned for O_DIRECT.
-func alignedBuffer(n int) []byte {
+// AlignedBuffer is n bytes whose first is aligned for O_DIRECT: a buffer
+// a DirectReader reads into, or a DirectWriter writes from, without a copy
+// when the offset and length are aligned too.
+func AlignedBuffer(n int) []byte {
 	b := make([]byte, n+directAlign)
 	skip := (directAlign - int(uintptr(unsafe.Pointer(unsafe.SliceData(b)))%directAlign)) % directAlign
 	return b[skip : skip+n : skip+n]
 }
 
 // DirectReader reads a file past the page cache (O_DIRECT) at any offset
-// and length: it reads the aligned span around what is asked into a buffer
-// of its own and copies out of it. Reading a file the page cache does not
+// and length: straight into the caller's buffer where its memory, the
+// offset and the length are aligned (AlignedBuffer), else the aligned span
+// around what is asked into a buffer of its own, copied out of. Reading a file the page cache does not
 // hold fills the cache with fresh pages, which costs on a virtual machine
 // what writing does (a gigabyte read cold took 2.2 s, 2.2 s of it system
 // time, here; with O_DIRECT 0.4–0.6 s, 0.2 s of it). Safe for concurrent
@@ -182,9 +185,17 @@ func (r *DirectReader) ReadAt(p []byte, off int64) (int, error) {
 	if r.d == nil {
 		return r.f.ReadAt(p, off)
 	}
+	if aligned(p, off) {
+		n, err := r.d.ReadAt(p, off)
+		if n != 0 || !errors.Is(err, unix.EINVAL) {
+			return n, err
+		}
+		// Refused: read through the buffer below, which finds out again
+		// and falls back to the page cache.
+	}
 	bp, _ := r.bufs.Get().(*[]byte)
 	if bp == nil {
-		b := alignedBuffer(directReadChunk)
+		b := AlignedBuffer(directReadChunk)
 		bp = &b
 	}
 	defer r.bufs.Put(bp)

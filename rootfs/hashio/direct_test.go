@@ -157,13 +157,17 @@ func TestDirectReaderReadsWhatIsThere(t *testing.T) {
 	}{
 		{0, 10}, {5, 4096}, {4095, 2}, {4096, 4096}, {1000, 2*directReadChunk + 3},
 		{int64(len(data)) - 100, 100}, {int64(len(data)) - 100, 300}, {int64(len(data)) + 5, 10},
+		{2 * directReadChunk, 2 * directReadChunk}, {int64(len(data)) &^ 4095, 8192},
 	} {
 		want := make([]byte, c.n)
 		wn, werr := f.ReadAt(want, c.off)
-		got := make([]byte, c.n)
-		gn, gerr := r.ReadAt(got, c.off)
-		if gn != wn || (gerr == nil) != (werr == nil) || !bytes.Equal(got[:gn], want[:wn]) {
-			t.Errorf("ReadAt(%d bytes at %d) = %d, %v; the file gives %d, %v", c.n, c.off, gn, gerr, wn, werr)
+		// Into a buffer of the caller's, and into an aligned one (read
+		// straight into where aligned, past the file's end too).
+		for _, got := range [][]byte{make([]byte, c.n), AlignedBuffer(c.n)} {
+			gn, gerr := r.ReadAt(got, c.off)
+			if gn != wn || (gerr == nil) != (werr == nil) || !bytes.Equal(got[:gn], want[:wn]) {
+				t.Errorf("ReadAt(%d bytes at %d) = %d, %v; the file gives %d, %v", c.n, c.off, gn, gerr, wn, werr)
+			}
 		}
 	}
 }

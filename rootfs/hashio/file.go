@@ -51,7 +51,7 @@ func FileUncached(p string) (string, int64, error) {
 	f := os.NewFile(uintptr(fd), p)
 	defer f.Close()
 	h := sha256.New()
-	n, err := hashFileWith(h, f, alignedBuffer(readSize), directAlign)
+	n, err := hashFileWith(h, f, AlignedBuffer(readSize), directAlign)
 	if errors.Is(err, syscall.EINVAL) {
 		return File(p, false)
 	}
