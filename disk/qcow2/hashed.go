@@ -5,9 +5,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"os"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/stamp-dev/stamp/disk"
 	"github.com/stamp-dev/stamp/rootfs/hashio"
@@ -17,90 +14,58 @@ import (
 // data alone: the k-th of them in guest order is host cluster k+1, and the
 // tables come after. So the header can be written first and the image
 // hashed as it is written, once a first pass has found those clusters.
-// The raw disk is mapped rather than read, so that the two passes cost no
-// copy: the first only looks at the pages, the second hands them to the
-// kernel to write and to the hasher.
+// Both passes read the raw disk in runs of clusters into buffers of their
+// own: given a hashio.DirectReader, past the page cache, since a raw disk
+// of gigabytes is written past it too and read twice here, at some 3 GB/s
+// from the device.
 
-// runClusters bounds one write of consecutive clusters, so that hashing
-// overlaps writing.
+// runClusters bounds one read, and one write, of consecutive clusters, so
+// that hashing overlaps writing.
 const runClusters = 64
 
-// mappedRaw is the raw disk mapped whole. Mapped pages count in the
-// process's resident set as they are touched, so each pass lets go of
-// what it is done with (MADV_DONTNEED: the pages stay in the page cache):
-// a disk of gigabytes would otherwise swell it by as much.
-type mappedRaw struct {
-	m    []byte
-	size int64
+// readRun reads guest clusters first to last of the raw disk src of size
+// bytes into buf; the last may be partial.
+func readRun(src io.ReaderAt, buf []byte, first, last uint64, size int64) ([]byte, error) {
+	off := int64(first) * clusterSize
+	run := buf[:min(int64(last+1)*clusterSize, size)-off]
+	if n, err := src.ReadAt(run, off); n < len(run) {
+		if err == nil || err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, fmt.Errorf("qcow2: reading the raw disk at %d: %w", off, err)
+	}
+	return run, nil
 }
 
-// mapRaw maps the first size bytes of f, or says why it cannot: past the
-// end of the file a mapping faults instead of reading.
-func mapRaw(f *os.File, size int64) (*mappedRaw, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return nil, err
+// writeHashed writes the uncompressed image of the raw disk src of size
+// bytes, header first and in order, and hashes it as it goes.
+func (wr *writer) writeHashed(ctx context.Context, w io.WriterAt, src io.ReaderAt, size int64) error {
+	extents := disk.DataExtents(src, size)
+	// The hasher reads a run on its own goroutine while the next ones are
+	// read: each buffer is read into again only once the hasher is done
+	// with it.
+	ring := make([][]byte, hashio.MaxPending+1)
+	for i := range ring {
+		ring[i] = hashio.AlignedBuffer(runClusters * clusterSize)
 	}
-	if size <= 0 || st.Size < size || int64(int(size)) != size {
-		return nil, fmt.Errorf("qcow2: %d bytes of a %d-byte file cannot be mapped", size, st.Size)
-	}
-	m, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		return nil, err
-	}
-	return &mappedRaw{m: m, size: size}, nil
-}
-
-// clusters returns guest clusters first to last; the last may be partial.
-func (r *mappedRaw) clusters(first, last uint64) []byte {
-	return r.m[int64(first)*clusterSize : min(int64(last+1)*clusterSize, r.size)]
-}
-
-// done lets go of the pages of b, a slice of the mapping nothing reads any
-// more.
-func (r *mappedRaw) done(b []byte) {
-	if len(b) > 0 {
-		unix.Madvise(b, unix.MADV_DONTNEED)
-	}
-}
-
-// populate maps the pages of b, a slice of the mapping, before they are
-// written out. The kernel copies a write's source without taking a fault;
-// where a page is not mapped it gives up, zeroes the page cache it was
-// filling, halves its chunk, faults the page in and copies again. The
-// hasher, reading the same run, maps the pages too, but on two busy cores
-// it lags behind the write. In a node rebuild populating first took the
-// qcow2's kernel time from 4.05 to 3.12 s of CPU (perf), the zeroing from
-// 0.66 to 0.1 s of it. Before Linux 5.14, which lacks MADV_POPULATE_READ, the
-// write faults the pages in as before.
-func (r *mappedRaw) populate(b []byte) {
-	if len(b) > 0 {
-		unix.Madvise(b, unix.MADV_POPULATE_READ)
-	}
-}
-
-func (r *mappedRaw) unmap() { unix.Munmap(r.m) }
-
-// writeHashed writes the uncompressed image of the raw disk r (whose holes
-// src, the same file, tells), header first and in order, and hashes it as
-// it goes.
-func (wr *writer) writeHashed(ctx context.Context, w io.WriterAt, src io.ReaderAt, r *mappedRaw) error {
-	size := r.size
 	var data []uint64
 	var next uint64
-	for _, e := range disk.DataExtents(src, size) {
+	for _, e := range extents {
 		end := uint64((e.Off + e.Len + clusterSize - 1) / clusterSize)
 		for c := max(uint64(e.Off/clusterSize), next); c < end; c += runClusters {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
 			last := min(c+runClusters, end) - 1
+			run, err := readRun(src, ring[0], c, last, size)
+			if err != nil {
+				return err
+			}
 			for g := c; g <= last; g++ {
-				if !disk.IsZero(r.clusters(g, g)) {
+				if !disk.IsZero(run[(g-c)*clusterSize : min((g-c+1)*clusterSize, uint64(len(run)))]) {
 					data = append(data, g)
 				}
 			}
-			r.done(r.clusters(c, last))
 		}
 		next = max(next, end)
 	}
@@ -117,31 +82,29 @@ func (wr *writer) writeHashed(ctx context.Context, w io.WriterAt, src io.ReaderA
 	hw := &hashingWriter{w: w, h: hashio.NewHasher(), zeros: make([]byte, clusterSize)}
 	defer hw.h.Close()
 	hw.write(t.header, 0)
-	// Once a run is handed to the hasher, those before the last
-	// hashio's in-flight bound are hashed: their pages can go.
-	var handed [][]byte
-	for i := 0; i < len(data) && hw.err == nil; {
+	for i, k := 0, 0; i < len(data) && hw.err == nil; k = (k + 1) % len(ring) {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		k := i + 1
-		for k < len(data) && k-i < runClusters && data[k] == data[k-1]+1 {
-			k++
+		j := i + 1
+		for j < len(data) && j-i < runClusters && data[j] == data[j-1]+1 {
+			j++
 		}
-		// The k-th data cluster is host cluster k+1. A partial last
+		// Every run writes at least once to the hasher, so the one
+		// len(ring) runs back is done once at most len(ring)-1 are not.
+		hw.h.Settle(len(ring) - 1)
+		run, err := readRun(src, ring[k], data[i], data[j-1], size)
+		if err != nil {
+			return err
+		}
+		// The i-th data cluster is host cluster i+1. A partial last
 		// cluster needs no padding: the tables after it leave its rest a
 		// hole, which reads, and hashes, as zeros.
-		run := r.clusters(data[i], data[k-1])
-		r.populate(run)
 		hw.write(run, int64(i+1)*clusterSize)
-		if handed = append(handed, run); len(handed) > hashio.MaxPending {
-			r.done(handed[0])
-			handed = handed[1:]
-		}
 		if wr.opts.Progress != nil {
 			wr.opts.Progress(int64(len(run)))
 		}
-		i = k
+		i = j
 	}
 	for _, p := range t.pieces {
 		hw.write(p.b, p.off)

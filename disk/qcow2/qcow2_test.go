@@ -127,10 +127,9 @@ func checkReader(t testing.TB, raw, img string) {
 }
 
 // TestHolesDoNotChangeTheOutput writes the same disk from its file (holes
-// skipped; an uncompressed image mapped, header first, hashed as written)
-// and through a plain ReaderAt (every byte read, the header last): the
-// images must be the same, and a hash taken while writing must be the
-// file's. The disk has runs of data longer than one write, and data across
+// skipped) and through a plain ReaderAt (every byte read): the images must
+// be the same, and a hash taken while writing an uncompressed one must be
+// the file's. The disk has runs of data longer than one write, and data across
 // the boundary of two.
 func TestHolesDoNotChangeTheOutput(t *testing.T) {
 	dir := t.TempDir()

@@ -35,7 +35,7 @@ type Stats struct {
 	Compressed int64 // of those, stored compressed
 	FileSize   int64
 	// SHA256 is the image's hex sha256 when Write hashed it as it wrote
-	// it (an uncompressed image of an *os.File), else "".
+	// it (an uncompressed image), else "".
 	SHA256 string
 }
 
@@ -44,10 +44,9 @@ type Stats struct {
 const chunkClusters = 64
 
 // Write encodes the raw disk of size bytes in src as a qcow2 image written
-// from offset 0 of w. When src is an *os.File its holes are skipped without
-// reading them, and an uncompressed image is hashed as it is written
-// (Stats.SHA256); the file is then mapped, and must not shrink while Write
-// runs.
+// from offset 0 of w. Holes src tells of (disk.DataExtents) are skipped
+// without reading them. An uncompressed image is hashed as it is written
+// (Stats.SHA256), and src read twice (hashed.go).
 func Write(ctx context.Context, w io.WriterAt, src io.ReaderAt, size int64, o Options) (*Stats, error) {
 	if size < 0 || size%sector != 0 {
 		return nil, fmt.Errorf("qcow2: a disk of %d bytes is not whole 512-byte sectors", size)
@@ -75,21 +74,18 @@ func Write(ctx context.Context, w io.WriterAt, src io.ReaderAt, size int64, o Op
 			wr.comp[i] = c
 		}
 	}
-	if f, ok := src.(*os.File); ok && !o.Compress {
-		if r, err := mapRaw(f, size); err == nil {
-			defer r.unmap()
-			if of, ok := w.(*os.File); ok {
-				// The image's clusters go to the device straight from the
-				// raw disk's mapped pages: nothing reads them back.
-				dw := hashio.NewDirectWriter(of)
-				defer dw.Close()
-				w = dw
-			}
-			if err := wr.writeHashed(ctx, w, src, r); err != nil {
-				return nil, err
-			}
-			return &wr.stats, nil
+	if !o.Compress {
+		if of, ok := w.(*os.File); ok {
+			// Nothing reads the image back, since it is hashed as it is
+			// written: past the page cache.
+			dw := hashio.NewDirectWriter(of)
+			defer dw.Close()
+			w = dw
 		}
+		if err := wr.writeHashed(ctx, w, src, size); err != nil {
+			return nil, err
+		}
+		return &wr.stats, nil
 	}
 	extents := disk.DataExtents(src, size)
 	buf := make([]byte, chunkClusters*clusterSize)
@@ -140,7 +136,8 @@ type writer struct {
 	stats   Stats
 }
 
-// chunk stores the clusters of b, the first of which is guest cluster c.
+// chunk stores the clusters of b, the first of which is guest cluster c,
+// each compressed where that saves a sector.
 func (wr *writer) chunk(c uint64, b []byte) error {
 	n := len(b) / clusterSize
 	data := make([]int, 0, n) // indexes of the clusters that hold data
@@ -152,59 +149,36 @@ func (wr *writer) chunk(c uint64, b []byte) error {
 	if len(data) == 0 {
 		return nil
 	}
-	var packed [][]byte
-	if wr.opts.Compress {
-		packed = make([][]byte, len(data))
-		var wg sync.WaitGroup
-		errs := make([]error, wr.workers)
-		for w := range wr.workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				cw := wr.comp[w]
-				for j := w; j < len(data); j += wr.workers {
-					i := data[j]
-					out, err := cw.compress(b[i*clusterSize : (i+1)*clusterSize])
-					if err != nil {
-						errs[w] = err
-						return
-					}
-					packed[j] = out
+	packed := make([][]byte, len(data))
+	var wg sync.WaitGroup
+	errs := make([]error, wr.workers)
+	for w := range wr.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cw := wr.comp[w]
+			for j := w; j < len(data); j += wr.workers {
+				i := data[j]
+				out, err := cw.compress(b[i*clusterSize : (i+1)*clusterSize])
+				if err != nil {
+					errs[w] = err
+					return
 				}
-			}()
-		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
-			return fmt.Errorf("qcow2: compressing: %w", err)
-		}
+				packed[j] = out
+			}
+		}()
 	}
-	for j := 0; j < len(data); j++ {
-		i := data[j]
-		if packed != nil && len(packed[j]) <= clusterSize-sector {
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("qcow2: compressing: %w", err)
+	}
+	for j, i := range data {
+		if len(packed[j]) <= clusterSize-sector {
 			wr.set(c+uint64(i), wr.placeCompressed(packed[j]))
 			wr.stats.Compressed++
 			continue
 		}
-		if packed != nil {
-			wr.set(c+uint64(i), wr.placeCluster(b[i*clusterSize:(i+1)*clusterSize]))
-			continue
-		}
-		// Uncompressed clusters that follow each other in the guest follow
-		// each other in the image too: write them as one run, straight from
-		// the read buffer.
-		k := j + 1
-		for k < len(data) && data[k] == data[k-1]+1 {
-			k++
-		}
-		wr.alignPos()
-		run := b[i*clusterSize : (data[k-1]+1)*clusterSize]
-		wr.out.writeDirect(run, wr.pos)
-		for m := j; m < k; m++ {
-			wr.set(c+uint64(data[m]), oflagCopied|uint64(wr.pos))
-			wr.ref(wr.pos, wr.pos+clusterSize)
-			wr.pos += clusterSize
-		}
-		j = k - 1
+		wr.set(c+uint64(i), wr.placeCluster(b[i*clusterSize:(i+1)*clusterSize]))
 	}
 	return wr.out.err
 }
@@ -387,17 +361,6 @@ func (s *seqWriter) writeAt(b []byte, off int64) {
 		return
 	}
 	s.buf = append(s.buf, b...)
-}
-
-// writeDirect writes b at off without copying it into the buffer.
-func (s *seqWriter) writeDirect(b []byte, off int64) {
-	if s.flush() != nil {
-		return
-	}
-	if _, err := s.w.WriteAt(b, off); err != nil {
-		s.err = fmt.Errorf("qcow2: writing at %d: %w", off, err)
-	}
-	s.base = off + int64(len(b))
 }
 
 func (s *seqWriter) flush() error {
