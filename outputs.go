@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -508,7 +509,11 @@ func sumsOf(staging string, res *formats.Result) (map[string]string, error) {
 			sums[n] = h
 			continue
 		}
-		h, _, err := hashio.File(filepath.Join(staging, n), false)
+		hash := func(p string) (string, int64, error) { return hashio.File(p, false) }
+		if slices.Contains(res.Uncached, n) {
+			hash = hashio.FileUncached
+		}
+		h, _, err := hash(filepath.Join(staging, n))
 		if err != nil {
 			return nil, err
 		}

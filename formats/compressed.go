@@ -42,7 +42,7 @@ func (compressedFormat) Write(ctx context.Context, src *Source, spec *Spec, dir,
 	if !ok {
 		return nil, fmt.Errorf("compressed: compression %q (zstd, xz or gzip)", alg)
 	}
-	return encodeRaw(src, spec, dir, base+ext, func(out, in *os.File, size int64, progress func(int64)) error {
+	return encodeRaw(src, spec, dir, base+ext, func(out *os.File, in io.ReaderAt, size int64, progress func(int64)) error {
 		bw := bufio.NewWriterSize(out, 1<<20)
 		zw, err := compress.NewWriter(alg, bw, compress.WriterOptions{})
 		if err != nil {

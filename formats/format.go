@@ -103,6 +103,9 @@ type Result struct {
 	// Parts are the compressed parts of the output's files, for the
 	// conductor to file in a PartStore for the next build.
 	Parts []FilePart
+	// Uncached names the files written past the page cache that the
+	// conductor is to hash, so that it reads them past it too.
+	Uncached []string
 }
 
 // ViewAddition is an entry a format may add to its own view of the tree:

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -47,7 +48,7 @@ func (gceFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base s
 	if _, err := optionsOf[GCESpec](spec); err != nil {
 		return nil, err
 	}
-	return encodeRaw(src, spec, dir, base+".tar.gz", func(out, in *os.File, size int64, progress func(int64)) error {
+	return encodeRaw(src, spec, dir, base+".tar.gz", func(out *os.File, in io.ReaderAt, size int64, progress func(int64)) error {
 		zw, err := gzip.NewWriterLevel(out, gceLevel)
 		if err != nil {
 			return err

@@ -70,7 +70,7 @@ func (ovaFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base s
 		return nil, fmt.Errorf("memory: %d bytes is not a whole number of MiB", o.Memory)
 	}
 	diskName := base + ".vmdk"
-	return encodeRaw(src, spec, dir, base+".ova", func(out, in *os.File, size int64, progress func(int64)) error {
+	return encodeRaw(src, spec, dir, base+".ova", func(out *os.File, in io.ReaderAt, size int64, progress func(int64)) error {
 		// The tar states each entry's size before its bytes, so the VMDK
 		// is written to scratch space first.
 		tmp, err := os.CreateTemp(src.WorkDir, "disk-*.vmdk")

@@ -3,10 +3,14 @@ package formats
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"sync"
 
+	"github.com/stamp-dev/stamp/disk"
 	"github.com/stamp-dev/stamp/disk/qcow2"
+	"github.com/stamp-dev/stamp/rootfs/hashio"
 )
 
 // Qcow2Spec is a qcow2 output's options.
@@ -26,7 +30,7 @@ func (qcow2Format) Write(ctx context.Context, src *Source, spec *Spec, dir, base
 	}
 	name := base + ".qcow2"
 	var st *qcow2.Stats
-	res, err := encodeRaw(src, spec, dir, name, func(out *os.File, in *os.File, size int64, progress func(int64)) error {
+	res, err := encodeRaw(src, spec, dir, name, func(out *os.File, in io.ReaderAt, size int64, progress func(int64)) error {
 		st, err = qcow2.Write(ctx, out, in, size, qcow2.Options{Compress: so.Compress, Progress: progress})
 		return err
 	})
@@ -43,7 +47,8 @@ func (qcow2Format) Write(ctx context.Context, src *Source, spec *Spec, dir, base
 // encodeRaw writes the raw disk output src.From, encoded by encode, as
 // name in dir. The raw disk is read back from its file, so the encoding
 // holds exactly the bytes the raw output does, and adds what the disk adds.
-func encodeRaw(src *Source, spec *Spec, dir, name string, encode func(out, in *os.File, size int64, progress func(int64)) error) (*Result, error) {
+// It is read past the page cache, which it was written past.
+func encodeRaw(src *Source, spec *Spec, dir, name string, encode func(out *os.File, in io.ReaderAt, size int64, progress func(int64)) error) (*Result, error) {
 	if src.From == "" {
 		return nil, fmt.Errorf("from: a %s is made from a raw output", spec.Format)
 	}
@@ -62,8 +67,65 @@ func encodeRaw(src *Source, spec *Spec, dir, name string, encode func(out, in *o
 		defer done()
 		progress = add
 	}
-	if err := writeFile(filepath.Join(dir, name), func(f *os.File) error { return encode(f, in, fi.Size(), progress) }); err != nil {
+	rs := newRawDiskReader(in, fi.Size())
+	defer rs.Close()
+	if err := writeFile(filepath.Join(dir, name), func(f *os.File) error { return encode(f, rs, fi.Size(), progress) }); err != nil {
 		return nil, err
 	}
 	return &Result{Files: []string{name}, Adds: append([]string(nil), src.FromAdds...)}, nil
 }
+
+// rawDiskReader reads a raw disk output past the page cache, and tells the
+// holes of its file (disk.DataExtents) as the file would. A read of a
+// window or more goes to the device as it is; smaller ones (an encoder
+// that reads a grain or a tar block at a time) are served from one
+// window read ahead, since each read past the page cache waits on the
+// device.
+type rawDiskReader struct {
+	r       *hashio.DirectReader
+	extents []disk.Extent
+
+	mu     sync.Mutex
+	buf    []byte
+	win    []byte // what buf holds of the disk, from winOff
+	winOff int64
+}
+
+// rawWindow is what a small read of a rawDiskReader reads ahead.
+const rawWindow = 4 << 20
+
+func newRawDiskReader(f *os.File, size int64) *rawDiskReader {
+	return &rawDiskReader{r: hashio.NewDirectReader(f), extents: disk.DataExtents(f, size)}
+}
+
+func (s *rawDiskReader) Extents() []disk.Extent { return s.extents }
+
+func (s *rawDiskReader) ReadAt(p []byte, off int64) (int, error) {
+	if len(p) >= rawWindow {
+		return s.r.ReadAt(p, off)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	done := 0
+	for done < len(p) {
+		at := off + int64(done)
+		if at < s.winOff || at >= s.winOff+int64(len(s.win)) {
+			if s.buf == nil {
+				s.buf = hashio.AlignedBuffer(rawWindow)
+			}
+			start := at &^ (rawWindow - 1)
+			n, err := s.r.ReadAt(s.buf, start)
+			s.win, s.winOff = s.buf[:n], start
+			if at >= start+int64(n) {
+				if err == nil {
+					err = io.EOF
+				}
+				return done, err
+			}
+		}
+		done += copy(p[done:], s.win[at-s.winOff:])
+	}
+	return done, nil
+}
+
+func (s *rawDiskReader) Close() error { return s.r.Close() }

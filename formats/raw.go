@@ -21,6 +21,7 @@ import (
 	"github.com/stamp-dev/stamp/disk/ext4"
 	"github.com/stamp-dev/stamp/disk/fat"
 	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/rootfs/hashio"
 )
 
 // RawSpec is a raw disk output's options.
@@ -112,7 +113,7 @@ func (rawFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base s
 	if err != nil {
 		return nil, err
 	}
-	return &Result{Files: []string{name}, Adds: p.adds, Facts: p.facts}, nil
+	return &Result{Files: []string{name}, Adds: p.adds, Facts: p.facts, Uncached: []string{name}}, nil
 }
 
 // diskPlan is a raw disk laid out and checked, before any byte is written.
@@ -568,13 +569,18 @@ func (p *diskPlan) write(ctx context.Context, f *os.File) error {
 	return nil
 }
 
-// writeParts writes the file systems of parts.
+// writeParts writes the file systems of parts, past the page cache: a disk
+// of gigabytes in fresh cache pages costs more than the writing itself on
+// a virtual machine (hashio.DirectWriter), and what reads the disk back
+// (its hash, the verity tree, the encoders made from it) reads past it too.
 func (p *diskPlan) writeParts(ctx context.Context, f *os.File, parts []*plannedPart) error {
+	dw := hashio.NewDirectWriter(f)
+	defer dw.Close()
 	for _, pp := range parts {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		w := &partWriter{w: f, off: pp.gpt.Start, size: pp.gpt.Size, name: pp.spec.Name}
+		w := &partWriter{w: dw, off: pp.gpt.Start, size: pp.gpt.Size, name: pp.spec.Name}
 		var err error
 		switch {
 		case pp.vfat != nil:

@@ -10,6 +10,7 @@ import (
 	"github.com/stamp-dev/stamp/disk"
 	"github.com/stamp-dev/stamp/disk/verity"
 	"github.com/stamp-dev/stamp/rootfs"
+	"github.com/stamp-dev/stamp/rootfs/hashio"
 )
 
 // A raw disk may hold /usr on a partition of its own (type usr, ext4,
@@ -102,7 +103,10 @@ func (p *diskPlan) writeVerity(ctx context.Context, f *os.File) (*verity.Result,
 		ext = []disk.Extent{}
 	}
 	w := &partWriter{w: f, off: h.gpt.Start, size: h.gpt.Size, name: h.spec.Name}
-	r, err := verity.Format(ctx, io.NewSectionReader(f, usr.gpt.Start, usr.gpt.Size), usr.gpt.Size, w, verity.Options{
+	// /usr was written past the page cache (writeParts).
+	ur := hashio.NewDirectReader(f)
+	defer ur.Close()
+	r, err := verity.Format(ctx, io.NewSectionReader(ur, usr.gpt.Start, usr.gpt.Size), usr.gpt.Size, w, verity.Options{
 		Salt: disk.VeritySalt(p.src.Seed, h.spec.Name), UUID: disk.VerityUUID(p.src.Seed, h.spec.Name), Extents: ext})
 	if err != nil {
 		return nil, fmt.Errorf("%s (%s): %w", h.field, h.spec.Name, err)

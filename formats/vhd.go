@@ -3,6 +3,7 @@ package formats
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/stamp-dev/stamp/disk"
@@ -28,7 +29,7 @@ func (vhdFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base s
 		return nil, err
 	}
 	o := vhd.Options{Dynamic: so.Dynamic, UniqueID: disk.VHDUniqueID(src.Seed, spec.Name), Time: src.Epoch}
-	return encodeRaw(src, spec, dir, base+".vhd", func(out *os.File, in *os.File, size int64, progress func(int64)) error {
+	return encodeRaw(src, spec, dir, base+".vhd", func(out *os.File, in io.ReaderAt, size int64, progress func(int64)) error {
 		o.Progress = progress
 		grown, err := disk.Grow(in, size, vhd.VirtualSize(size))
 		if err != nil {

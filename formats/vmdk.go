@@ -2,6 +2,7 @@ package formats
 
 import (
 	"context"
+	"io"
 	"os"
 
 	"github.com/stamp-dev/stamp/disk"
@@ -27,7 +28,7 @@ func (vmdkFormat) Write(ctx context.Context, src *Source, spec *Spec, dir, base 
 	}
 	name := base + ".vmdk"
 	o := vmdk.Options{Type: vmdk.Type(so.Type), ID: disk.VMDKID(src.Seed, spec.Name), FileName: name}
-	return encodeRaw(src, spec, dir, name, func(out *os.File, in *os.File, size int64, progress func(int64)) error {
+	return encodeRaw(src, spec, dir, name, func(out *os.File, in io.ReaderAt, size int64, progress func(int64)) error {
 		o.Progress = progress
 		_, err := vmdk.Write(ctx, out, in, size, o)
 		return err
