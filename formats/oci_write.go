@@ -406,7 +406,11 @@ func (w *ociWriter) diskLayer(res *Result) (ociDescriptor, string, error) {
 				return fmt.Errorf("layer %s: %w", h.Name, err)
 			}
 		}
-		r := &tarCtxReader{ctx: w.ctx, r: f}
+		// The disk (a raw disk or a qcow2) was written past the page
+		// cache: read it past it too.
+		pr := newPastCacheReader(f, fi.Size())
+		defer pr.Close()
+		r := &tarCtxReader{ctx: w.ctx, r: io.NewSectionReader(pr, 0, fi.Size())}
 		dst := io.MultiWriter(tw, diskHash, ociProgressWriter(add))
 		n, err := io.CopyBuffer(dst, io.LimitReader(r, fi.Size()), make([]byte, 1<<20))
 		if err != nil {

@@ -67,7 +67,7 @@ func encodeRaw(src *Source, spec *Spec, dir, name string, encode func(out *os.Fi
 		defer done()
 		progress = add
 	}
-	rs := newRawDiskReader(in, fi.Size())
+	rs := newPastCacheReader(in, fi.Size())
 	defer rs.Close()
 	if err := writeFile(filepath.Join(dir, name), func(f *os.File) error { return encode(f, rs, fi.Size(), progress) }); err != nil {
 		return nil, err
@@ -75,13 +75,13 @@ func encodeRaw(src *Source, spec *Spec, dir, name string, encode func(out *os.Fi
 	return &Result{Files: []string{name}, Adds: append([]string(nil), src.FromAdds...)}, nil
 }
 
-// rawDiskReader reads a raw disk output past the page cache, and tells the
-// holes of its file (disk.DataExtents) as the file would. A read of a
-// window or more goes to the device as it is; smaller ones (an encoder
-// that reads a grain or a tar block at a time) are served from one
-// window read ahead, since each read past the page cache waits on the
-// device.
-type rawDiskReader struct {
+// pastCacheReader reads an output written past the page cache (a raw disk,
+// a qcow2) past it too, and tells the holes of its file (disk.DataExtents)
+// as the file would. A read of a window or more goes to the device as it
+// is; smaller ones (an encoder that reads a grain or a tar block at a time)
+// are served from one window read ahead, since each read past the page
+// cache waits on the device.
+type pastCacheReader struct {
 	r       *hashio.DirectReader
 	extents []disk.Extent
 
@@ -91,16 +91,16 @@ type rawDiskReader struct {
 	winOff int64
 }
 
-// rawWindow is what a small read of a rawDiskReader reads ahead.
+// rawWindow is what a small read of a pastCacheReader reads ahead.
 const rawWindow = 4 << 20
 
-func newRawDiskReader(f *os.File, size int64) *rawDiskReader {
-	return &rawDiskReader{r: hashio.NewDirectReader(f), extents: disk.DataExtents(f, size)}
+func newPastCacheReader(f *os.File, size int64) *pastCacheReader {
+	return &pastCacheReader{r: hashio.NewDirectReader(f), extents: disk.DataExtents(f, size)}
 }
 
-func (s *rawDiskReader) Extents() []disk.Extent { return s.extents }
+func (s *pastCacheReader) Extents() []disk.Extent { return s.extents }
 
-func (s *rawDiskReader) ReadAt(p []byte, off int64) (int, error) {
+func (s *pastCacheReader) ReadAt(p []byte, off int64) (int, error) {
 	if len(p) >= rawWindow {
 		return s.r.ReadAt(p, off)
 	}
@@ -128,4 +128,4 @@ func (s *rawDiskReader) ReadAt(p []byte, off int64) (int, error) {
 	return done, nil
 }
 
-func (s *rawDiskReader) Close() error { return s.r.Close() }
+func (s *pastCacheReader) Close() error { return s.r.Close() }

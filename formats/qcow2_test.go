@@ -9,10 +9,10 @@ import (
 	"github.com/stamp-dev/stamp/disk"
 )
 
-// The reader the encoders of a raw disk get reads what the file holds, at
-// any offset and length, the small reads from its window, and tells the
-// file's holes.
-func TestRawDiskReaderReadsWhatTheFileHolds(t *testing.T) {
+// The reader the encoders of a raw disk (and a containerDisk's layer) get
+// reads what the file holds, at any offset and length, the small reads
+// from its window, and tells the file's holes.
+func TestPastCacheReaderReadsWhatTheFileHolds(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "disk.raw")
 	f, err := os.Create(p)
 	if err != nil {
@@ -32,7 +32,7 @@ func TestRawDiskReaderReadsWhatTheFileHolds(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := newRawDiskReader(f, size)
+	r := newPastCacheReader(f, size)
 	defer r.Close()
 	if got, want := r.Extents(), disk.DataExtents(f, size); len(got) != len(want) || len(got) < 2 {
 		t.Errorf("extents %v, the file's %v", got, want)
