@@ -98,22 +98,18 @@ func Write(ctx context.Context, w io.WriterAt, src io.ReaderAt, size int64, o Op
 				return nil, err
 			}
 			n := min(uint64(chunkClusters), end-c)
-			b := buf[:n*clusterSize]
-			off := int64(c) * clusterSize
-			want := min(int64(len(b)), size-off)
-			k, err := src.ReadAt(b[:want], off)
-			if int64(k) < want {
-				if err == nil || err == io.EOF {
-					err = io.ErrUnexpectedEOF
-				}
-				return nil, fmt.Errorf("qcow2: reading the raw disk at %d: %w", off, err)
+			run, err := readRun(src, buf, c, c+n-1, size)
+			if err != nil {
+				return nil, err
 			}
-			clear(b[want:])
+			// A partial last cluster is compressed whole, padded.
+			b := buf[:n*clusterSize]
+			clear(b[len(run):])
 			if err := wr.chunk(c, b); err != nil {
 				return nil, err
 			}
 			if o.Progress != nil {
-				o.Progress(want)
+				o.Progress(int64(len(run)))
 			}
 		}
 		next = max(next, end)
