@@ -4,8 +4,8 @@
 // hashing adds to the time the kernel spends copying the same bytes. On a
 // machine with a second core these helpers overlap the two, which is what
 // lets a build keep pace with a single-threaded `tar -x | tar -c`. The
-// outputs of gigabytes that nothing reads back are written, and the parts
-// read out of them read, past the page cache (direct.go).
+// outputs of gigabytes are written, and read back (the raw disk, the parts
+// taken from the last build's outputs), past the page cache (direct.go).
 package hashio
 
 import (
