@@ -454,9 +454,6 @@ func bootQEMU(t testing.TB, arch string, args []string, timeout time.Duration, w
 		t.Fatalf("BootQEMU: no qemu machine for architecture %q", arch)
 	}
 	qemu := Tool(t, machine[0])
-	if err := os.MkdirAll(cacheRoot(), 0o755); err != nil {
-		t.Fatal(err)
-	}
 	unlock, err := qemuSlot()
 	if err != nil {
 		t.Fatalf("qemu slot: %v", err)
@@ -528,6 +525,9 @@ func hasFlag(args []string, flag string) bool {
 // two boots on two cores take the time of one, where one at a time left a
 // core idle through every boot of make test (some 420 s of them).
 func qemuSlot() (func(), error) {
+	if err := os.MkdirAll(cacheRoot(), 0o755); err != nil {
+		return nil, err
+	}
 	n := max(1, runtime.NumCPU())
 	for {
 		for i := range n {
