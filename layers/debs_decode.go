@@ -182,6 +182,7 @@ func decodeDeb(ctx context.Context, env *Env, p *debPackage, dir string) decoded
 	if err != nil {
 		return decoded{err: fmt.Errorf("%s: %w", p.pkg.URL(), err)}
 	}
+	defer data.Close()
 	s := &spool{dir: dir}
 	if _, err := io.Copy(s, ctxReader{ctx, data}); err != nil {
 		s.close()

@@ -101,6 +101,8 @@ func Detect(r io.Reader) (Algorithm, io.Reader, error) {
 }
 
 // NewReader decompresses r with a. Closing the result does not close r.
+// Close it even after reading it to the end: an xz stream may be decoded by
+// a process of the host's xz, which Close stops if it still runs.
 func NewReader(a Algorithm, r io.Reader) (io.ReadCloser, error) {
 	switch a {
 	case None, "":
@@ -121,11 +123,7 @@ func NewReader(a Algorithm, r io.Reader) (io.ReadCloser, error) {
 		}
 		return d.IOReadCloser(), nil
 	case XZ:
-		xr, err := xz.ReaderConfig{DictCap: xzDictCap}.NewReader(r)
-		if err != nil {
-			return nil, fmt.Errorf("xz: %w", err)
-		}
-		return io.NopCloser(xr), nil
+		return newXZReader(r, lookHostXZ())
 	}
 	return nil, fmt.Errorf("compression %q: unknown", string(a))
 }
