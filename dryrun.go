@@ -75,15 +75,21 @@ func DryRun(ctx context.Context, rec *recipes.Recipe, o Options) (*BuildPlan, er
 	if err != nil {
 		return nil, err
 	}
+	// As restorePhases looks: each phase's kept tree, then the trees after
+	// its earlier package installs, which are listed only when found.
+phases:
 	for i := len(p.phases) - 1; i >= 0; i-- {
-		k := kept[i]
-		if k.n == 0 {
-			continue
-		}
-		r, why := p.bc.lookup(ctx, recordPhase, k.subject, k.parts)
-		bp.Kept = append(bp.Kept, PlanStep{Name: k.what, Key: cache.KeyOf(k.parts), Cached: r != nil, Why: why})
-		if r != nil {
-			break
+		for j, k := range kept[i].candidates() {
+			if k.n == 0 {
+				continue
+			}
+			r, why := p.bc.lookup(ctx, recordPhase, k.subject, k.parts)
+			if r != nil || j == 0 {
+				bp.Kept = append(bp.Kept, PlanStep{Name: k.what, Key: cache.KeyOf(k.parts), Cached: r != nil, Why: why})
+			}
+			if r != nil {
+				break phases
+			}
 		}
 	}
 	for i := range rec.Outputs {

@@ -104,7 +104,16 @@ type keptTree struct {
 	what    string // "phase customize", or the label of its n-th step
 	subject string
 	parts   []cache.Part
+	// earlier are the trees after the phase's earlier package installs,
+	// latest first, which another version of the recipe may have kept
+	// (keptSteps): the recipe's, up to that install, with a package or a
+	// debs layer added after it, is the usual one. Only looked up.
+	earlier []keptTree
 }
+
+// candidates are the trees a build looks for in the cache in place of the
+// phase's steps, longest first: the one it keeps, then the earlier ones.
+func (k keptTree) candidates() []keptTree { return append([]keptTree{k}, k.earlier...) }
 
 // keptTrees is what the cache keeps of each phase (keptSteps).
 func (bc *buildCache) keptTrees(rec *recipes.Recipe, phases []phase, ep time.Time, att *attestation) ([]keptTree, error) {
@@ -114,17 +123,31 @@ func (bc *buildCache) keptTrees(rec *recipes.Recipe, phases []phase, ep time.Tim
 	}
 	kept := make([]keptTree, len(phases))
 	for i, ph := range phases {
+		prev := ""
+		if i > 0 {
+			prev = cache.KeyOf(whole[i-1])
+		}
+		head := func(n int) (keptTree, error) {
+			label := ph.steps[n-1].label
+			parts, err := bc.headParts(rec, ph, n, ep, prev, att)
+			return keptTree{n: n, what: label, subject: rec.Name + "/" + label, parts: parts}, err
+		}
 		k := keptTree{n: keptSteps(ph), what: "phase " + ph.name, subject: phaseSubject(rec, ph), parts: whole[i]}
 		if k.n > 0 && k.n < len(ph.steps) {
-			prev := ""
-			if i > 0 {
-				prev = cache.KeyOf(whole[i-1])
-			}
-			k.what = ph.steps[k.n-1].label
-			k.subject = rec.Name + "/" + k.what
-			if k.parts, err = bc.headParts(rec, ph, k.n, ep, prev, att); err != nil {
+			if k, err = head(k.n); err != nil {
 				return nil, err
 			}
+		}
+		for n := k.n - 1; n > 0; n-- {
+			pk, ok := ph.steps[n-1].layer.(layers.PhaseKeeper)
+			if !ok || pk.PhaseKeeping() != layers.KeepingAlways || ph.steps[n-1].index < 0 {
+				continue
+			}
+			e, err := head(n)
+			if err != nil {
+				return nil, err
+			}
+			k.earlier = append(k.earlier, e)
 		}
 		kept[i] = k
 	}
@@ -214,36 +237,37 @@ func (bc *buildCache) blobSize(digest string) int64 {
 // whole and how many steps of the next one; with none, a new empty tree.
 func (bc *buildCache) restorePhases(ctx context.Context, phases []phase, kept []keptTree, dir string, opts rootfs.Options) (tree *rootfs.Tree, done, from int, err error) {
 	for i := len(phases) - 1; i >= 0 && bc.read; i-- {
-		k := kept[i]
-		if k.n == 0 {
-			continue
-		}
-		r, _ := bc.lookup(ctx, recordPhase, k.subject, k.parts)
-		if r == nil {
-			continue
-		}
-		tree, err := rootfs.New(dir, opts)
-		if err != nil {
-			return nil, 0, 0, err
-		}
-		inPlace, err := bc.restorePhase(ctx, r, tree)
-		if err != nil {
-			bc.log.WithError(err).Warnf("cache: cannot restore %s; building it", k.what)
-			tree.Close()
-			if err := os.RemoveAll(dir); err != nil {
+		for _, k := range kept[i].candidates() {
+			if k.n == 0 {
+				continue
+			}
+			r, _ := bc.lookup(ctx, recordPhase, k.subject, k.parts)
+			if r == nil {
+				continue
+			}
+			tree, err := rootfs.New(dir, opts)
+			if err != nil {
 				return nil, 0, 0, err
 			}
-			continue
+			inPlace, err := bc.restorePhase(ctx, r, tree)
+			if err != nil {
+				bc.log.WithError(err).Warnf("cache: cannot restore %s; building it", k.what)
+				tree.Close()
+				if err := os.RemoveAll(dir); err != nil {
+					return nil, 0, 0, err
+				}
+				continue
+			}
+			how := ""
+			if inPlace {
+				how = ", their content read in place from the cache"
+			}
+			bc.log.Infof("cache: the tree after %s is in the cache (key %s): %d entries restored%s", k.what, r.Key, tree.Len(), how)
+			if k.n == len(phases[i].steps) {
+				return tree, i + 1, 0, nil
+			}
+			return tree, i, k.n, nil
 		}
-		how := ""
-		if inPlace {
-			how = ", their content read in place from the cache"
-		}
-		bc.log.Infof("cache: the tree after %s is in the cache (key %s): %d entries restored%s", k.what, r.Key, tree.Len(), how)
-		if k.n == len(phases[i].steps) {
-			return tree, i + 1, 0, nil
-		}
-		return tree, i, k.n, nil
 	}
 	tree, err = rootfs.New(dir, opts)
 	return tree, 0, 0, err

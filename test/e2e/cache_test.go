@@ -233,7 +233,7 @@ func TestPhaseCache(t *testing.T) {
 	ref := reg.Addr + "/stamp-phases"
 	repo := harness.DebRepoFor(t)
 	base := harness.DpkgBaseFor(t)
-	recipe := func(issue, motd string) string {
+	recipe := func(issue, motd string, added ...string) string {
 		return fmt.Sprintf(`apiVersion: stamp.dev/v1alpha1
 kind: Recipe
 name: e2e-phases
@@ -253,7 +253,7 @@ customize:
         packages: [netcat-openbsd, logrotate]
     - files:
         - {path: /etc/issue.stamp, content: %q}
-provision:
+%sprovision:
   layers:
     - files:
         - {path: /etc/motd, content: %q}
@@ -263,7 +263,7 @@ outputs:
   - format: raw
     partitions:
       - {name: root, type: root, size: auto, filesystem: ext4}
-`, repo.FileURL(), issue, motd)
+`, repo.FileURL(), issue, strings.Join(added, ""), motd)
 	}
 	dir := debsDir(t, repo, base, recipe("a\n", "one\n"))
 	// The hook reads the tree's directory, which a restored tree holds
@@ -333,6 +333,34 @@ outputs:
 	if bytes.Equal(mustReadFile(t, filepath.Join(dir, "second", "SHA256SUMS")), mustReadFile(t, filepath.Join(dir, "third", "SHA256SUMS"))) {
 		t.Fatal("the change in customize changed nothing: the test proves nothing")
 	}
+
+	// A package added in a debs layer of its own after the last layer, as
+	// a fleet adds its agent: the recipe now keeps the tree after that
+	// layer, which no build has made, so the build starts from the tree
+	// after the packages installed before, and installs only the new one.
+	writeFiles(t, dir, map[string]string{"recipe.yaml": recipe("b\n", "two\n", fmt.Sprintf(`    - debs:
+        repo: %q
+        suite: stamp
+        components: [main]
+        keyring: ./keyring.gpg
+        packages: [socat]
+`, repo.FileURL()))})
+	plan = stampCached(t, dir, nil, "build", "recipe.yaml", "--cache-dir", cache, "--dry-run").mustSucceed(t)
+	if !strings.Contains(plan.stdout, "the tree after phase customize: built") || !strings.Contains(plan.stdout, head+": from the cache") {
+		t.Fatalf("dry run after a package was added:\n%s", plan.stdout)
+	}
+	fourth := build("fourth")
+	if !strings.Contains(fourth.stderr, head+" is in the cache") ||
+		!strings.Contains(fourth.stderr, `msg="phase customize, from customize.layers[3].files"`) ||
+		strings.Contains(fourth.stderr, "customize.layers[2].debs: installing") ||
+		!strings.Contains(fourth.stderr, "customize.layers[4].debs: installing") {
+		t.Fatalf("a package added after the last layer did not start from the tree after the packages before it:\n%s", lastLines(fourth.stderr, 30))
+	}
+	build("full-fourth", "--no-cache")
+	sameOutputDirs(t, filepath.Join(dir, "full-fourth"), filepath.Join(dir, "fourth"))
+	// The added package is in the image (tarMemberBytes fails the test
+	// otherwise).
+	tarMemberBytes(t, filepath.Join(dir, "fourth", "e2e-phases-rootfs.tar"), "/usr/bin/socat")
 }
 
 // cachedBuilder builds recipe.yaml in dir into dir/OUT with the build cache
