@@ -16,10 +16,9 @@ import (
 // Debian package's data.tar is xz, and decoding it was the largest share of
 // a node build's CPU: liblzma decodes the node's 1.22 GB of data.tar in
 // 15.6 s of one core of the build machine, the pure-Go decoder in 38.9 s.
-// xz also decodes the blocks of a multi-block stream (dpkg-deb writes the
-// kernel's and containerd's that way) on more than one core. Decoding has
-// one right answer, so which decoder ran never shows in any output; without
-// xz on PATH, the pure-Go decoder does the same work, slower.
+// Decoding has one right answer, so which decoder ran never shows in any
+// output; without xz on PATH, the pure-Go decoder does the same work,
+// slower.
 func newXZReader(r io.Reader, hostXZ string) (io.ReadCloser, error) {
 	if hostXZ == "" {
 		xr, err := xz.ReaderConfig{DictCap: xzDictCap}.NewReader(r)
@@ -67,11 +66,13 @@ type hostXZReader struct {
 }
 
 func startHostXZ(r io.Reader, path string) (*hostXZReader, error) {
-	// --threads=0: as many as cores, for a multi-block stream; a stream of
-	// one block is decoded on one. No environment: XZ_DEFAULTS or XZ_OPT of
-	// the caller's shell would change limits, not bytes, but a limit can
-	// fail a build that works elsewhere.
-	cmd := exec.Command(path, "--decompress", "--stdout", "--threads=0", "--no-warn")
+	// One thread: the callers decode one stream per core already (the debs
+	// layer's packages), and xz decodes a multi-block stream (the kernel's)
+	// on as many threads as it is told at about 60 MiB each, where one
+	// takes 10 MiB. No environment: XZ_DEFAULTS or XZ_OPT of the caller's
+	// shell would change threads and limits, not bytes, but a limit can fail
+	// a build that works elsewhere.
+	cmd := exec.Command(path, "--decompress", "--stdout", "--threads=1", "--no-warn")
 	cmd.Env = []string{}
 	cmd.Stdin = r
 	stderr := &limitedBuffer{max: 4 << 10}

@@ -35,8 +35,8 @@ func (c *countingReader) Read(p []byte) (int, error) {
 }
 
 // Both decoders give the same bytes for what the reference xz writes: one
-// block, many blocks (as dpkg-deb writes a large package, and the host's xz
-// then decodes on more than one core), concatenated streams with padding
+// block, many blocks (as dpkg-deb writes a large package), concatenated
+// streams with padding
 // between them. Each has read its input to the end by the time it reports
 // the end of its output, as decodeDeb relies on to check the whole .deb.
 func TestXZDecodersAgree(t *testing.T) {
