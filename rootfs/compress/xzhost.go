@@ -59,7 +59,7 @@ func lookHostXZ() string {
 type hostXZReader struct {
 	cmd    *exec.Cmd
 	out    io.ReadCloser
-	stderr *limitedBuffer
+	stderr *bytes.Buffer // read only once xz was reaped
 
 	once sync.Once
 	err  error // the outcome of wait, once it ran
@@ -75,7 +75,8 @@ func startHostXZ(r io.Reader, path string) (*hostXZReader, error) {
 	cmd := exec.Command(path, "--decompress", "--stdout", "--threads=1", "--no-warn")
 	cmd.Env = []string{}
 	cmd.Stdin = r
-	stderr := &limitedBuffer{max: 4 << 10}
+	// xz writes one line for an error and nothing else (--no-warn).
+	stderr := &bytes.Buffer{}
 	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -141,27 +142,4 @@ func (h *hostXZReader) wait() error {
 		}
 	})
 	return h.err
-}
-
-// limitedBuffer keeps the first max bytes written to it: a message, not a
-// flood.
-type limitedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-	max int
-}
-
-func (b *limitedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if room := b.max - b.buf.Len(); room > 0 {
-		b.buf.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
-}
-
-func (b *limitedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
