@@ -180,7 +180,13 @@ func Build(ctx context.Context, rec *recipes.Recipe, o Options) (*Result, error)
 		return nil, err
 	}
 	if !o.KeepWork {
-		defer os.RemoveAll(work)
+		defer func() {
+			start := time.Now()
+			if err := removeTree(work); err != nil {
+				log.Warnf("removing work directory: %v", err)
+			}
+			log.Debugf("work directory removed in %s", time.Since(start).Round(time.Millisecond))
+		}()
 	} else {
 		log.Infof("keeping work directory %s", work)
 	}
