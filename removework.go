@@ -47,7 +47,7 @@ func removeTree(dir string) error {
 			})
 		}
 		if err := g.Wait(); err != nil {
-			return errors.Join(err, os.RemoveAll(dir))
+			return removeRest(dir, err)
 		}
 		next = found
 	}
@@ -56,11 +56,25 @@ func removeTree(dir string) error {
 		var g errgroup.Group
 		g.SetLimit(removeWorkers)
 		for _, d := range level {
-			g.Go(func() error { return unix.Rmdir(d) })
+			g.Go(func() error {
+				if err := unix.Rmdir(d); err != nil {
+					return &os.PathError{Op: "rmdir", Path: d, Err: err}
+				}
+				return nil
+			})
 		}
 		if err := g.Wait(); err != nil {
-			return errors.Join(err, os.RemoveAll(dir))
+			return removeRest(dir, err)
 		}
+	}
+	return nil
+}
+
+// removeRest hands what removeTree left to os.RemoveAll, and reports err
+// only if that fails too.
+func removeRest(dir string, err error) error {
+	if rerr := os.RemoveAll(dir); rerr != nil {
+		return errors.Join(err, rerr)
 	}
 	return nil
 }
