@@ -687,7 +687,9 @@ func (w *writer) unpack(ctx context.Context, s *snapshot) error {
 	defer dr.Close()
 	hash := sha256.New()
 	n := &countWriter{}
-	tee := io.TeeReader(dr, io.MultiWriter(hash, n))
+	// Inflated and hashed on a goroutine of its own (ahead.go).
+	tee := newAheadReader(dr, io.MultiWriter(hash, n))
+	defer tee.Close()
 	if _, err := rootfs.Extract(ctx, w.t, tee, opts); err != nil {
 		return err
 	}
@@ -696,6 +698,8 @@ func (w *writer) unpack(ctx context.Context, s *snapshot) error {
 	if _, err := io.Copy(io.Discard, tee); err != nil {
 		return err
 	}
+	// r is read by the ahead reader's goroutine until it is closed.
+	tee.Close()
 	if _, err := io.Copy(io.Discard, r); err != nil {
 		return err
 	}
