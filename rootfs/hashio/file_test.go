@@ -2,6 +2,7 @@ package hashio
 
 import (
 	"errors"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -71,5 +72,35 @@ func TestFileSparse(t *testing.T) {
 	sum, n, err = FileUncached(p)
 	if err != nil || sum != want || n != 16<<20+5 {
 		t.Errorf("FileUncached = %s %d %v, want %s %d", sum, n, err, want, 16<<20+5)
+	}
+}
+
+// TestFileLargeMatchesSha256sum hashes a file large enough to be hashed on
+// a goroutine while the next chunks are read, every chunk different, so a
+// buffer read into again before its hash was done would change the sum.
+func TestFileLargeMatchesSha256sum(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "large")
+	data := make([]byte, 13*readSize+123)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("sha256sum", p).Output()
+	if err != nil {
+		t.Fatalf("sha256sum: %v", err)
+	}
+	want := strings.Fields(string(out))[0]
+	for name, hash := range map[string]func(string) (string, int64, error){
+		"File":         func(p string) (string, int64, error) { return File(p, false) },
+		"FileUncached": FileUncached,
+	} {
+		for range 3 {
+			if sum, n, err := hash(p); err != nil || sum != want || n != int64(len(data)) {
+				t.Errorf("%s = %s %d %v, want %s %d", name, sum, n, err, want, len(data))
+			}
+		}
 	}
 }
