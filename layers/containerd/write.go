@@ -26,6 +26,7 @@ import (
 	"github.com/stamp-dev/stamp/packages/dpkg"
 	"github.com/stamp-dev/stamp/rootfs"
 	"github.com/stamp-dev/stamp/rootfs/compress"
+	"github.com/stamp-dev/stamp/rootfs/hashio"
 )
 
 // Namespace is the containerd namespace the CRI plugin keeps its images in.
@@ -685,11 +686,13 @@ func (w *writer) unpack(ctx context.Context, s *snapshot) error {
 		return err
 	}
 	defer dr.Close()
-	hash := sha256.New()
+	// The extractor writes large files itself: the layer is inflated and
+	// hashed on a goroutine of its own, a few chunks ahead, so the two
+	// share two cores instead of taking turns on one.
+	hr := hashio.NewReader(dr)
+	defer hr.Close()
 	n := &countWriter{}
-	// Inflated and hashed on a goroutine of its own (ahead.go).
-	tee := newAheadReader(dr, io.MultiWriter(hash, n))
-	defer tee.Close()
+	tee := io.TeeReader(hr, n)
 	if _, err := rootfs.Extract(ctx, w.t, tee, opts); err != nil {
 		return err
 	}
@@ -698,12 +701,13 @@ func (w *writer) unpack(ctx context.Context, s *snapshot) error {
 	if _, err := io.Copy(io.Discard, tee); err != nil {
 		return err
 	}
-	// r is read by the ahead reader's goroutine until it is closed.
-	tee.Close()
+	// r is read by hr's goroutine until that stops.
+	hr.Close()
 	if _, err := io.Copy(io.Discard, r); err != nil {
 		return err
 	}
-	if got := "sha256:" + hex.EncodeToString(hash.Sum(nil)); got != s.diffID {
+	sum := hr.Sum()
+	if got := "sha256:" + hex.EncodeToString(sum[:]); got != s.diffID {
 		return fmt.Errorf("the layer unpacks to %s (%d bytes), but the image's config says %s", got, n.n, s.diffID)
 	}
 	s.Inodes, s.Size = usage(w.t, dir+"/fs")

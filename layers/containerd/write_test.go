@@ -14,6 +14,7 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	bolt "go.etcd.io/bbolt"
 
@@ -433,4 +434,35 @@ func TestWriteFromKeptLayers(t *testing.T) {
 			t.Errorf("after the kept copy was spoilt:\n%s\nwant\n%s", got, want)
 		}
 	})
+}
+
+// A layer whose bytes are not the ones its image's config names fails the
+// write (it is hashed on a goroutine of its own, ahead of its unpack), and
+// the error names both digests.
+func TestWriteRefusesALayerThatIsNotItsDiffID(t *testing.T) {
+	f := newFixtureOf(t, "1.7.24-1", "", harness.GzipLayer)
+	other := harness.GzipLayer(t, harness.TarFile{Name: "big", Body: strings.Repeat("fedcba9876543210", 300000)})
+	wrong, err := other.DiffID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := f.app.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf = cf.DeepCopy()
+	want := cf.RootFS.DiffIDs[0]
+	cf.RootFS.DiffIDs[0] = wrong
+	bad, err := mutate.ConfigFile(f.app, cf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.imgs = []Image{{Name: "registry.example:5000/k8s/app:v1", Digest: put(t, f.cache, bad)}}
+	_, err = f.write(t, Options{})
+	if err == nil {
+		t.Fatal("a layer unpacked though its bytes are not the config's diff ID")
+	}
+	if !strings.Contains(err.Error(), "unpacks to "+want.String()) || !strings.Contains(err.Error(), "config says "+wrong.String()) {
+		t.Errorf("the error does not name the layer's digest and the config's: %v", err)
+	}
 }
