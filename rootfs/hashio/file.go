@@ -111,6 +111,10 @@ type chunkSink struct {
 func (s *chunkSink) buffer() []byte { return s.ring[s.k] }
 
 func (s *chunkSink) write(p []byte) {
+	if len(p) == 0 {
+		// No Write, so no turn of the ring: the Hasher counts Writes.
+		return
+	}
 	if s.async == nil {
 		s.h.Write(p)
 		return
