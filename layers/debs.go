@@ -359,6 +359,9 @@ func (l *Debs) installOffline(ctx context.Context, env *Env, se *scripts.Env, st
 			return nil, nil, fmt.Errorf("dpkg %s: %w", c, err)
 		}
 	}
+	if err := se.Settle(ctx); err != nil {
+		return nil, nil, err
+	}
 	return r.unpacked, r.deferred, nil
 }
 
@@ -458,6 +461,11 @@ func (l *Debs) excluded(p string) bool {
 func (l *Debs) unpack(ctx context.Context, env *Env, se *scripts.Env, ch *sandbox.Sandbox, p *debPackage, d decoded) error {
 	defer d.data.close()
 	p.control = d.control
+	// The byte-compiles the scripts before asked for read the files this
+	// package may replace.
+	if err := se.Settle(ctx); err != nil {
+		return err
+	}
 	if got := p.control.Paragraph.Get("Package"); got != p.pkg.Name || p.control.Paragraph.Get("Version") != p.pkg.Version {
 		return fmt.Errorf("%s: the .deb holds %s %s, the index says %s %s", p.pkg.URL(), got, p.control.Paragraph.Get("Version"), p.pkg.Name, p.pkg.Version)
 	}

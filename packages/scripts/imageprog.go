@@ -2,6 +2,7 @@ package scripts
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -83,8 +84,21 @@ func (r *run) runImageProgram(hc interp.HandlerContext, what string, env []strin
 // for a program that writes where it reads and takes no option to write
 // elsewhere; the output directory hides what the tree holds there.
 func (r *run) runImageProgramAt(hc interp.HandlerContext, what, at string, env []string, prepare func(*imageRun) error, argv ...string) (*imageRun, error) {
+	if err := r.programsReady(what); err != nil {
+		return nil, err
+	}
+	// A program may read what the byte-compiles put off would write.
+	if err := r.env.settlePython(r.ctx); err != nil {
+		return nil, err
+	}
+	return r.env.runProgram(r.ctx, r.s, hc.Stderr, what, at, env, prepare, argv...)
+}
+
+// programsReady says why no program of the image can run here, as an
+// unhandled command naming what wanted one; nil when one can.
+func (r *run) programsReady(what string) error {
 	if r.env.NoPrograms {
-		return nil, r.unhandled(fmt.Sprintf("%s runs a program of the image, and this build runs none (offline-only)", what))
+		return r.unhandled(fmt.Sprintf("%s runs a program of the image, and this build runs none (offline-only)", what))
 	}
 	p := r.env.programs()
 	p.mu.Lock()
@@ -98,9 +112,18 @@ func (r *run) runImageProgramAt(hc interp.HandlerContext, what, at string, env [
 		}
 	}
 	if p.err != nil {
-		return nil, r.unhandled(fmt.Sprintf("%s runs a program of the image, which cannot run in a sandbox here: %v", what, p.err))
+		return r.unhandled(fmt.Sprintf("%s runs a program of the image, which cannot run in a sandbox here: %v", what, p.err))
 	}
-	out, err := r.scratchDir(".stamp-program-")
+	return nil
+}
+
+// runProgram runs argv in the sandbox programsReady made, for script s,
+// what it prints going to stderr.
+func (e *Env) runProgram(ctx context.Context, s Script, stderr io.Writer, what, at string, env []string, prepare func(*imageRun) error, argv ...string) (*imageRun, error) {
+	p := e.programs()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out, err := e.scratchDir(".stamp-program-")
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
@@ -117,20 +140,20 @@ func (r *run) runImageProgramAt(hc interp.HandlerContext, what, at string, env [
 			fmt.Fprintf(&printed, "%s\n", args[1])
 		}
 	}
-	err = p.box.Run(r.ctx, what, env, argv...)
+	err = p.box.Run(ctx, what, env, argv...)
 	p.box.Logf, p.box.OutputHost, p.box.OutputAt = nil, "", ""
 	var ee *sandbox.ExitError
 	if errors.As(err, &ee) {
 		if ee.Output != "" {
-			fmt.Fprintln(hc.Stderr, ee.Output)
+			fmt.Fprintln(stderr, ee.Output)
 		}
 		return ir, exit(ee.Status)
 	}
 	if err != nil {
 		ir.done()
-		return nil, fmt.Errorf("%s %s: %w", r.s.Package, r.s.Name, err)
+		return nil, fmt.Errorf("%s %s: %w", s.Package, s.Name, err)
 	}
-	hc.Stderr.Write(printed.Bytes())
+	stderr.Write(printed.Bytes())
 	return ir, nil
 }
 
@@ -142,8 +165,8 @@ func (e *Env) programs() *programs {
 
 // scratchDir makes a scratch directory beside the tree, by an absolute
 // path, in the build's work directory and nowhere else on the host.
-func (r *run) scratchDir(prefix string) (string, error) {
-	base, err := filepath.Abs(filepath.Dir(r.env.Tree.Dir()))
+func (e *Env) scratchDir(prefix string) (string, error) {
+	base, err := filepath.Abs(filepath.Dir(e.Tree.Dir()))
 	if err != nil {
 		return "", err
 	}

@@ -2,6 +2,7 @@ package scripts
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"path"
 	"regexp"
@@ -194,7 +195,7 @@ func (r *run) py3compileJobs(o *py3compileArgs, files, versions []string, exclud
 				continue
 			}
 			pyc := pycPath(f, v, o.optimize)
-			if !o.force {
+			if !o.force && !r.env.pyc.pending(pyc) {
 				if b, err := r.readFile(pyc); err == nil && len(b) >= 4 && r.pycCurrent(f, b) {
 					continue
 				}
@@ -375,6 +376,9 @@ func cmdPy3clean(r *run, hc interp.HandlerContext, args []string) error {
 	if pkg == "" {
 		return r.unhandledCommand(args)
 	}
+	if err := r.env.settlePython(r.ctx); err != nil {
+		return err
+	}
 	list, ok := r.listOf(pkg)
 	if !ok {
 		return nil
@@ -493,76 +497,193 @@ if _failed:
 sys.exit(1 if _msgs or _failed else 0)
 `
 
-// pyCompile runs the image's python version on the jobs, in the sandbox
-// (the tree read-only, the .pyc files written to the run's output
-// directory), and writes the .pyc files into the tree.
+// pyCompile asks for the jobs to be compiled by the image's python
+// version. The compiles are put off (pyBatch) and run together; what a
+// script sees at once is what it saw when each ran alone: an interpreter
+// that is not there is not found, a build that may run no program refuses
+// the command, a source that is not there is reported and passed over.
 func (r *run) pyCompile(hc interp.HandlerContext, version string, optimize bool, jobs []pyCompileJob) error {
 	interpPath := "/usr/bin/python" + version
 	if !r.executable(interpPath) {
 		return r.notFound(hc, interpPath)
 	}
-	var staged []pyCompileJob
-	var list strings.Builder
+	if err := r.programsReady("python" + version); err != nil {
+		return err
+	}
 	for _, j := range jobs {
 		if e, err := r.env.Tree.Lookup(j.src, true); err != nil || e.Type != rootfs.TypeRegular {
 			// py_compile reports a missing source and goes on.
 			fmt.Fprintf(hc.Stderr, "[Errno 2] No such file or directory: '%s'\n", j.src)
 			continue
 		}
-		staged = append(staged, j)
+		r.env.pyc.add(pyPending{job: j, version: version, optimize: optimize, umask: r.umask, origin: r.origin(), s: r.s})
+	}
+	return nil
+}
+
+// pyBatch holds the byte-compiles asked for and not run yet. Each
+// python3-* postinst asks for its own few modules; run one script at a
+// time, the image's python started in the sandbox 31 times in the node's
+// bootstrap, and those runs took 5-7 s with one core idle for much of it
+// (most scripts compile a handful of modules). Put together they run
+// once per interpreter, every core compiling.
+//
+// A .pyc depends only on its source and the interpreter, so the bytes are
+// the same whenever the compile runs, as long as nothing the compile reads
+// or writes changed in between. So the batch is settled (run, and the
+// .pyc files written into the tree) before anything that could: a
+// package unpacked, py3clean, another program of the image, a script that
+// names .pyc files or moves or removes files (settlesFirstRE), and the
+// end of the install. In the node's bootstrap that makes 7 runs of 31.
+type pyBatch struct {
+	jobs  []pyPending
+	byPyc map[string]int
+}
+
+// pyPending is one compile asked for, with what writing its .pyc needs
+// from the script that asked.
+type pyPending struct {
+	job      pyCompileJob
+	version  string
+	optimize bool
+	umask    uint32
+	origin   rootfs.Origin
+	s        Script
+}
+
+// add files a compile; a .pyc asked for again takes the later request's
+// mode and origin, as the later compile would have rewritten it.
+func (b *pyBatch) add(p pyPending) {
+	if b.byPyc == nil {
+		b.byPyc = map[string]int{}
+	}
+	if i, ok := b.byPyc[p.job.pyc]; ok {
+		b.jobs[i] = p
+		return
+	}
+	b.byPyc[p.job.pyc] = len(b.jobs)
+	b.jobs = append(b.jobs, p)
+}
+
+// pending says whether the .pyc at p is yet to be written.
+func (b *pyBatch) pending(p string) bool {
+	_, ok := b.byPyc[p]
+	return ok
+}
+
+// Settle runs the byte-compiles the scripts asked for and not run yet, and
+// writes their .pyc files into the tree. The caller settles before it
+// changes the tree itself, and at the end of the scripts; a module that
+// does not compile fails it, naming the script that asked for it.
+func (e *Env) Settle(ctx context.Context) error { return e.settlePython(ctx) }
+
+func (e *Env) settlePython(ctx context.Context) error {
+	jobs := e.pyc.jobs
+	if len(jobs) == 0 {
+		return nil
+	}
+	e.pyc = pyBatch{}
+	// One run per interpreter and optimization, in the order first asked.
+	type group struct {
+		version  string
+		optimize bool
+	}
+	var order []group
+	byGroup := map[group][]pyPending{}
+	for _, p := range jobs {
+		g := group{p.version, p.optimize}
+		if _, ok := byGroup[g]; !ok {
+			order = append(order, g)
+		}
+		byGroup[g] = append(byGroup[g], p)
+	}
+	for _, g := range order {
+		if err := e.compileBatch(ctx, g.version, g.optimize, byGroup[g]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// compileBatch runs the image's python version on the jobs, in the sandbox
+// (the tree read-only, the .pyc files written to the run's output
+// directory), and writes the .pyc files into the tree.
+func (e *Env) compileBatch(ctx context.Context, version string, optimize bool, jobs []pyPending) error {
+	var staged []pyPending
+	for _, p := range jobs {
+		if se, err := e.Tree.Lookup(p.job.src, true); err == nil && se.Type == rootfs.TypeRegular {
+			staged = append(staged, p)
+		}
+	}
+	if len(staged) == 0 {
+		return nil
 	}
 	prepare := func(ir *imageRun) error {
-		for i, j := range staged {
-			fmt.Fprintf(&list, "%s\n%s\n%s\n", j.src, ir.inside(strconv.Itoa(i)+".pyc"), j.src)
+		var list strings.Builder
+		for i, p := range staged {
+			fmt.Fprintf(&list, "%s\n%s\n%s\n", p.job.src, ir.inside(strconv.Itoa(i)+".pyc"), p.job.src)
 		}
 		return ir.write("jobs", []byte(list.String()))
 	}
-	argv := []string{interpPath, "-S", "-s"}
+	argv := []string{"/usr/bin/python" + version, "-S", "-s"}
 	if optimize {
 		argv = append(argv, "-O")
 	}
 	argv = append(argv, "-c", pyDriver, sandbox.OutputDir+"/jobs", strconv.Itoa(runtime.GOMAXPROCS(0)))
 	env := []string{"LC_ALL=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1", "PYTHONHASHSEED=0"}
-	ir, runErr := r.runImageProgram(hc, "python"+version, env, prepare, argv...)
+	var printed bytes.Buffer
+	ir, runErr := e.runProgram(ctx, staged[0].s, &printed, "python"+version, "", env, prepare, argv...)
 	if ir == nil {
 		return runErr
 	}
 	defer ir.done()
-	for i, j := range staged {
+	var failed []pyPending
+	for i, p := range staged {
 		b, err := ir.read(strconv.Itoa(i) + ".pyc")
 		if err != nil {
-			continue // its error is in the output above
+			failed = append(failed, p)
+			continue
 		}
-		if err := r.writePyc(j, b); err != nil {
+		if err := e.writePyc(p, b); err != nil {
 			return err
 		}
 	}
-	if runErr != nil {
-		return runErr
+	if runErr != nil || len(failed) > 0 {
+		// Named by the first script whose module did not compile; the
+		// interpreter's messages say which modules and why.
+		s := staged[0].s
+		if len(failed) > 0 {
+			s = failed[0].s
+		}
+		return &ScriptError{Package: s.Package, Script: s.Name, Status: 1,
+			Output: strings.TrimSpace(fmt.Sprintf("python%s could not compile what it asked for:\n%s", version, printed.String()))}
 	}
-	r.logf("python%s: compiled %d modules with the image's interpreter, in the sandbox", version, len(staged))
+	if e.Logf != nil {
+		e.Logf("python%s: compiled %d modules with the image's interpreter, in the sandbox", version, len(staged))
+	}
 	return nil
 }
 
 // writePyc puts a compiled module into the tree: __pycache__ made as
 // mkdir under the umask makes it, the file with importlib's mode.
-func (r *run) writePyc(j pyCompileJob, data []byte) error {
-	t := r.env.Tree
+func (e *Env) writePyc(p pyPending, data []byte) error {
+	t := e.Tree
+	j := p.job
 	se, err := t.Lookup(j.src, true)
 	if err != nil {
 		return err
 	}
 	dir := path.Dir(j.pyc)
 	if _, err := t.Lookup(dir, true); err != nil {
-		if err := r.mkdirAll(dir); err != nil {
+		if _, err := t.MkdirAll(dir, rootfs.Header{Perm: 0o755, MTime: e.Epoch, Origin: p.origin}); err != nil {
 			return err
 		}
 		rd, _ := t.Resolve(dir, true)
-		if err := t.Update(rd, func(in *rootfs.Inode) { in.Perm = 0o777 &^ r.umask }); err != nil {
+		if err := t.Update(rd, func(in *rootfs.Inode) { in.Perm = 0o777 &^ p.umask }); err != nil {
 			return err
 		}
 	}
-	perm := (se.Perm | 0o200) & 0o666 &^ r.umask
+	perm := (se.Perm | 0o200) & 0o666 &^ p.umask
 	if _, err := t.Lookup(j.pyc, false); err == nil {
 		if err := t.Remove(j.pyc); err != nil {
 			return err
@@ -572,6 +693,6 @@ func (r *run) writePyc(j pyCompileJob, data []byte) error {
 	if err != nil {
 		return err
 	}
-	_, err = t.Create(rp, rootfs.Header{Type: rootfs.TypeRegular, Perm: perm, MTime: r.env.Epoch, Origin: r.origin()}, bytes.NewReader(data))
+	_, err = t.Create(rp, rootfs.Header{Type: rootfs.TypeRegular, Perm: perm, MTime: e.Epoch, Origin: p.origin}, bytes.NewReader(data))
 	return err
 }

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -60,6 +61,8 @@ type Env struct {
 	// skippedKeys are the SSH host keys scripts asked for and the build
 	// did not make.
 	skippedKeys map[string]bool
+	// pyc are the byte-compiles asked for and not run yet.
+	pyc pyBatch
 	// once makes progs, the sandbox the handlers run programs in.
 	once  sync.Once
 	progs *programs
@@ -176,6 +179,13 @@ func Run(ctx context.Context, env *Env, s Script, args ...string) error {
 	return err
 }
 
+// settlesFirstRE finds the commands (and words) that make a script wait for
+// the byte-compiles put off before it: one that names .pyc files or
+// __pycache__, or moves, links, copies or removes files. dh_python3's
+// postinst snippets name none of them, so the compiles of a run of Python
+// packages still go together.
+var settlesFirstRE = regexp.MustCompile(`pyc|(^|[^A-Za-z0-9_-])(rm|rmdir|unlink|mv|ln|cp|find|dpkg-divert|dpkg-maintscript-helper)([^A-Za-z0-9_.-]|$)`)
+
 // nested interprets another script from the tree as a command of this one
 // (run-parts runs them), with this script's exported variables.
 func (r *run) nested(ctx context.Context, hc interp.HandlerContext, s Script, args []string) error {
@@ -200,6 +210,13 @@ func (r *run) interpret(ctx context.Context, vars, args []string, stdout, stderr
 			err = s.unhandled(fmt.Sprintf("a construct the interpreter stopped on (%v)", p))
 		}
 	}()
+	// A script that may look at, move or remove what the compiles put off
+	// read or would write runs after them.
+	if settlesFirstRE.Match(s.Body) {
+		if err := r.env.settlePython(ctx); err != nil {
+			return err
+		}
+	}
 	interpreter := shebang(s.Body)
 	switch path.Base(interpreter) {
 	case "sh", "bash", "dash":

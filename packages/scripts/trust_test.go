@@ -79,10 +79,17 @@ func TestPyCompileInSandbox(t *testing.T) {
 		beside := hostListing(t, filepath.Dir(tr.Dir()))
 		script := Script{Package: "python3.11-minimal", Name: "postinst", Body: []byte(
 			"#!/bin/sh\nset -e\npython3.11 -E -S /usr/lib/python3.11/py_compile.py /usr/lib/python3.11/stamptest.py\n")}
-		if err := Run(context.Background(), env(tr), script, "configure", ""); err != nil {
+		se := env(tr)
+		if err := Run(context.Background(), se, script, "configure", ""); err != nil {
 			t.Fatal(err)
 		}
 		const pyc = "/usr/lib/python3.11/__pycache__/stamptest.cpython-311.pyc"
+		if _, err := readTree(tr, pyc); err == nil {
+			t.Errorf("%s written before the compiles were settled", pyc)
+		}
+		if err := se.Settle(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 		for p := range treePaths(tr) {
 			if !before[p] && p != pyc && p != "/usr/lib/python3.11/__pycache__" {
 				t.Errorf("%s appeared in the tree", p)
@@ -622,7 +629,11 @@ func TestPyCompileWorkers(t *testing.T) {
 		}
 		script := Script{Package: "python3.11-minimal", Name: "postinst", Body: []byte(
 			"#!/bin/sh\npython3.11 -E -S /usr/lib/python3.11/py_compile.py " + strings.Join(names, " ") + "\n")}
-		err := Run(context.Background(), env(tr), script, "configure", "")
+		e := env(tr)
+		if err := Run(context.Background(), e, script, "configure", ""); err != nil {
+			t.Fatalf("the script failed before its compiles ran: %v", err)
+		}
+		err := e.Settle(context.Background())
 		var out []string
 		for i := range 7 {
 			b, rerr := readTree(tr, fmt.Sprintf("/usr/lib/python3.11/__pycache__/stampw%d.cpython-311.pyc", i))
@@ -640,5 +651,71 @@ func TestPyCompileWorkers(t *testing.T) {
 	}
 	if m := err3.Error(); !strings.Contains(m, "stampw2.py") || !strings.Contains(m, "stampw4.py") || strings.Index(m, "stampw2.py") > strings.Index(m, "stampw4.py") {
 		t.Errorf("the modules that do not compile are not named in order: %v", err3)
+	}
+}
+
+// TestPyCompilesBatched: the compiles the scripts ask for run together
+// when the Env is settled, and give the tree the scripts would have given
+// it one compile at a time: a script that removes a source runs after the
+// compiles before it (its .pyc stays, as it would have), a module asked
+// for twice is compiled once, and the bytes are those of separate runs.
+func TestPyCompilesBatched(t *testing.T) {
+	harness.RequireTools(t, "unshare", "chroot", "mount")
+	debs := harness.Debs(t, pythonDebs...)
+	const dir = "/usr/lib/python3.11/"
+	compileLine := func(mods ...string) string {
+		line := "#!/bin/sh\nset -e\npython3.11 -E -S " + dir + "py_compile.py"
+		for _, m := range mods {
+			line += " " + dir + m + ".py"
+		}
+		return line + "\n"
+	}
+	scripts := []Script{
+		{Package: "pa", Name: "postinst", Body: []byte(compileLine("stampa"))},
+		{Package: "pb", Name: "postinst", Body: []byte(compileLine("stampb", "stampc"))},
+		{Package: "pc", Name: "postinst", Body: []byte("#!/bin/sh\nset -e\nrm " + dir + "stampc.py\n")},
+		{Package: "pd", Name: "postinst", Body: []byte(compileLine("stampa"))},
+	}
+	build := func(settleEach bool) (string, []string) {
+		tr := pythonTree(t, debs)
+		for _, m := range []string{"stampa", "stampb", "stampc"} {
+			file(t, tr, dir+m+".py", "X = {'"+m+"', 1, 2}\ndef f():\n    return 42\n")
+		}
+		var logs []string
+		se := env(tr)
+		se.Logf = func(format string, args ...any) {
+			if m := fmt.Sprintf(format, args...); strings.Contains(m, "compiled") {
+				logs = append(logs, m)
+			}
+		}
+		for _, s := range scripts {
+			if err := Run(context.Background(), se, s, "configure", ""); err != nil {
+				t.Fatal(err)
+			}
+			if settleEach {
+				if err := se.Settle(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := se.Settle(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(snapshot(tr, dir+"__pycache__/", dir+"stamp"), "\n"), logs
+	}
+	one, oneLogs := build(true)
+	batched, logs := build(false)
+	if batched != one {
+		t.Errorf("batched compiles left\n%s\none at a time\n%s", batched, one)
+	}
+	if !strings.Contains(one, "__pycache__/stampc.cpython-311.pyc") || strings.Contains(one, dir+"stampc.py = ") {
+		t.Errorf("stampc's .pyc should stay and its source go:\n%s", one)
+	}
+	want := []string{
+		"python3.11: compiled 3 modules with the image's interpreter, in the sandbox",
+		"python3.11: compiled 1 modules with the image's interpreter, in the sandbox",
+	}
+	if strings.Join(logs, "\n") != strings.Join(want, "\n") {
+		t.Errorf("batched runs:\n%s\nwant\n%s\n(one at a time: %d runs)", strings.Join(logs, "\n"), strings.Join(want, "\n"), len(oneLogs))
 	}
 }
