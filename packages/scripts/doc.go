@@ -49,10 +49,12 @@
 //
 // # Programs of the image
 //
-// Handlers do their work in Go. The one that needs the image's own
-// program, py_compile, runs it through runImageProgram (imageprog.go),
-// the only way a handler runs a program: in rootfs/sandbox, with the tree
-// read-only and only an output directory writable, whose files the handler
-// then writes into the tree through the index. Env.NoPrograms
-// (offline-only) makes it unhandled.
+// Handlers do their work in Go. The ones that need the image's own
+// program, py_compile and systemd-hwdb, run it the one way a handler runs
+// a program (imageprog.go): in rootfs/sandbox, with the tree read-only and
+// only an output directory writable, whose files the handler then writes
+// into the tree through the index. systemd-hwdb runs at once
+// (runImageProgramAt); py_compile's modules are put together and compiled
+// when the Env is settled (python.go). Env.NoPrograms (offline-only) makes
+// either unhandled.
 package scripts

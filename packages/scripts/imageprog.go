@@ -67,22 +67,18 @@ func (ir *imageRun) inside(name string) string { return sandbox.OutputDir + "/" 
 
 func (ir *imageRun) done() { os.RemoveAll(ir.out) }
 
-// runImageProgram runs argv (a program of the image, by its path in the
+// runImageProgramAt runs argv (a program of the image, by its path in the
 // image) in the sandbox, after prepare has put its inputs into the run's
-// output directory. What it prints goes to the script's stderr, with the
-// output directory's path as the program saw it; a non-zero exit is the
-// script's status (returned with the run, whose files the caller may
-// still read). A build that may run no program (offline-only), a machine
-// where the sandbox cannot work, or a program of an architecture the
-// machine cannot run makes the command unhandled, naming why.
-func (r *run) runImageProgram(hc interp.HandlerContext, what string, env []string, prepare func(*imageRun) error, argv ...string) (*imageRun, error) {
-	return r.runImageProgramAt(hc, what, "", env, prepare, argv...)
-}
-
-// runImageProgramAt is runImageProgram with the output directory also
-// bound at the tree's directory at (resolved, with no symlink on the way),
-// for a program that writes where it reads and takes no option to write
-// elsewhere; the output directory hides what the tree holds there.
+// output directory, which is also bound at the tree's directory at
+// (resolved, with no symlink on the way) unless at is empty: for a program
+// that writes where it reads and takes no option to write elsewhere; the
+// output directory hides what the tree holds there. What the program
+// prints goes to the script's stderr, with the output directory's path as
+// the program saw it; a non-zero exit is the script's status (returned
+// with the run, whose files the caller may still read). A build that may
+// run no program (offline-only), a machine where the sandbox cannot work,
+// or a program of an architecture the machine cannot run makes the
+// command unhandled, naming why.
 func (r *run) runImageProgramAt(hc interp.HandlerContext, what, at string, env []string, prepare func(*imageRun) error, argv ...string) (*imageRun, error) {
 	if err := r.programsReady(what); err != nil {
 		return nil, err

@@ -22,7 +22,7 @@ import (
 //
 // A .pyc holds the code object marshalled by the very interpreter that
 // will load it, so only the image's python writes it byte for byte: it
-// runs in the sandbox (runImageProgram), chrooted into the tree mounted
+// runs in the sandbox (Env.runProgram), chrooted into the tree mounted
 // read-only, and compiles each file with py_compile, naming it by its path
 // in the image (dfile), under SOURCE_DATE_EPOCH, so each .pyc is checked by
 // the hash of its source (CHECKED_HASH) and holds no time; PYTHONHASHSEED=0
