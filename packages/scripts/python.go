@@ -659,6 +659,11 @@ func (e *Env) compileBatch(ctx context.Context, version string, optimize bool, j
 			Output: strings.TrimSpace(fmt.Sprintf("python%s could not compile what it asked for:\n%s", version, printed.String()))}
 	}
 	if e.Logf != nil {
+		// What python printed went to the script's log when each script
+		// ran its own compile; it goes to the build's log now.
+		if out := strings.TrimSpace(printed.String()); out != "" {
+			e.Logf("python%s: %s", version, out)
+		}
 		e.Logf("python%s: compiled %d modules with the image's interpreter, in the sandbox", version, len(staged))
 	}
 	return nil
