@@ -596,6 +596,10 @@ func (c *Cache) put(ctx context.Context, r io.Reader, wantHex, source string, to
 	if err := c.fileTemp(f, got, name); err != nil {
 		return "", err
 	}
+	// Hashed just now as it was written: the first reader need not hash
+	// it again (a kept tree's content is a gigabyte, read by the next
+	// rebuild).
+	c.rememberWritten(got)
 	return digestOf(got), nil
 }
 

@@ -265,6 +265,33 @@ func TestAdoptedBlobIsVerified(t *testing.T) {
 	}
 }
 
+// A blob Put stores is remembered as verified, since Put hashed what it
+// wrote: opening it does not hash it again. A write into it afterwards is
+// still found.
+func TestPutBlobIsVerified(t *testing.T) {
+	c := openCache(t, Options{})
+	d, err := c.Put(context.Background(), strings.NewReader("a kept tree's content"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hexSum := strings.TrimPrefix(d, "sha256:")
+	if !c.blobVerified(hexSum) {
+		t.Fatal("a blob Put stored is not taken as verified")
+	}
+	if err := os.Chmod(c.blobPath(hexSum), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(c.blobPath(hexSum), []byte("a kept tree's CONTENT"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if c.blobVerified(hexSum) {
+		t.Fatal("a blob written to after Put is still taken as verified")
+	}
+	if _, err := c.OpenFile(d); err == nil {
+		t.Fatal("OpenFile handed out a blob that no longer hashes to its name")
+	}
+}
+
 // ReadBlob hands out a small blob only when it hashes to its name, and
 // refuses one larger than asked for.
 func TestReadBlob(t *testing.T) {
