@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -192,20 +193,38 @@ func writeOutputs(ctx context.Context, j *outputJob) ([]string, error) {
 			}
 		}
 	}()
+	heir := heirsOf(from, errs)
 	takeTurns(ctx, outputsAtOnce, from, errs, func(i int) error {
 		m, p := made[i], j.plans[i]
 		var src *madeOutput
 		if from[i] >= 0 {
 			src = made[from[i]]
 		}
-		res, restored, err := j.makeOutput(ctx, staging, p, src)
+		hashFrom := src != nil && src.hashedByHeir
+		res, restored, err := j.makeOutput(ctx, staging, p, src, hashFrom)
 		m.res, m.restored = res, restored
 		switch {
 		case err != nil:
 			cancel()
+		case !restored && heir[i] >= 0 && j.hashesFrom(j.plans[heir[i]]):
+			// Its heir, which takes its turn now, reads it whole and
+			// hashes it as it goes; it starts the hashing below.
+			m.hashedByHeir = true
 		case !restored:
 			// Hashed while the other outputs are written.
 			m.hashing = hashOutput(staging, p, res)
+		}
+		if hashFrom {
+			// What the heir could not hash (a failure, an output taken
+			// from the cache) is read again.
+			if err == nil && !restored && res.FromSum != "" {
+				src.res.Sums = maps.Clone(src.res.Sums)
+				if src.res.Sums == nil {
+					src.res.Sums = map[string]string{}
+				}
+				src.res.Sums[src.res.Files[0]] = res.FromSum
+			}
+			src.hashing = hashOutput(staging, j.plans[from[i]], src.res)
 		}
 		return err
 	})
@@ -243,15 +262,7 @@ var errOutputSkipped = errors.New("not written: the output it is made from faile
 // after the seal instead of 35.2 s). An output that gets no turn before
 // ctx ends has ctx's error.
 func takeTurns(ctx context.Context, at int, from []int, errs []error, write func(i int) error) {
-	heir := make([]int, len(from))
-	for i := range heir {
-		heir[i] = -1
-	}
-	for i := len(from) - 1; i >= 0; i-- {
-		if f := from[i]; f >= 0 && errs[i] == nil {
-			heir[f] = i
-		}
-	}
+	heir := heirsOf(from, errs)
 	done := make([]chan struct{}, len(from))
 	for i := range done {
 		done[i] = make(chan struct{})
@@ -302,13 +313,46 @@ func takeTurns(ctx context.Context, at int, from []int, errs []error, write func
 	wg.Wait()
 }
 
+// heirsOf is, for each output, the first output made from it (from[i],
+// -1 for none) that has no error yet: the one that takes over its turn.
+// -1 for none.
+func heirsOf(from []int, errs []error) []int {
+	heir := make([]int, len(from))
+	for i := range heir {
+		heir[i] = -1
+	}
+	for i := len(from) - 1; i >= 0; i-- {
+		if f := from[i]; f >= 0 && errs[i] == nil {
+			heir[f] = i
+		}
+	}
+	return heir
+}
+
+// hashesFrom says whether p's output, written, hashes the output it is
+// made from as it reads it (formats.FromHasher).
+func (j *outputJob) hashesFrom(p *outputPlan) bool {
+	if p.hit != nil {
+		return false
+	}
+	f, err := formats.Lookup(p.out.Format)
+	if err != nil {
+		return false
+	}
+	fh, ok := f.(formats.FromHasher)
+	return ok && fh.HashesFrom(p.spec)
+}
+
 // madeOutput is one output as it is made: restored from the cache or
-// written, then hashed unless restored.
+// written, then hashed unless restored. hashedByHeir says its heir, the
+// first output made from it, hashes its main file as it reads it, and
+// starts its hashing (of the rest) once done.
 type madeOutput struct {
-	res      *formats.Result
-	restored bool
-	err      error
-	hashing  *pendingSums
+	res          *formats.Result
+	restored     bool
+	err          error
+	hashing      *pendingSums
+	hashedByHeir bool
 }
 
 // firstOutputError is the error of the first output, in the recipe's
@@ -333,7 +377,7 @@ func firstOutputError(made []*madeOutput) error {
 // makeOutput restores p's output from the cache or writes it into
 // staging; from is the output p is made from, done, or nil. A written
 // output starts being hashed as soon as it is complete.
-func (j *outputJob) makeOutput(ctx context.Context, staging string, p *outputPlan, from *madeOutput) (*formats.Result, bool, error) {
+func (j *outputJob) makeOutput(ctx context.Context, staging string, p *outputPlan, from *madeOutput, hashFrom bool) (*formats.Result, bool, error) {
 	out, log := p.out, j.o.log()
 	start := time.Now()
 	if p.hit != nil {
@@ -350,7 +394,7 @@ func (j *outputJob) makeOutput(ctx context.Context, staging string, p *outputPla
 	if j.tree == nil {
 		return nil, false, fmt.Errorf("%s: %w: not in the cache", out.Field, errNotRestored)
 	}
-	res, err := j.writeOutput(ctx, p, staging, from)
+	res, err := j.writeOutput(ctx, p, staging, from, hashFrom)
 	if err != nil {
 		return nil, false, err
 	}
@@ -468,7 +512,7 @@ func publish(ctx context.Context, staging, outDir string, all []string) error {
 
 // writeOutput writes one output from the tree into staging; from is the
 // output it is made from, done, or nil.
-func (j *outputJob) writeOutput(ctx context.Context, p *outputPlan, staging string, from *madeOutput) (*formats.Result, error) {
+func (j *outputJob) writeOutput(ctx context.Context, p *outputPlan, staging string, from *madeOutput, hashFrom bool) (*formats.Result, error) {
 	out := p.out
 	f, err := formats.Lookup(out.Format)
 	if err != nil {
@@ -487,6 +531,7 @@ func (j *outputJob) writeOutput(ctx context.Context, p *outputPlan, staging stri
 	if from != nil {
 		src.From = filepath.Join(staging, from.res.Files[0])
 		src.FromAdds = from.res.Adds
+		src.HashFrom = hashFrom
 	}
 	parts := j.bc.partStore(p.subject(rec))
 	if parts != nil {

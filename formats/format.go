@@ -36,6 +36,10 @@ type Source struct {
 	// Parts, when set, holds compressed parts of this output as earlier
 	// builds wrote them (PartStore); nil compresses every part.
 	Parts PartStore
+	// HashFrom asks a format that reads From whole (FromHasher) for its
+	// sha256, Result.FromSum: the conductor then need not read From again
+	// for SHA256SUMS.
+	HashFrom bool
 }
 
 // Spec is one output as the recipe asks for it: what every format has, and
@@ -106,6 +110,15 @@ type Result struct {
 	// Uncached names the files written past the page cache that the
 	// conductor is to hash, so that it reads them past it too.
 	Uncached []string
+	// FromSum is Source.From's hex sha256, when Source.HashFrom asked for
+	// it and the format hashed it as it read it; else "".
+	FromSum string
+}
+
+// FromHasher is a format that can hash the output it is made from as it
+// reads it (Source.HashFrom), for an output of the given spec.
+type FromHasher interface {
+	HashesFrom(spec *Spec) bool
 }
 
 // ViewAddition is an entry a format may add to its own view of the tree:

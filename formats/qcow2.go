@@ -31,7 +31,7 @@ func (qcow2Format) Write(ctx context.Context, src *Source, spec *Spec, dir, base
 	name := base + ".qcow2"
 	var st *qcow2.Stats
 	res, err := encodeRaw(src, spec, dir, name, func(out *os.File, in io.ReaderAt, size int64, progress func(int64)) error {
-		st, err = qcow2.Write(ctx, out, in, size, qcow2.Options{Compress: so.Compress, Progress: progress})
+		st, err = qcow2.Write(ctx, out, in, size, qcow2.Options{Compress: so.Compress, Progress: progress, HashSource: src.HashFrom})
 		return err
 	})
 	if err != nil {
@@ -41,7 +41,16 @@ func (qcow2Format) Write(ctx context.Context, src *Source, spec *Spec, dir, base
 		// Hashed as written: the build need not read the image back.
 		res.Sums = map[string]string{name: st.SHA256}
 	}
+	res.FromSum = st.SourceSHA256
 	return res, nil
+}
+
+// HashesFrom: an uncompressed image's first pass reads every data extent
+// of the raw disk in order, which is all a hash of it needs (its holes are
+// zeros), so the build need not read the disk a third time.
+func (qcow2Format) HashesFrom(spec *Spec) bool {
+	so, err := optionsOf[Qcow2Spec](spec)
+	return err == nil && !so.Compress
 }
 
 // encodeRaw writes the raw disk output src.From, encoded by encode, as

@@ -2,6 +2,7 @@ package qcow2
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -48,6 +49,11 @@ func (wr *writer) writeHashed(ctx context.Context, w io.WriterAt, src io.ReaderA
 	for i := range ring {
 		ring[i] = hashio.AlignedBuffer(runClusters * clusterSize)
 	}
+	var sh *sourceHash
+	if wr.opts.HashSource {
+		sh = newSourceHash(size)
+		defer sh.close()
+	}
 	var data []uint64
 	var next uint64
 	for _, e := range extents {
@@ -57,7 +63,11 @@ func (wr *writer) writeHashed(ctx context.Context, w io.WriterAt, src io.ReaderA
 				return err
 			}
 			last := min(c+runClusters, end) - 1
-			run, err := readRun(src, ring[0], c, last, size)
+			buf := ring[0]
+			if sh != nil {
+				buf = sh.buffer()
+			}
+			run, err := readRun(src, buf, c, last, size)
 			if err != nil {
 				return err
 			}
@@ -66,8 +76,16 @@ func (wr *writer) writeHashed(ctx context.Context, w io.WriterAt, src io.ReaderA
 					data = append(data, g)
 				}
 			}
+			if sh != nil {
+				sh.add(int64(c)*clusterSize, run, buf)
+			}
 		}
 		next = max(next, end)
+	}
+	if sh != nil {
+		// The rest, holes to the end, is hashed while the image is
+		// written.
+		sh.end()
 	}
 	for _, c := range data {
 		wr.set(c, oflagCopied|uint64(wr.pos))
@@ -115,7 +133,100 @@ func (wr *writer) writeHashed(ctx context.Context, w io.WriterAt, src io.ReaderA
 	sum := hw.h.Sum()
 	wr.stats.FileSize = wr.pos
 	wr.stats.SHA256 = hex.EncodeToString(sum[:])
+	if sh != nil {
+		wr.stats.SourceSHA256 = sh.sum()
+	}
 	return nil
+}
+
+// sourceHash hashes the raw disk from what the first pass reads, on a
+// goroutine of its own, its holes as zeros: the runs come in increasing
+// order, and what lies between them is holes. A raw disk is mostly holes
+// (the node's: 4.3 GB, 1.9 GB of data), so hashing it takes longer than
+// reading it, and the goroutine goes on with the holes at the end while
+// the image is written.
+type sourceHash struct {
+	size   int64
+	pieces chan sourcePiece
+	free   chan []byte // buffers the first pass may read into
+	done   chan struct{}
+	hex    string
+}
+
+type sourcePiece struct {
+	off int64
+	b   []byte // nil for the end
+	buf []byte // what b is read into, handed back once hashed
+}
+
+func newSourceHash(size int64) *sourceHash {
+	n := hashio.MaxPending + 1
+	sh := &sourceHash{size: size, pieces: make(chan sourcePiece, n), free: make(chan []byte, n), done: make(chan struct{})}
+	for range n {
+		sh.free <- hashio.AlignedBuffer(runClusters * clusterSize)
+	}
+	go sh.run()
+	return sh
+}
+
+func (sh *sourceHash) run() {
+	defer close(sh.done)
+	h := sha256.New()
+	zeros := make([]byte, 1<<20)
+	var pos int64
+	fill := func(to int64) {
+		for pos < to {
+			n := min(to-pos, int64(len(zeros)))
+			h.Write(zeros[:n])
+			pos += n
+		}
+	}
+	ok := true
+	for p := range sh.pieces {
+		if p.b == nil {
+			if ok && pos <= sh.size {
+				fill(sh.size)
+				sh.hex = hex.EncodeToString(h.Sum(nil))
+			}
+			continue
+		}
+		// Runs overlap nothing before them; one that did would leave the
+		// sum unknown, not wrong.
+		ok = ok && p.off >= pos
+		if ok {
+			fill(p.off)
+			h.Write(p.b)
+			pos += int64(len(p.b))
+		}
+		sh.free <- p.buf
+	}
+}
+
+// buffer is a buffer to read the next run into.
+func (sh *sourceHash) buffer() []byte { return <-sh.free }
+
+// add hands over the run b read at off into buf.
+func (sh *sourceHash) add(off int64, b, buf []byte) {
+	sh.pieces <- sourcePiece{off: off, b: b, buf: buf}
+}
+
+// end says every run has been handed over.
+func (sh *sourceHash) end() { sh.pieces <- sourcePiece{} }
+
+// sum waits for the hash: "" when the runs did not make a whole disk.
+func (sh *sourceHash) sum() string {
+	sh.close()
+	return sh.hex
+}
+
+// close stops the goroutine once it is done with what it was handed.
+func (sh *sourceHash) close() {
+	select {
+	case <-sh.done:
+	default:
+		close(sh.pieces)
+		<-sh.done
+	}
 }
 
 // hashingWriter writes at increasing offsets and hashes the file it makes,

@@ -156,6 +156,38 @@ func TestHolesDoNotChangeTheOutput(t *testing.T) {
 	}
 }
 
+// TestHashesTheSource asks the writer for the raw disk's sha256 as it reads
+// it: it must be the file's, holes as zeros, whether the disk ends in data
+// or in a hole or is all hole, and the image must be the one written
+// without it. A compressed image reads each cluster once, and says nothing.
+func TestHashesTheSource(t *testing.T) {
+	dir := t.TempDir()
+	run := int64(runClusters * clusterSize)
+	disks := map[string]string{
+		"data at the end": rawDisk(t, dir, 20*run+5*clusterSize+3*512,
+			harness.DiskPiece{Off: 16*run - 3000, Data: harness.RandomBytes(6, 3*runClusters*clusterSize)}),
+		"a hole at the end": harness.SparseRawDisk(t, t.TempDir(), 40*run, harness.DiskPiece{Off: 3*run + 512, Data: harness.RandomBytes(7, 2*int(run))}),
+		"all hole":          harness.SparseRawDisk(t, t.TempDir(), 3*run),
+		"empty":             harness.SparseRawDisk(t, t.TempDir(), 0),
+	}
+	for name, raw := range disks {
+		want := fileSum(t, raw)
+		plain := filepath.Join(dir, "plain.qcow2")
+		writeQcow2(t, raw, plain, Options{})
+		img := filepath.Join(dir, "hashed.qcow2")
+		st := writeQcow2(t, raw, img, Options{HashSource: true})
+		if st.SourceSHA256 != hex.EncodeToString(want[:]) {
+			t.Errorf("%s: the raw disk hashed as read is %q, its file's sha256 %x", name, st.SourceSHA256, want)
+		}
+		if fileSum(t, img) != fileSum(t, plain) {
+			t.Errorf("%s: hashing the raw disk changed the image", name)
+		}
+		if st := writeQcow2(t, raw, img, Options{HashSource: true, Compress: true}); st.SourceSHA256 != "" {
+			t.Errorf("%s: a compressed image says the raw disk's sum is %s", name, st.SourceSHA256)
+		}
+	}
+}
+
 type bufferAt struct{ b *bytes.Buffer }
 
 func (w *bufferAt) WriteAt(p []byte, off int64) (int, error) {

@@ -27,6 +27,10 @@ type Options struct {
 	Workers int
 	// Progress, when set, is told how many raw bytes have been consumed.
 	Progress func(n int64)
+	// HashSource has an uncompressed image's first pass, which reads
+	// every data extent of the raw disk in order, hash the raw disk too
+	// (Stats.SourceSHA256): its writer need not read it back again.
+	HashSource bool
 }
 
 // Stats say what Write stored.
@@ -37,6 +41,9 @@ type Stats struct {
 	// SHA256 is the image's hex sha256 when Write hashed it as it wrote
 	// it (an uncompressed image), else "".
 	SHA256 string
+	// SourceSHA256 is the raw disk's hex sha256, its holes as zeros, when
+	// Options.HashSource asked for it and the image is uncompressed.
+	SourceSHA256 string
 }
 
 // chunkClusters is how many clusters are read, and compressed in parallel,

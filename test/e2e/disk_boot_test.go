@@ -53,8 +53,9 @@ func TestDiskBoots(t *testing.T) {
 	out := filepath.Join(dir, "out")
 	stamp(t, dir, nil, "build", "recipe.yaml", "-o", out).mustSucceed(t)
 	raw, qcow := filepath.Join(out, "disk-boot.raw"), filepath.Join(out, "disk-boot.qcow2")
-	// The qcow2's sum comes from its writer, the raw disk's and the VHDs'
-	// from reading them back: coreutils must agree with every one.
+	// The qcow2's sum comes from its writer, the raw disk's from the
+	// qcow2's first pass over it, the VHDs' from reading them back:
+	// coreutils must agree with every one.
 	check := exec.Command("sha256sum", "--strict", "-c", "SHA256SUMS")
 	check.Dir = out
 	if b, err := check.CombinedOutput(); err != nil || !strings.Contains(string(b), "disk-boot.qcow2: OK") {
