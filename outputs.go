@@ -214,10 +214,11 @@ func writeOutputs(ctx context.Context, j *outputJob) ([]string, error) {
 			// Hashed while the other outputs are written.
 			m.hashing = hashOutput(staging, p, res)
 		}
-		if hashFrom {
-			// What the heir could not hash (a failure, an output taken
-			// from the cache) is read again.
-			if err == nil && !restored && res.FromSum != "" {
+		if hashFrom && err == nil {
+			// What the heir could not hash (an output taken from the
+			// cache) is read again. After a failure nothing is: the
+			// build fails, and would wait for the hash of a disk.
+			if !restored && res.FromSum != "" {
 				src.res.Sums = maps.Clone(src.res.Sums)
 				if src.res.Sums == nil {
 					src.res.Sums = map[string]string{}
