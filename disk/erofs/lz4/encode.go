@@ -5,12 +5,14 @@
 // The encoder works the other way round from an ordinary one: it is given
 // room for a fixed number of bytes and takes as much of its input as fits
 // ("destination size" mode, as LZ4_compress_HC_destSize does), because EROFS
-// fills fixed-size clusters with variable amounts of data. Its match finder
-// is a hash chain with lazy evaluation, the approach of LZ4HC's middle
-// levels; the depth of the chain walk sets the speed and the ratio. Like
-// LZ4's fast mode, it steps faster through long runs without a match, so
-// incompressible data costs little. The output depends only on the input
-// and the settings.
+// fills fixed-size clusters with variable amounts of data. It has two match
+// finders. The fast one is LZ4's fast mode: one candidate per position from
+// a hash table, and only the position near a match's end filed, so the
+// bytes inside a match cost nothing. The other is a hash chain with lazy
+// evaluation, the approach of LZ4HC's middle levels, which files every
+// position; the depth of the chain walk sets the speed and the ratio. Both
+// step faster through long runs without a match, so incompressible data
+// costs little. The output depends only on the input and the settings.
 //
 // The decoder checks the end-of-block rules the kernel's decompressor
 // enforces, so a block it accepts is one the kernel accepts.
@@ -59,6 +61,10 @@ type Settings struct {
 	// NiceLength stops the search at a match this long, and takes it
 	// without trying the next position; 0 means no limit.
 	NiceLength int
+	// Fast is LZ4's fast mode: one candidate per position, and the
+	// positions inside a match left out of the table. Depth, Lazy and
+	// NiceLength do not apply.
+	Fast bool
 }
 
 // Encoder compresses blocks. Its tables are reused from block to block; it
@@ -135,7 +141,11 @@ func (e *Encoder) CompressDestSize(src, dst []byte) (consumed, written int) {
 		e.base = 1
 	}
 	b := block{e: e, src: src, base: e.base, head: e.head, chain: e.chain}
-	consumed, written = b.compress(dst)
+	if e.s.Fast {
+		consumed, written = b.compressFast(dst)
+	} else {
+		consumed, written = b.compress(dst)
+	}
 	e.base += int32(b.next) + 1
 	return consumed, written
 }

@@ -40,9 +40,12 @@ func samples(t testing.TB) map[string][]byte {
 	return out
 }
 
+// settings are the encoder's modes: LZ4's fast one, a plain hash table
+// walked at every position, and a deep hash chain.
 var settings = map[string]Settings{
-	"fast": {Depth: 1},
-	"hc":   {Depth: 64, Lazy: true},
+	"depth1": {Depth: 1},
+	"fast":   {Fast: true},
+	"hc":     {Depth: 64, Lazy: true},
 }
 
 // TestDestSizeRoundTrips fills blocks of several sizes from each sample in
@@ -86,22 +89,24 @@ func TestDestSizeRoundTrips(t *testing.T) {
 // incompressible input still fills it with literals.
 func TestDestSizeFillsTheRoom(t *testing.T) {
 	s := samples(t)
-	for _, name := range []string{"text", "noise", "mixed"} {
-		e := NewEncoder(settings["hc"])
-		dst := make([]byte, 4096)
-		n, w := e.CompressDestSize(s[name], dst)
-		if w < 4096-16 {
-			t.Errorf("%s: %d bytes of 4096 used (took %d)", name, w, n)
+	for sname, set := range settings {
+		for _, name := range []string{"text", "noise", "mixed"} {
+			e := NewEncoder(set)
+			dst := make([]byte, 4096)
+			n, w := e.CompressDestSize(s[name], dst)
+			if w < 4096-16 {
+				t.Errorf("%s/%s: %d bytes of 4096 used (took %d)", sname, name, w, n)
+			}
+			if name == "text" && n < 2*4096 {
+				t.Errorf("%s/text: only %d bytes fit in 4096", sname, n)
+			}
 		}
-		if name == "text" && n < 2*4096 {
-			t.Errorf("text: only %d bytes fit in 4096", n)
+		// Zeros run out of input before room.
+		e := NewEncoder(set)
+		n, w := e.CompressDestSize(make([]byte, 100000), make([]byte, 4096))
+		if n != 100000 || w > 600 {
+			t.Errorf("%s/zeros: took %d of 100000 into %d bytes", sname, n, w)
 		}
-	}
-	// Zeros run out of input before room.
-	e := NewEncoder(settings["hc"])
-	n, w := e.CompressDestSize(make([]byte, 100000), make([]byte, 4096))
-	if n != 100000 || w > 600 {
-		t.Errorf("zeros: took %d of 100000 into %d bytes", n, w)
 	}
 }
 
@@ -109,15 +114,17 @@ func TestDestSizeFillsTheRoom(t *testing.T) {
 // fresh encoder and from one that has encoded other data before.
 func TestEncoderIsDeterministic(t *testing.T) {
 	s := samples(t)
-	fresh := NewEncoder(settings["hc"])
-	used := NewEncoder(settings["hc"])
-	used.CompressDestSize(s["text"], make([]byte, 65536))
-	used.CompressDestSize(s["mixed"], make([]byte, 4096))
-	a, b := make([]byte, 4096), make([]byte, 4096)
-	n1, w1 := fresh.CompressDestSize(s["binary"], a)
-	n2, w2 := used.CompressDestSize(s["binary"], b)
-	if n1 != n2 || w1 != w2 || !bytes.Equal(a[:w1], b[:w2]) {
-		t.Errorf("fresh encoder: %d -> %d bytes; used one: %d -> %d", n1, w1, n2, w2)
+	for sname, set := range settings {
+		fresh := NewEncoder(set)
+		used := NewEncoder(set)
+		used.CompressDestSize(s["text"], make([]byte, 65536))
+		used.CompressDestSize(s["mixed"], make([]byte, 4096))
+		a, b := make([]byte, 4096), make([]byte, 4096)
+		n1, w1 := fresh.CompressDestSize(s["binary"], a)
+		n2, w2 := used.CompressDestSize(s["binary"], b)
+		if n1 != n2 || w1 != w2 || !bytes.Equal(a[:w1], b[:w2]) {
+			t.Errorf("%s: fresh encoder: %d -> %d bytes; used one: %d -> %d", sname, n1, w1, n2, w2)
+		}
 	}
 }
 
