@@ -13,8 +13,8 @@ import (
 
 // ErofsSpec is an erofs output's options.
 type ErofsSpec struct {
-	// Compression is the codec of file data: "lz4hc" (the default),
-	// "lz4" or "none" (erofs.Compression).
+	// Compression is the codec of file data: "lz4" (the default),
+	// "lz4hc" or "none" (erofs.Compression).
 	Compression string
 }
 

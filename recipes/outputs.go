@@ -63,7 +63,7 @@ var outputFormats = []outputFormat{
 	{name: FormatCompressed, keys: []string{"from", "compression"}, compressions: []string{"zstd", "xz", "gzip"}, defaultCompression: "zstd",
 		madeFrom: map[string][]string{"": {FormatRaw}}},
 	// EROFS compresses inside, in LZ4 clusters the kernel reads.
-	{name: FormatErofs, keys: []string{"compression"}, compressions: []string{"lz4hc", "lz4", "none"}, defaultCompression: "lz4hc"},
+	{name: FormatErofs, keys: []string{"compression"}, compressions: []string{"lz4", "lz4hc", "none"}, defaultCompression: "lz4"},
 	// A live bundle's compression is its initramfs's; its root image is the
 	// erofs output it is made from, or one it writes.
 	{name: FormatLive, keys: []string{"compression", "from", "boot"}, compressions: compressions, defaultCompression: "zstd",

@@ -30,7 +30,7 @@ func TestCompressionPerFormat(t *testing.T) {
 		{"  - {format: qcow2, from: raw, compression: zstd}\n", "r.yaml:7: outputs[1].compression: compression \"zstd\" must be one of none, zlib for format qcow2"},
 		{"  - {format: tar, compression: zlib}\n", "r.yaml:7: outputs[1].compression: compression \"zlib\" must be one of none, gzip, zstd, xz for format tar"},
 		{"  - {format: oci, compression: xz}\n", "r.yaml:7: outputs[1].compression: compression \"xz\" must be one of gzip, zstd, none for format oci"},
-		{"  - {format: erofs, compression: zstd}\n", "r.yaml:7: outputs[1].compression: compression \"zstd\" must be one of lz4hc, lz4, none for format erofs"},
+		{"  - {format: erofs, compression: zstd}\n", "r.yaml:7: outputs[1].compression: compression \"zstd\" must be one of lz4, lz4hc, none for format erofs"},
 	} {
 		_, err := Parse([]byte(base+c.out), "r.yaml")
 		if err == nil || !strings.Contains(err.Error(), c.want) {

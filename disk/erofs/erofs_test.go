@@ -243,7 +243,7 @@ func TestDeterministic(t *testing.T) {
 }
 
 // TestCodecs: each codec's image is clean and reads back; lz4hc gives the
-// smallest, none the largest.
+// smallest, none the largest; lz4 is the default.
 func TestCodecs(t *testing.T) {
 	tr := mixedTree(t)
 	sizes := map[Compression]int64{}
@@ -265,6 +265,14 @@ func TestCodecs(t *testing.T) {
 	}
 	if !(sizes[LZ4HC] <= sizes[LZ4] && sizes[LZ4] < sizes[None]) {
 		t.Errorf("sizes %v", sizes)
+	}
+	// The default is lz4.
+	o := testOptions()
+	o.Compression = ""
+	_, def := writeImage(t, tr, o)
+	o.Compression = LZ4
+	if _, fast := writeImage(t, tr, o); def.SHA256 != fast.SHA256 {
+		t.Errorf("the default codec's image is not lz4's")
 	}
 	if _, err := Write(context.Background(), tr.View(), nil, Options{Epoch: testEpoch, Compression: "zstd"}); err == nil {
 		t.Errorf("an unknown codec is taken")

@@ -33,7 +33,7 @@ func FuzzRead(f *testing.F) {
 	if _, err := tr.Link("/usr/lib/text2", "/usr/lib/text", rootfs.Origin{}); err != nil {
 		f.Fatal(err)
 	}
-	for _, c := range []Compression{LZ4HC, None} {
+	for _, c := range []Compression{LZ4, LZ4HC, None} {
 		o := testOptions()
 		o.Compression = c
 		img, _ := writeImage(f, tr, o)

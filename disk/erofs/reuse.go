@@ -40,12 +40,14 @@ const metaPlain = "plain"
 // digest to name it by, or nothing to compress. Small files are filed too:
 // a node's ten thousand files under 64 KiB took more of a rebuild (2.6 s of
 // LZ4HC) than all its large ones once those were filed, and their entries
-// make the record a few megabytes.
+// make the record a few megabytes. The key's version moves when a codec's
+// bytes do (2: lz4 became LZ4's fast mode), so no part of an older encoder
+// is taken for one of the new.
 func segmentKey(digest string, off, size int64, codec Compression) string {
 	if digest == "" || size <= 0 || codec == None {
 		return ""
 	}
-	sum := sha256.Sum256(fmt.Appendf(nil, "stamp erofs segment 1 %s %s %d %d", codec, digest, off, size))
+	sum := sha256.Sum256(fmt.Appendf(nil, "stamp erofs segment 2 %s %s %d %d", codec, digest, off, size))
 	return hex.EncodeToString(sum[:])
 }
 

@@ -157,7 +157,7 @@ poweroff -f
 	}
 	f.Close()
 
-	for _, codec := range []erofs.Compression{erofs.LZ4HC, erofs.None} {
+	for _, codec := range []erofs.Compression{erofs.LZ4, erofs.LZ4HC, erofs.None} {
 		t.Run(string(codec), func(t *testing.T) {
 			img := filepath.Join(t.TempDir(), "root.erofs")
 			f, err := os.Create(img)

@@ -98,7 +98,7 @@ bench_vmdk() {
 
 bench_erofs() {
 	echo
-	echo "== erofs: our writer vs mkfs.erofs -zlz4hc on the node's Debian tree (minbase + the node's packages, kernel included; as root), medians of 3 (targets: time-ratio <= 0.5, size-ratio within 1 +- 0.05)"
+	echo "== erofs: our writer vs mkfs.erofs on the node's Debian tree (minbase + the node's packages, kernel included; as root), lz4 (the default) against -zlz4 and lz4hc against -zlz4hc, medians of 3 (targets: time-ratio <= 0.5, size-ratio within 1 +- 0.05)"
 	go test -run '^$' -bench '^BenchmarkVsMkfsErofs$' -benchtime 1x -timeout 60m ./disk/erofs 2>&1 | grep -E '^(Benchmark|erofs of)' || true
 }
 
