@@ -274,26 +274,9 @@ func (b *block) compress(dst []byte) (consumed, o int) {
 			m = m2
 		}
 		lits := ip - anchor
-		// The block must be able to end after this match: the last
-		// sequence then holds at least the literals the end rules
-		// require, and those bytes exist (the match ends before
-		// matchEnd, and starts at most mfLimit before the input's end).
-		if o+seqCost(lits, m.length)+lastCost(max(lastLiterals, mfLimit-m.length)) > capacity {
-			// A shorter match may still fit: its length bytes are what
-			// overflow when the literals alone fit. avail bytes past the
-			// token hold lengths up to 14+255*avail.
-			avail := capacity - o - seqCost(lits, minMatch) - lastCost(lastLiterals)
-			if avail < 0 {
-				break
-			}
-			short := min(m.length, minMatch+runMask-1+255*avail)
-			for short >= minMatch && o+seqCost(lits, short)+lastCost(max(lastLiterals, mfLimit-short)) > capacity {
-				short--
-			}
-			if short < minMatch {
-				break
-			}
-			m.length = short
+		var ok bool
+		if m, ok = fit(m, lits, o, capacity); !ok {
+			break
 		}
 		o = emitSequence(dst, o, src[anchor:ip], m)
 		b.insert(min(ip+m.length, n-minMatch+1))
@@ -304,6 +287,34 @@ func (b *block) compress(dst []byte) (consumed, o int) {
 	lits := min(n-anchor, maxLast(capacity-o))
 	o = emitLast(dst, o, src[anchor:anchor+lits])
 	return anchor + lits, o
+}
+
+// fit shortens m, when it must, so that the block can still end after it:
+// the last sequence then holds at least the literals the end rules
+// require, and those bytes exist (a match ends before the input's last
+// lastLiterals bytes, and starts at most mfLimit before its end). lits
+// literals come before m, and o of capacity bytes are written. false when
+// not even the shortest match fits.
+func fit(m match, lits, o, capacity int) (match, bool) {
+	if o+seqCost(lits, m.length)+lastCost(max(lastLiterals, mfLimit-m.length)) <= capacity {
+		return m, true
+	}
+	// A shorter match may still fit: its length bytes are what overflow
+	// when the literals alone fit. avail bytes past the token hold lengths
+	// up to 14+255*avail.
+	avail := capacity - o - seqCost(lits, minMatch) - lastCost(lastLiterals)
+	if avail < 0 {
+		return m, false
+	}
+	short := min(m.length, minMatch+runMask-1+255*avail)
+	for short >= minMatch && o+seqCost(lits, short)+lastCost(max(lastLiterals, mfLimit-short)) > capacity {
+		short--
+	}
+	if short < minMatch {
+		return m, false
+	}
+	m.length = short
+	return m, true
 }
 
 // extend counts how many bytes from a and b on are equal, b stopping at

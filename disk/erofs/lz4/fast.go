@@ -43,20 +43,9 @@ func (b *block) compressFast(dst []byte) (consumed, o int) {
 			c--
 		}
 		m := match{length: minMatch + extend(src, c+minMatch, ip+minMatch, matchEnd), dist: ip - c}
-		lits := ip - anchor
-		if o+seqCost(lits, m.length)+lastCost(max(lastLiterals, mfLimit-m.length)) > capacity {
-			avail := capacity - o - seqCost(lits, minMatch) - lastCost(lastLiterals)
-			if avail < 0 {
-				break
-			}
-			short := min(m.length, minMatch+runMask-1+255*avail)
-			for short >= minMatch && o+seqCost(lits, short)+lastCost(max(lastLiterals, mfLimit-short)) > capacity {
-				short--
-			}
-			if short < minMatch {
-				break
-			}
-			m.length = short
+		var ok bool
+		if m, ok = fit(m, ip-anchor, o, capacity); !ok {
+			break
 		}
 		o = emitSequence(dst, o, src[anchor:ip], m)
 		ip += m.length
