@@ -148,9 +148,8 @@ const outputsAtOnce = 2
 // and hashes, waiting on the disk, and a third overlaps those waits: the
 // node's rebuild after one changed file took 10.1-11.3 s against
 // 10.8-12.2 s with two, in six alternating pairs, each one faster. A cold
-// build, bound by its
-// compressors, gained nothing from a third (its outputs took 17.0-19.5 s
-// after the seal against 17.3-17.8 s).
+// build, bound by its compressors, gained nothing from a third (its
+// outputs took 17.0-19.5 s after the seal against 17.3-17.8 s).
 const outputsAtOnceReusing = 3
 
 // writeOutputs writes every output into a staging directory inside the
